@@ -1,0 +1,62 @@
+# xinfer_ros: setup, build, test, demo. Everything lands inside this directory.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.xinfer-setup
+BUILD_STAMP := install/.xinfer-build
+ROS_SOURCES := $(wildcard msg/*.msg srv/*.srv) CMakeLists.txt package.xml
+export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+
+.PHONY: help setup build test test-fast lint demo clean distclean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: $(VENV_STAMP)  ## create .venv with the pinned dependencies
+
+# With a system ROS (ROS_DISTRO set) the venv sees its rclpy and skips the wheels.
+$(VENV_STAMP): requirements/base.txt requirements/ros.txt setup.py scripts/repair_ros_wheels.py
+	@echo "[setup] creating $(VENV) (first run downloads packages; later runs reuse them)"
+	@if [ -n "$$ROS_DISTRO" ]; then $(PYTHON) -m venv --system-site-packages $(VENV); \
+	 else $(PYTHON) -m venv $(VENV); fi
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -r requirements/base.txt
+	@if [ -z "$$ROS_DISTRO" ]; then \
+	   $(VPY) -m pip install -q -r requirements/ros.txt && \
+	   $(VPY) scripts/repair_ros_wheels.py $(VENV); \
+	 else echo "[setup] using the system ROS 2 $$ROS_DISTRO"; fi
+	$(VPY) -m pip install -q --no-deps --no-build-isolation -e .
+	@touch $@
+
+build: $(BUILD_STAMP)  ## generate the ROS interfaces and install the package (colcon)
+
+$(BUILD_STAMP): $(VENV_STAMP) $(ROS_SOURCES) $(wildcard launch/* config/* config/*/* scripts/nodes/*)
+	@echo "[build] colcon build"
+	@mkdir -p log && source $(VENV)/bin/activate && \
+	 if [ -z "$$ROS_DISTRO" ]; then \
+	   export AMENT_PREFIX_PATH="$$VIRTUAL_ENV" CMAKE_PREFIX_PATH="$$VIRTUAL_ENV"; fi && \
+	 colcon --log-base log build --symlink-install --base-paths . \
+	   --event-handlers console_cohesion- status- \
+	   --cmake-args -DPython3_EXECUTABLE=$(CURDIR)/$(VPY) -DBUILD_TESTING=OFF > log/colcon-build.txt 2>&1 \
+	 || { mkdir -p log; tail -50 log/colcon-build.txt; exit 1; }
+	@touch $@
+
+test: build  ## run the whole test suite and the linter
+	./env.sh ruff check .
+	./env.sh python -m pytest
+
+lint: setup  ## ruff
+	$(VENV)/bin/ruff check .
+
+demo: build  ## run a small fleet with the embedded default model
+	./env.sh python -m xinfer_ros.cli.demo
+
+clean:  ## remove build outputs (keeps the venv)
+	rm -rf build install log
+
+distclean: clean  ## remove build outputs and the venv
+	rm -rf $(VENV)

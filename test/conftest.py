@@ -1,0 +1,24 @@
+"""Session-wide test environment: DDS discovery on loopback, a private domain id."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+# Set at import time, before any test module can initialise rclpy, so that no
+# participant of this session ever announces itself beyond loopback.
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+if os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] != "LOCALHOST":
+    raise RuntimeError("tests require ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST")
+os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 100))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ros_loopback_env() -> dict[str, str]:
+    """Give the session a random ROS_DOMAIN_ID and keep discovery on loopback."""
+    return {
+        "ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"],
+        "ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"],
+    }

@@ -1,0 +1,1 @@
+"""Scheduler core: request contract, predictor, policies, forecaster, metrics (no ROS, no torch)."""

@@ -1,0 +1,1 @@
+"""Asynchronous stage engine, execution lanes, backends and calibration (no ROS)."""

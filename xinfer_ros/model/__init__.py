@@ -1,0 +1,1 @@
+"""Reference VLA model in torch + transformers: ViT, backbone prefill, action expert."""

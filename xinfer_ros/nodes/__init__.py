@@ -1,0 +1,1 @@
+"""rclpy nodes: the only layer that imports ROS."""

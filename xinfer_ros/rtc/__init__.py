@@ -1,0 +1,1 @@
+"""Real-time chunking: chunk splicing, prefix masks and guidance weights (no ROS, no torch)."""

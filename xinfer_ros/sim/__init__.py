@@ -1,0 +1,1 @@
+"""Discrete-event closed-loop fleet simulator and workloads (no ROS, no torch)."""
