@@ -1,0 +1,37 @@
+import pytest
+
+from xinfer_ros.nodes.plan import PlanError, build_fleet_plan, default_config, parse_robots
+
+
+def test_parse_robots_from_count_list_and_string() -> None:
+    assert parse_robots(3) == ["robot_1", "robot_2", "robot_3"]
+    assert parse_robots("2") == ["robot_1", "robot_2"]
+    assert parse_robots("left_arm,right_arm") == ["left_arm", "right_arm"]
+    for bad in (0, "", [], ["a b"], ["x", "x"], ["1abc"]):
+        with pytest.raises(PlanError):
+            parse_robots(bad)
+
+
+def test_plan_has_server_and_a_group_per_robot() -> None:
+    plan = build_fleet_plan(["r1", "r2"], backend="emulated", policy="edf", workload="parcel")
+    server = plan[0]
+    assert (server.executable, server.namespace) == ("inference_server", "/")
+    assert server.parameters["robots"] == ["r1", "r2"]
+    assert server.parameters["backend"] == "emulated" and server.parameters["policy"] == "edf"
+    assert server.parameters["model"] == "tiny"  # from config/fleet.yaml
+    groups = {(n.namespace, n.executable) for n in plan[1:]}
+    assert groups == {(f"/{r}", e) for r in ("r1", "r2") for e in ("rtc_executor", "robot_sim")}
+    sims = [n for n in plan if n.executable == "robot_sim"]
+    assert [s.parameters["robot_index"] for s in sims] == [0, 1]
+    assert all(s.parameters["workload"] == "parcel" for s in sims)
+    assert plan[1].module == "xinfer_ros.nodes.rtc_executor"
+
+
+def test_plan_rejects_bad_backend_and_config(tmp_path) -> None:
+    with pytest.raises(PlanError, match="backend"):
+        build_fleet_plan(2, backend="tpu")
+    broken = tmp_path / "fleet.yaml"
+    broken.write_text("inference_server: {}\n")
+    with pytest.raises(PlanError, match="cannot read"):
+        build_fleet_plan(2, config=broken)
+    assert default_config().is_file()

@@ -1,0 +1,128 @@
+"""The RTC executor node against an in-process stand-in server."""
+
+import time
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+pytestmark = pytest.mark.ros
+
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget  # noqa: E402
+
+from xinfer_ros.nodes.rtc_executor import BUDGET_QOS, RtcExecutor  # noqa: E402
+
+H, D, NS = 16, 4, "robot_t"
+
+
+class Harness:
+    """An executor plus a node that answers its requests with ramps."""
+
+    def __init__(self, answer: bool = True) -> None:
+        rclpy.init()
+        self.executor_node = RtcExecutor(namespace=NS, parameter_overrides=[
+            Parameter("action_dim", value=D), Parameter("default_budget_ms", value=250.0),
+            Parameter("request_timeout_s", value=0.5), Parameter("stats_period_s", value=0.2)])
+        self.peer = rclpy.create_node("peer", namespace=NS)
+        self.requests: list[tuple[float, PolicyRequest]] = []
+        self.commands: list[list[float]] = []
+        self.stats: list[ExecutorStats] = []
+        self.answer = answer
+        self.chunk_pub = self.peer.create_publisher(ActionChunk, "action_chunk", 10)
+        self.budget_pub = self.peer.create_publisher(ResponseBudget, "budget", BUDGET_QOS)
+        self.peer.create_subscription(PolicyRequest, "policy_request", self._on_request, 10)
+        self.peer.create_subscription(Float64MultiArray, "commands",
+                                      lambda m: self.commands.append(list(m.data)), 10)
+        self.peer.create_subscription(ExecutorStats, "executor_stats", self.stats.append, 10)
+        self.spinner = SingleThreadedExecutor()
+        self.spinner.add_node(self.executor_node)
+        self.spinner.add_node(self.peer)
+
+    def chunk_for(self, req: PolicyRequest, offset: float = 1.0) -> ActionChunk:
+        base = len(self.requests) * 100.0 + offset
+        actions = np.full((H, D), base, dtype=np.float32)
+        if req.prev_chunk:
+            prev = np.asarray(req.prev_chunk, dtype=np.float32).reshape(H, D)
+            actions[: req.commit_steps] = prev[: req.commit_steps]
+        msg = ActionChunk(robot_id=req.robot_id, seq=req.seq, status=ActionChunk.STATUS_OK,
+                          horizon=H, action_dim=D, commit_steps=req.commit_steps)
+        msg.actions = actions.ravel().tolist()
+        return msg
+
+    def _on_request(self, req: PolicyRequest) -> None:
+        self.requests.append((time.monotonic(), req))
+        if self.answer:
+            self.chunk_pub.publish(self.chunk_for(req))
+
+    def spin(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.spinner.spin_once(timeout_sec=0.005)
+
+    def close(self) -> None:
+        self.spinner.shutdown()
+        self.executor_node.destroy_node()
+        self.peer.destroy_node()
+        rclpy.shutdown()
+
+
+@pytest.fixture
+def harness():
+    h = Harness()
+    yield h
+    h.close()
+
+
+@pytest.mark.timeout(30)
+def test_requests_follow_eq1_and_carry_budget_and_prefix(harness: Harness) -> None:
+    harness.spin(0.5)
+    msg = ResponseBudget(budget_ms=90.0, phase="contact", source="test")
+    harness.budget_pub.publish(msg)
+    harness.spin(1.3)
+    times = np.array([t for t, _ in harness.requests])
+    reqs = [r for _, r in harness.requests]
+    assert len(reqs) >= 6
+    gaps = np.diff(times)
+    # Responses arrive at once, so sends are T_E apart (Eq. 1), never sooner.
+    assert np.all(gaps > 0.17) and np.median(gaps) == pytest.approx(0.18, abs=0.02)
+    assert reqs[0].budget_ms == 250.0 and reqs[-1].budget_ms == 90.0
+    assert not reqs[0].prev_chunk and len(reqs[1].prev_chunk) == H * D
+    assert [r.seq for r in reqs] == list(range(1, len(reqs) + 1))
+    assert all(r.commit_steps == 8 and r.robot_id == NS for r in reqs)
+    # Commands step from one chunk's level to the next; the frozen prefix keeps
+    # every handoff continuous (no value outside the levels of the chunks sent).
+    levels = {k * 100.0 + 1.0 for k in range(1, len(reqs) + 1)} | {0.0}
+    assert {c[0] for c in harness.commands} <= levels
+    assert harness.stats and harness.stats[-1].chunks_applied >= 5
+    assert harness.stats[-1].handoff_violations == 0
+
+
+@pytest.mark.timeout(30)
+def test_replayed_chunk_is_never_applied(harness: Harness) -> None:
+    harness.spin(0.5)
+    _, first = harness.requests[0]
+    harness.answer = False  # only the replay can reach the executor now
+    applied = harness.executor_node.queue.counters.chunks_applied
+    harness.chunk_pub.publish(harness.chunk_for(first, offset=55.0))  # a stale replay
+    harness.spin(0.1)
+    assert harness.executor_node.queue.counters.chunks_applied == applied
+    assert all(c[0] % 100.0 != 55.0 for c in harness.commands)
+
+
+@pytest.mark.timeout(30)
+def test_silent_server_leads_to_hold_timeouts_and_resend() -> None:
+    h = Harness(answer=False)
+    try:
+        h.spin(1.3)
+        ex = h.executor_node
+        assert ex.request_timeouts >= 1 and len(h.requests) >= 2
+        assert ex.queue.counters.starved_ticks > 0 and ex.queue.counters.trigger_misses >= 1
+        assert all(c == [0.0] * D for c in h.commands)  # holds the initial command
+        h.answer = True
+        h.spin(0.8)
+        assert ex.queue.counters.chunks_applied >= 1
+    finally:
+        h.close()

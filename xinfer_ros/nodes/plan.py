@@ -1,0 +1,144 @@
+"""The fleet's node plan: one function shared by fleet.launch.py and xinfer-fleet.
+
+The plan is plain data (no ROS import): which node runs in which namespace with which
+parameters. ``launch/fleet.launch.py`` turns it into ``launch_ros`` actions and
+:mod:`xinfer_ros.cli.fleet` into processes, so both start the same fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_CONFIG",
+    "NodeSpec",
+    "PlanError",
+    "build_fleet_plan",
+    "default_config",
+    "parse_robots",
+]
+
+PACKAGE = "xinfer_ros"
+BACKENDS = ("torch", "emulated")
+#: The shipped configuration in a source checkout (an install uses share/xinfer_ros).
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "fleet.yaml"
+
+
+def default_config() -> Path:
+    """The shipped fleet.yaml: the source checkout's, else the installed share/ copy."""
+    if DEFAULT_CONFIG.is_file():
+        return DEFAULT_CONFIG
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory(PACKAGE)) / "config" / "fleet.yaml"
+    except (ImportError, LookupError):
+        return DEFAULT_CONFIG
+
+
+class PlanError(ValueError):
+    """The fleet arguments or configuration are invalid."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of the plan.
+
+    Attributes:
+        executable: Installed executable (``ros2 run xinfer_ros <executable>``), also
+            the module ``xinfer_ros.nodes.<executable>``.
+        name: Node name.
+        namespace: Absolute namespace ("/" for the server).
+        parameters: Parameter values by name.
+    """
+
+    executable: str
+    name: str
+    namespace: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def module(self) -> str:
+        """The Python module whose ``main`` runs this node."""
+        return f"{PACKAGE}.nodes.{self.executable}"
+
+
+def parse_robots(robots: int | str | list[str]) -> list[str]:
+    """Robot names from a count (``3`` -> robot_1..robot_3) or a list.
+
+    Accepts an int, a numeric string, a comma-separated string or a list of names.
+
+    Raises:
+        PlanError: On an empty list, a count below 1, or an invalid or repeated name.
+    """
+    if isinstance(robots, str):
+        text = robots.strip()
+        robots = int(text) if text.isdigit() else [r.strip() for r in text.split(",") if r]
+    if isinstance(robots, int):
+        if robots < 1:
+            raise PlanError(f"robots must be at least 1, got {robots}")
+        return [f"robot_{i}" for i in range(1, robots + 1)]
+    names = list(robots)
+    if not names:
+        raise PlanError("robots is empty")
+    for name in names:
+        if not name or not (name[0].isalpha() and name.replace("_", "a").isalnum()):
+            raise PlanError(f"robot name {name!r} is not a valid ROS namespace token")
+    if len(set(names)) != len(names):
+        raise PlanError(f"robot names repeat: {names}")
+    return names
+
+
+def _server_defaults(config: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(config.read_text())
+        return dict(data["inference_server"]["ros__parameters"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise PlanError(f"cannot read server parameters from {config}: {exc}") from exc
+
+
+def build_fleet_plan(
+    robots: int | str | list[str] = 3,
+    *,
+    backend: str | None = None,
+    model: str | None = None,
+    policy: str | None = None,
+    workload: str = "phases",
+    config: Path | str | None = None,
+    seed: int = 0,
+) -> list[NodeSpec]:
+    """The nodes of a fleet: one server, and an executor and a robot_sim per robot.
+
+    Args:
+        robots: Count or names of robots; they become the server's allowlist.
+        backend: ``torch`` or ``emulated`` (default: the configuration's).
+        model: Model preset (default: the configuration's).
+        policy: Scheduling policy (default: the configuration's).
+        workload: Budget pattern of the simulated robots.
+        config: Server parameter file (default: ``config/fleet.yaml``).
+        seed: Seed of the robots' workload and scenes.
+
+    Raises:
+        PlanError: On invalid robots, an unknown backend or an unreadable config.
+    """
+    names = parse_robots(robots)
+    server = _server_defaults(Path(config) if config else default_config())
+    for key, value in (("backend", backend), ("model", model), ("policy", policy)):
+        if value:
+            server[key] = value
+    if server.get("backend") not in BACKENDS:
+        raise PlanError(f"backend {server.get('backend')!r} is not one of {list(BACKENDS)}")
+    server["robots"] = names
+    plan = [NodeSpec("inference_server", "inference_server", "/", server)]
+    for index, name in enumerate(names):
+        namespace = f"/{name}"
+        plan.append(NodeSpec("rtc_executor", "rtc_executor", namespace, {"robot_id": name}))
+        plan.append(NodeSpec("robot_sim", "robot_sim", namespace, {
+            "robot_index": index, "fleet_size": len(names), "workload": workload,
+            "seed": seed}))
+    return plan

@@ -1,0 +1,203 @@
+"""Per-robot RTC executor node.
+
+Keeps the robot moving on its current chunk: every keyframe tick (spacing Δ) it
+publishes the next command on ``commands``. It sends the next ``policy_request`` at
+``max(s_j + T_E, r_j)`` (Eq. 1) with the budget last received on ``budget``, the
+aligned previous chunk and the commit length ``d``, and splices each returned
+``action_chunk`` at the current execution index (:mod:`xinfer_ros.rtc.splice`).
+
+Only the chunk answering the request in flight is accepted, so a chunk replayed after a
+server restart is never applied. A request unanswered for ``request_timeout_s`` is
+abandoned (the robot keeps holding) and the next one goes out.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Float64MultiArray
+
+from xinfer_ros.core.constants import COMMIT_LENGTH, HORIZON, KEYFRAME_SPACING, SEND_PERIOD
+from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget
+from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.rtc.splice import ActionQueue, SpliceError
+
+__all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
+
+#: The controller's budget is state, not a stream: the latest value reaches late joiners.
+BUDGET_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+PARAMS = [
+    ParamSpec("robot_id", "", "robot name sent with requests (default: the namespace)"),
+    ParamSpec("keyframe_spacing_s", KEYFRAME_SPACING, "control tick Δ (s)", 0.001, 1.0),
+    ParamSpec("horizon", HORIZON, "keyframes per chunk H", 1, 1024),
+    ParamSpec("action_dim", 14, "joints D", 1, 256),
+    ParamSpec("commit_steps", COMMIT_LENGTH, "RTC frozen prefix d", 0, 1024),
+    ParamSpec("min_period_s", SEND_PERIOD, "minimum request period T_E (s)", 0.0, 10.0),
+    ParamSpec("default_budget_ms", 400.0, "budget until one arrives on budget (ms)",
+              1.0, 60_000.0),
+    ParamSpec("request_timeout_s", 1.0, "abandon a request unanswered this long (s)",
+              0.05, 60.0),
+    ParamSpec("instruction", "pick up the parcel and place it on the conveyor",
+              "language instruction sent with requests"),
+    ParamSpec("stats_period_s", 1.0, "period of executor_stats (s)", 0.05, 60.0),
+]
+
+
+class RtcExecutor(Node):
+    """The executor of one robot; see the module docstring."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("rtc_executor", **kwargs)
+        p = declare_params(self, PARAMS)
+        if p["commit_steps"] > p["horizon"]:
+            raise ValueError(f"commit_steps {p['commit_steps']} exceeds horizon {p['horizon']}")
+        self.robot_id: str = p["robot_id"] or self.get_namespace().strip("/") or "robot"
+        self.spacing: float = p["keyframe_spacing_s"]
+        self.horizon: int = p["horizon"]
+        self.action_dim: int = p["action_dim"]
+        self.commit: int = p["commit_steps"]
+        self.min_period: float = p["min_period_s"]
+        self.timeout: float = p["request_timeout_s"]
+        self.instruction: str = p["instruction"]
+        self.budget_ms: float = p["default_budget_ms"]
+
+        self.queue = ActionQueue(self.action_dim)
+        self.seq = 0
+        self.requests_sent = 0
+        self.request_timeouts = 0
+        self.non_ok_chunks = 0
+        self.last_latency_ms = float("nan")
+        self._in_flight: tuple[int, int, float] | None = None  # (seq, send tick, send time)
+        self._miss_counted = False
+        self._next_send = 0.0
+        self._t0 = time.monotonic()
+        self._tick = 0
+        self._send_timer = None
+
+        self.cmd_pub = self.create_publisher(Float64MultiArray, "commands", 10)
+        self.req_pub = self.create_publisher(PolicyRequest, "policy_request", 10)
+        self.stats_pub = self.create_publisher(ExecutorStats, "executor_stats", 10)
+        self.create_subscription(ResponseBudget, "budget", self._on_budget, BUDGET_QOS)
+        self.create_subscription(ActionChunk, "action_chunk", self._on_chunk, 10)
+        self.create_timer(self.spacing, self._on_timer)
+        self.create_timer(p["stats_period_s"], self._publish_stats)
+        self.get_logger().info(
+            f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, H={self.horizon}, "
+            f"d={self.commit}, T_E={self.min_period * 1e3:.0f} ms")
+
+    def _now_tick(self) -> int:
+        return int((time.monotonic() - self._t0) / self.spacing)
+
+    def _on_budget(self, msg: ResponseBudget) -> None:
+        if not math.isfinite(msg.budget_ms) or msg.budget_ms <= 0:
+            self.get_logger().warning(f"ignoring budget {msg.budget_ms} ms (must be > 0)")
+            return
+        self.budget_ms = float(msg.budget_ms)
+
+    def _on_timer(self) -> None:
+        # Catch up on ticks a busy executor missed, so keyframes stay on the time grid.
+        target = self._now_tick()
+        command = None
+        while self._tick <= target:
+            command, _ = self.queue.pop(self._tick)
+            self._tick += 1
+        if command is not None:
+            self.cmd_pub.publish(Float64MultiArray(data=command.tolist()))
+        self._maybe_send(time.monotonic())
+
+    def _maybe_send(self, now: float) -> None:
+        if self._in_flight is not None:
+            seq, _, sent = self._in_flight
+            if not self._miss_counted and now > sent + self.min_period:
+                self.queue.record_trigger_miss()
+                self._miss_counted = True
+            if now - sent < self.timeout:
+                return
+            self.request_timeouts += 1
+            self.get_logger().warning(
+                f"request {seq} unanswered after {self.timeout:.2f} s; holding and resending")
+            self._in_flight = None
+            self._next_send = now
+        if now < self._next_send:
+            return
+        self._send(now)
+
+    def _send(self, now: float) -> None:
+        self.seq += 1
+        tick = self._tick
+        msg = PolicyRequest(robot_id=self.robot_id, seq=self.seq, budget_ms=self.budget_ms,
+                            commit_steps=self.commit, keyframe_spacing_s=self.spacing,
+                            instruction=self.instruction)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        if self.requests_sent > 0:
+            prev = self.queue.planned(tick, self.horizon)
+            msg.prev_chunk = prev.astype(np.float32).ravel().tolist()
+            msg.prev_horizon, msg.prev_action_dim = self.horizon, self.action_dim
+        self.req_pub.publish(msg)
+        self.requests_sent += 1
+        self._in_flight = (self.seq, tick, now)
+        self._miss_counted = False
+
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        if self._in_flight is None or msg.seq != self._in_flight[0] or \
+                msg.robot_id != self.robot_id:
+            return  # an answer to an abandoned request, or a replay: never applied
+        seq, send_tick, sent = self._in_flight
+        now = time.monotonic()
+        self.last_latency_ms = (now - sent) * 1e3
+        self._in_flight = None
+        self._next_send = max(sent + self.min_period, now)  # Eq. 1
+        self._arm_send_timer(self._next_send - now)
+        if msg.status != ActionChunk.STATUS_OK:
+            self.non_ok_chunks += 1
+            self.get_logger().warning(f"request {seq}: status {msg.status}: {msg.reason}")
+            return
+        try:
+            chunk = np.asarray(msg.actions, dtype=np.float64).reshape(
+                msg.horizon, msg.action_dim)
+            self.queue.splice(chunk, send_tick, max(self._tick, send_tick), self.commit)
+        except (ValueError, SpliceError) as exc:
+            self.non_ok_chunks += 1
+            self.get_logger().warning(f"request {seq}: unusable chunk: {exc}")
+
+    def _arm_send_timer(self, delay: float) -> None:
+        # Sends happen at s_j + T_E itself, not at the next control tick.
+        if self._send_timer is not None:
+            self.destroy_timer(self._send_timer)
+        self._send_timer = self.create_timer(max(delay, 1e-4), self._on_send_timer)
+
+    def _on_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self.destroy_timer(self._send_timer)
+            self._send_timer = None
+        self._maybe_send(time.monotonic())
+
+    def _publish_stats(self) -> None:
+        c = self.queue.counters
+        msg = ExecutorStats(
+            robot_id=self.robot_id, ticks=c.ticks, starved_ticks=c.starved_ticks,
+            handoff_violations=c.handoff_violations, stale_chunks=c.stale_chunks,
+            trigger_misses=c.trigger_misses, chunks_applied=c.chunks_applied,
+            requests_sent=self.requests_sent, request_timeouts=self.request_timeouts,
+            non_ok_chunks=self.non_ok_chunks, budget_ms=self.budget_ms,
+            last_latency_ms=self.last_latency_ms)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.stats_pub.publish(msg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the executor until SIGINT; return the exit status."""
+    from xinfer_ros.nodes.runtime import spin_node
+
+    return spin_node(RtcExecutor, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Run one node until SIGINT or SIGTERM and shut down cleanly."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+__all__ = ["spin_node"]
+
+
+def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
+              threads: int = 1) -> int:
+    """Initialise rclpy with ``argv``, build the node and spin it.
+
+    SIGTERM is treated like SIGINT so that process managers stop nodes cleanly.
+
+    Args:
+        factory: Builds the node (after ``rclpy.init``).
+        argv: Command line, ROS arguments included (default ``sys.argv``).
+        threads: Executor threads; more than one lets callbacks of separate
+            callback groups run concurrently.
+
+    Returns:
+        0 after a clean shutdown, 2 when the node rejected its parameters.
+    """
+    rclpy.init(args=list(sys.argv if argv is None else argv))
+    signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())
+    try:
+        node = factory()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    try:
+        if threads > 1:
+            executor = MultiThreadedExecutor(num_threads=threads)
+            executor.add_node(node)
+            executor.spin()
+        else:
+            rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        close = getattr(node, "close", None)
+        if callable(close):
+            close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
