@@ -1,0 +1,255 @@
+"""``xinfer-fleet``: start a fleet on this machine, watch it, report on it.
+
+Starts the node plan of :func:`xinfer_ros.nodes.plan.build_fleet_plan` (the same one
+``fleet.launch.py`` uses) as processes without ``ros2 launch``: the inference server,
+and an RTC executor and a simulated robot per robot. It shows live progress, stops the
+fleet after ``--duration`` seconds, prints a per-robot report (requests, attainment,
+P50/P99, starvation, status counts) and writes JSON and plots.
+
+DDS stays on loopback: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` is set unless the
+caller set it, and a random ``ROS_DOMAIN_ID`` is chosen unless one is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xinfer_ros.nodes.plan import BACKENDS, NodeSpec, PlanError, build_fleet_plan
+
+__all__ = ["build_parser", "main"]
+
+WORKLOADS = ("phases", "multi_budget", "parcel", "uniform", "bursty")
+POLICIES = ("fifo", "edf", "slack_gate", "xinfer")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    p = argparse.ArgumentParser(prog="xinfer-fleet", description=__doc__.splitlines()[0])
+    p.add_argument("--robots", default="3", help="robot count or comma-separated names")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="model backend (default: config/fleet.yaml)")
+    p.add_argument("--model", default=None, help="model preset (default: config)")
+    p.add_argument("--policy", choices=POLICIES, default=None, help="scheduling policy")
+    p.add_argument("--workload", choices=WORKLOADS, default="phases",
+                   help="budget pattern of the simulated robots")
+    p.add_argument("--duration", type=float, default=60.0, help="run length (s)")
+    p.add_argument("--warmup", type=float, default=10.0,
+                   help="requests sent before this (s) are not measured")
+    p.add_argument("--drain", type=float, default=1.0,
+                   help="requests sent in the last DRAIN seconds are not measured (s)")
+    p.add_argument("--config", type=Path, default=None, help="server parameter file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None, help="write the report here")
+    p.add_argument("--out", type=Path, default=Path("out/fleet"),
+                   help="directory for logs, plots and the JSON report")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    return p
+
+
+def _loopback_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 100)))
+    # Keep each node's torch/BLAS from claiming every core of a small machine.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _spawn(spec: NodeSpec, workdir: Path, env: dict[str, str]) -> subprocess.Popen:
+    label = f"{spec.namespace.strip('/') or 'server'}_{spec.name}"
+    params = workdir / f"{label}.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": spec.parameters}}))
+    log = (workdir / f"{label}.log").open("w")
+    cmd = [sys.executable, "-m", spec.module, "--ros-args", "-r", f"__ns:={spec.namespace}",
+           "-r", f"__node:={spec.name}", "--params-file", str(params)]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def _stop(procs: list[subprocess.Popen], grace: float = 8.0) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    end = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _robot_report(obs: Any, window: tuple[float, float]) -> dict[str, Any]:
+    from xinfer_ros.core.metrics import summarize
+
+    metrics = summarize(obs.records, window=window).to_dict()
+    ex = obs.executor
+    metrics.update({
+        "statuses": dict(obs.statuses),
+        "starved_ticks": int(ex.starved_ticks) if ex else None,
+        "ticks": int(ex.ticks) if ex else None,
+        "handoff_violations": int(ex.handoff_violations) if ex else None,
+        "trigger_misses": int(ex.trigger_misses) if ex else None,
+        "request_timeouts": int(ex.request_timeouts) if ex else None,
+    })
+    return metrics
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    head = (f"{'robot':<12}{'requests':>9}{'attain':>8}{'P50 ms':>8}{'P99 ms':>8}"
+            f"{'starved':>9}{'late':>6}  statuses")
+    print(head)
+    print("-" * len(head))
+    for name, r in {**report["robots"], "ALL": report["total"]}.items():
+        starved = "" if r.get("starved_ticks") is None else str(r["starved_ticks"])
+        late = "" if r.get("handoff_violations") is None else str(r["handoff_violations"])
+        print(f"{name:<12}{r['requests']:>9}{r['attainment'] * 100:>7.1f}%"
+              f"{r['latency_p50_ms']:>8.1f}{r['latency_p99_ms']:>8.1f}{starved:>9}{late:>6}"
+              f"  {r.get('statuses', '')}")
+
+
+def _plot(report: dict[str, Any], records: dict[str, list[Any]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for name, recs in records.items():
+        lat = np.sort([r.latency * 1e3 for r in recs if r.response_time is not None])
+        if len(lat):
+            ax[0].plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name)
+        sends = [r.send_time for r in recs]
+        ax[1].plot(sends, [r.latency * 1e3 for r in recs], ".", ms=3, label=name)
+    ax[0].set(xlabel="latency (ms)", ylabel="CDF", title="request latency")
+    ax[1].set(xlabel="send time (s)", ylabel="latency (ms)", title="latency over time")
+    ax[0].legend(fontsize=7)
+    fig.suptitle(f"xinfer-fleet: {report['robots_count']} robots, {report['policy']}, "
+                 f"{report['backend']} backend")
+    fig.tight_layout()
+    path = out / "fleet_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """Start the fleet, monitor it for ``args.duration`` seconds and report."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from tqdm import tqdm
+
+    from xinfer_ros.core.metrics import summarize
+    from xinfer_ros.nodes.fleet_monitor import FleetMonitor
+
+    try:
+        plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
+                                policy=args.policy, workload=args.workload,
+                                config=args.config, seed=args.seed)
+    except PlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    server = plan[0].parameters
+    robots = list(server["robots"])
+    env = _loopback_env()
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    args.out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="run_", dir=args.out))
+    print(f"xinfer-fleet: {len(robots)} robots, model {server['model']} "
+          f"({server['backend']} backend), policy {server['policy']}, workload {args.workload},"
+          f" {args.duration:.0f} s; ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); "
+          f"logs in {workdir}")
+
+    rclpy.init()
+    t0 = time.time()
+    monitor = FleetMonitor(robots, t0)
+    spinner = SingleThreadedExecutor()
+    spinner.add_node(monitor)
+    spin_thread = threading.Thread(target=spinner.spin, daemon=True)
+    spin_thread.start()
+    procs = [_spawn(spec, workdir, env) for spec in plan]
+    died: list[str] = []
+    # A request sent in the last seconds may still be in flight when the fleet stops;
+    # only requests that had time to be answered are measured.
+    window = (args.warmup, max(args.warmup, args.duration - args.drain))
+    try:
+        with tqdm(total=int(args.duration), unit="s", disable=args.no_progress,
+                  desc="fleet", dynamic_ncols=True) as bar:
+            while (elapsed := time.time() - t0) < args.duration:
+                time.sleep(min(1.0, args.duration - elapsed))
+                recs = [r for o in monitor.snapshot().values() for r in o.records]
+                done = [r for r in recs if r.send_time >= args.warmup]
+                on_time = sum(r.on_time for r in done)
+                bar.set_postfix(responses=len(recs),
+                                attainment=f"{on_time / len(done):.1%}" if done else "-")
+                bar.n = int(time.time() - t0)
+                bar.refresh()
+                died = [f"{s.namespace}/{s.name} (exit {p.returncode})"
+                        for s, p in zip(plan, procs, strict=True) if p.poll() is not None]
+                if died:
+                    break
+    except KeyboardInterrupt:
+        print("\ninterrupted; stopping the fleet")
+    finally:
+        _stop(procs)
+        spinner.shutdown()
+        monitor.destroy_node()
+        rclpy.try_shutdown()
+
+    snap = monitor.snapshot(include_pending=True)
+    report: dict[str, Any] = {
+        "robots_count": len(robots), "policy": server["policy"], "backend": server["backend"],
+        "model": server["model"], "workload": args.workload, "duration_s": args.duration,
+        "window_s": list(window), "emulated": server["backend"] == "emulated",
+        "robots": {name: _robot_report(obs, window) for name, obs in snap.items()},
+        "total": summarize([r for o in snap.values() for r in o.records],
+                           window=window).to_dict(),
+        "failed_nodes": died,
+    }
+    report["total"]["statuses"] = _sum_statuses(snap)
+    print()
+    _print_report(report)
+    json_path = args.json or args.out / "fleet_report.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2, default=float))
+    plot = _plot(report, {n: o.records for n, o in snap.items()}, args.out)
+    print(f"\nreport: {json_path}\nplot:   {plot}")
+    if died:
+        print(f"error: node(s) exited early: {', '.join(died)}; see {workdir}", file=sys.stderr)
+        return 1
+    if report["total"]["responses"] == 0:
+        print(f"error: no responses in the window; see the logs in {workdir}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _sum_statuses(snap: dict[str, Any]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for obs in snap.values():
+        for key, count in obs.statuses.items():
+            total[key] = total.get(key, 0) + count
+    return total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``xinfer-fleet``."""
+    return run_fleet(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Observes a running fleet from outside: requests, chunks and executor counters.
+
+The monitor subscribes to every robot's ``policy_request``, ``action_chunk`` and
+``executor_stats``. A request's latency is the chunk's arrival at the monitor minus
+the request's send stamp (the executor's clock; one machine, one clock), the same span
+the paper measures: client send to complete response.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rclpy.node import Node
+
+from xinfer_ros.core.metrics import ResponseRecord
+from xinfer_ros.msg import ActionChunk, ExecutorStats, FleetStats, PolicyRequest
+
+__all__ = ["FleetMonitor", "RobotObservation"]
+
+STATUS_NAMES = {ActionChunk.STATUS_OK: "ok", ActionChunk.STATUS_REJECTED: "rejected",
+                ActionChunk.STATUS_SHED: "shed", ActionChunk.STATUS_ERROR: "error"}
+
+
+@dataclass
+class RobotObservation:
+    """What the monitor saw of one robot."""
+
+    index: int
+    pending: dict[int, tuple[float, float]] = field(default_factory=dict)  # seq -> send, budget
+    records: list[ResponseRecord] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+    executor: ExecutorStats | None = None
+
+
+class FleetMonitor(Node):
+    """Collects per-robot response records while the fleet runs.
+
+    Args:
+        robots: Robot namespaces to watch.
+        t0: Wall-clock origin (``time.time()``) for record times.
+    """
+
+    def __init__(self, robots: list[str], t0: float) -> None:
+        super().__init__("xinfer_fleet_monitor")
+        self.t0 = t0
+        self.robots = {name: RobotObservation(i) for i, name in enumerate(robots)}
+        self.fleet_stats: FleetStats | None = None
+        self._lock = threading.Lock()
+        for name in robots:
+            self.create_subscription(PolicyRequest, f"/{name}/policy_request",
+                                     lambda m, n=name: self._on_request(n, m), 50)
+            self.create_subscription(ActionChunk, f"/{name}/action_chunk",
+                                     lambda m, n=name: self._on_chunk(n, m), 50)
+            self.create_subscription(ExecutorStats, f"/{name}/executor_stats",
+                                     lambda m, n=name: self._on_executor(n, m), 10)
+        self.create_subscription(FleetStats, "/xinfer/fleet_stats", self._on_fleet, 10)
+
+    def _on_request(self, robot: str, msg: PolicyRequest) -> None:
+        sent = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9 - self.t0
+        with self._lock:
+            self.robots[robot].pending[msg.seq] = (sent, msg.budget_ms / 1e3)
+
+    def _on_chunk(self, robot: str, msg: ActionChunk) -> None:
+        now = time.time() - self.t0
+        with self._lock:
+            obs = self.robots[robot]
+            obs.statuses[STATUS_NAMES.get(msg.status, str(msg.status))] += 1
+            sent = obs.pending.pop(msg.seq, None)
+            if sent is not None:
+                obs.records.append(ResponseRecord(
+                    send_time=sent[0], response_time=now, budget=sent[1],
+                    ok=msg.status == ActionChunk.STATUS_OK, robot=obs.index))
+
+    def _on_executor(self, robot: str, msg: ExecutorStats) -> None:
+        with self._lock:
+            self.robots[robot].executor = msg
+
+    def _on_fleet(self, msg: FleetStats) -> None:
+        self.fleet_stats = msg
+
+    def snapshot(self, include_pending: bool = False) -> dict[str, RobotObservation]:
+        """A consistent copy; unanswered requests become records with no response."""
+        with self._lock:
+            out = {}
+            for name, obs in self.robots.items():
+                records = list(obs.records)
+                if include_pending:
+                    records += [ResponseRecord(s, None, b, ok=False, robot=obs.index)
+                                for s, b in obs.pending.values()]
+                out[name] = RobotObservation(obs.index, dict(obs.pending), records,
+                                             Counter(obs.statuses), obs.executor)
+            return out

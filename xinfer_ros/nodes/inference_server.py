@@ -1,0 +1,385 @@
+"""The central inference server node.
+
+For every robot on its allowlist it subscribes to ``<robot>/camera_{i}/image_raw``,
+``<robot>/joint_states`` and ``<robot>/policy_request``, assembles each request's
+observation (newest frames at or before the request stamp, within a maximum age),
+validates it, submits it to the asynchronous stage engine under the configured
+scheduling policy, and publishes exactly one ``<robot>/action_chunk`` per request, with
+a status, a reason when not OK, the observation stamps used and per-stage timings.
+
+Server-wide it publishes ``/xinfer/fleet_stats`` (1 Hz) and ``/diagnostics``, and
+serves ``~/get_fleet_stats`` and ``~/set_policy``. A malformed request never crashes
+the server; a robot that falls silent for ``robot_timeout_s`` has its live requests
+cancelled and its buffers freed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+
+from xinfer_ros.core.constants import DELTA
+from xinfer_ros.core.metrics import ResponseRecord, summarize
+from xinfer_ros.msg import (
+    ActionChunk,
+    FleetStats,
+    PolicyRequest,
+    RobotStats,
+    StageTiming,
+)
+from xinfer_ros.nodes.image_conversion import ImageConversionError, image_to_rgb
+from xinfer_ros.nodes.observations import ObservationError, RobotObservations, stamp_seconds
+from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.plan import parse_robots
+from xinfer_ros.srv import GetFleetStats, SetPolicy
+
+__all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
+
+POLICIES = ("fifo", "edf", "slack_gate", "xinfer")
+
+PARAMS = [
+    ParamSpec("robots", ["robot_1"], "allowlist of robot namespaces served",
+              check=lambda v: None if v else "the allowlist is empty"),
+    ParamSpec("cameras", 3, "cameras per robot", 1, 16),
+    ParamSpec("model", "tiny", "model preset (config/models/<name>.yaml)"),
+    ParamSpec("backend", "torch", "model backend", choices=("torch", "emulated")),
+    ParamSpec("device", "cpu", "torch device (cpu, cuda)"),
+    ParamSpec("policy", "xinfer", "scheduling policy", choices=POLICIES),
+    ParamSpec("rate_table", "", "rate-table JSON for the predictor (empty: shipped default)"),
+    ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
+    ParamSpec("max_budget_ms", 10_000.0, "largest accepted budget (ms)", 1.0, 3_600_000.0),
+    ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
+    ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
+    ParamSpec("robot_timeout_s", 0.5, "a robot silent this long is dropped (s)", 0.05, 60.0),
+]
+
+_RECORDS_PER_ROBOT = 4096
+
+
+class _RobotState:
+    """Server-side state of one allowlisted robot."""
+
+    def __init__(self, name: str, cameras: int) -> None:
+        self.name = name
+        self.obs = RobotObservations(cameras)
+        self.records: deque[tuple[ResponseRecord, int]] = deque(maxlen=_RECORDS_PER_ROBOT)
+        self.live = 0
+        self.present = False
+
+
+class InferenceServer(Node):
+    """The inference server; see the module docstring."""
+
+    def __init__(self, engine: Any | None = None, **kwargs: Any) -> None:
+        super().__init__("inference_server", **kwargs)
+        p = declare_params(self, PARAMS)
+        self.params = p
+        names = parse_robots(list(p["robots"]))
+        self._lock = threading.Lock()
+        self._robots = {name: _RobotState(name, p["cameras"]) for name in names}
+        self._warned: set[str] = set()
+        self._camera_shapes = self._load_camera_shapes(p)
+        self.engine = engine if engine is not None else self._build_engine(p)
+        self.engine.start()
+        sensors = MutuallyExclusiveCallbackGroup()
+        requests = MutuallyExclusiveCallbackGroup()
+        self._chunk_pubs = {}
+        for name in names:
+            for cam in range(p["cameras"]):
+                self.create_subscription(
+                    Image, f"/{name}/camera_{cam}/image_raw",
+                    lambda m, n=name, c=cam: self._on_image(n, c, m),
+                    qos_profile_sensor_data, callback_group=sensors)
+            self.create_subscription(JointState, f"/{name}/joint_states",
+                                     lambda m, n=name: self._on_state(n, m),
+                                     qos_profile_sensor_data, callback_group=sensors)
+            self.create_subscription(PolicyRequest, f"/{name}/policy_request",
+                                     lambda m, n=name: self._on_request(n, m), 50,
+                                     callback_group=requests)
+            self._chunk_pubs[name] = self.create_publisher(ActionChunk, f"/{name}/action_chunk",
+                                                           50)
+        self._stats_pub = self.create_publisher(FleetStats, "/xinfer/fleet_stats", 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_service(GetFleetStats, "~/get_fleet_stats", self._srv_stats)
+        self.create_service(SetPolicy, "~/set_policy", self._srv_policy)
+        self.create_timer(1.0, self._publish_stats)
+        self.create_timer(0.1, self._check_presence)
+        self.create_timer(5.0, self._warn_unknown_robots)
+        mode = "EMULATED backend (timings from the rate table, placeholder actions)" \
+            if getattr(self.engine.backend, "emulated", False) else f"{p['backend']} backend"
+        self.get_logger().info(
+            f"serving {len(names)} robots {names} with model {p['model']} on {mode}, "
+            f"policy {self.engine.policy.name}")
+
+    # -- construction ------------------------------------------------------------------
+    @staticmethod
+    def _load_camera_shapes(p: dict[str, Any]) -> list[tuple[int, int]]:
+        from xinfer_ros.model.config import load_preset
+
+        shapes = [(c.height, c.width) for c in load_preset(p["model"]).cameras]
+        if len(shapes) != p["cameras"]:
+            raise ValueError(f"parameter 'cameras'={p['cameras']} but model {p['model']!r} "
+                             f"takes {len(shapes)} cameras")
+        return shapes
+
+    @staticmethod
+    def _build_engine(p: dict[str, Any]) -> Any:
+        from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
+        from xinfer_ros.engine.backends import make_backend
+        from xinfer_ros.engine.engine import StageEngine
+        from xinfer_ros.engine.types import EngineConfig
+
+        table = load_rate_table(p["rate_table"]) if p["rate_table"] else default_rate_table()
+        if p["backend"] == "emulated":
+            backend = make_backend("emulated", table=table)
+        else:
+            backend = make_backend("torch", model=p["model"], device=p["device"])
+        config = EngineConfig(max_live=p["max_live_requests"])
+        return StageEngine(backend, p["policy"], config, rate_table=table)
+
+    def close(self) -> None:
+        """Stop the engine (called by the runtime before the node is destroyed)."""
+        self.engine.close(drain_timeout=1.0)
+
+    # -- inputs -------------------------------------------------------------------------
+    def _on_image(self, robot: str, camera: int, msg: Image) -> None:
+        self._robots[robot].obs.add_image(camera, msg, time.monotonic())
+        self._robots[robot].present = True
+
+    def _on_state(self, robot: str, msg: JointState) -> None:
+        self._robots[robot].obs.add_state(msg, time.monotonic())
+        self._robots[robot].present = True
+
+    def _on_request(self, robot: str, msg: PolicyRequest) -> None:
+        arrival = time.monotonic()
+        state = self._robots[robot]
+        state.obs.last_seen = arrival
+        state.present = True
+        try:
+            inputs, stamps = self._assemble(robot, msg)
+        except (ObservationError, ImageConversionError, ValueError) as exc:
+            self._publish(robot, msg, ActionChunk.STATUS_REJECTED, str(exc), arrival)
+            return
+        with self._lock:
+            state.live += 1
+        self.engine.submit(inputs, msg.budget_ms, robot,
+                           callback=lambda r: self._on_result(robot, msg, stamps, arrival, r))
+
+    def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[dict[str, Any], Any]:
+        if msg.robot_id and msg.robot_id != robot:
+            raise ValueError(f"robot_id {msg.robot_id!r} does not match namespace /{robot}")
+        budget = msg.budget_ms
+        if not math.isfinite(budget) or budget <= 0 or budget > self.params["max_budget_ms"]:
+            raise ValueError(f"budget_ms {budget} outside (0, {self.params['max_budget_ms']}]")
+        horizon, dim = self.engine.backend.action_shape
+        if msg.commit_steps > horizon:
+            raise ValueError(f"commit_steps {msg.commit_steps} exceeds the horizon {horizon}")
+        prev = None
+        if len(msg.prev_chunk):
+            if (msg.prev_horizon, msg.prev_action_dim) != (horizon, dim) or \
+                    len(msg.prev_chunk) != horizon * dim:
+                raise ValueError(
+                    f"prev_chunk has {len(msg.prev_chunk)} values as "
+                    f"{msg.prev_horizon}x{msg.prev_action_dim}; the model needs {horizon}x{dim}")
+            prev = np.asarray(msg.prev_chunk, dtype=np.float64).reshape(horizon, dim)
+            if not np.all(np.isfinite(prev)):
+                raise ValueError("prev_chunk contains NaN or Inf")
+        images, joint = self._robots[robot].obs.assemble(
+            stamp_seconds(msg.header.stamp), self.params["max_observation_age_s"])
+        state = np.asarray(joint.position, dtype=np.float64)
+        if not np.all(np.isfinite(state)):
+            raise ValueError("joint_states position contains NaN or Inf")
+        for cam, (m, shape) in enumerate(zip(images, self._camera_shapes, strict=True)):
+            if (m.height, m.width) != shape:
+                raise ValueError(f"camera_{cam} image is {m.width}x{m.height}; "
+                                 f"the model takes {shape[1]}x{shape[0]}")
+        inputs = {"images": [image_to_rgb(m) for m in images], "state": state,
+                  "instruction": msg.instruction, "prev_chunk": prev,
+                  "d": int(msg.commit_steps) if prev is not None else 0,
+                  "seed": int(msg.seq)}
+        stamps = ([m.header.stamp for m in images], joint.header.stamp)
+        return inputs, stamps
+
+    # -- outputs ------------------------------------------------------------------------
+    def _on_result(self, robot: str, req: PolicyRequest, stamps: Any, arrival: float,
+                   result: Any) -> None:
+        with self._lock:
+            self._robots[robot].live -= 1
+        chunk = self._chunk(robot, req, int(result.status), result.reason)
+        if result.actions is not None and int(result.status) == ActionChunk.STATUS_OK:
+            chunk.horizon, chunk.action_dim = result.actions.shape
+            chunk.actions = np.asarray(result.actions, dtype=np.float32).ravel().tolist()
+        chunk.image_stamps, chunk.state_stamp = stamps
+        t = result.timings
+        chunk.timing = StageTiming(
+            queue_ms=_ms(t.queue_ms), vit_ms=_ms(t.vit_ms), prefill_ms=_ms(t.prefill_ms),
+            action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms),
+            server_total_ms=(time.monotonic() - arrival) * 1e3, budget_ms=req.budget_ms)
+        self._send(robot, chunk, arrival)
+
+    def _publish(self, robot: str, req: PolicyRequest, status: int, reason: str,
+                 arrival: float) -> None:
+        chunk = self._chunk(robot, req, status, reason)
+        chunk.timing.budget_ms = req.budget_ms
+        chunk.timing.server_total_ms = (time.monotonic() - arrival) * 1e3
+        self._send(robot, chunk, arrival)
+
+    def _chunk(self, robot: str, req: PolicyRequest, status: int, reason: str) -> ActionChunk:
+        horizon, dim = self.engine.backend.action_shape
+        return ActionChunk(robot_id=robot, seq=req.seq, status=status, reason=reason,
+                           horizon=horizon, action_dim=dim,
+                           keyframe_spacing_s=req.keyframe_spacing_s,
+                           commit_steps=req.commit_steps)
+
+    def _send(self, robot: str, chunk: ActionChunk, arrival: float) -> None:
+        # The robot-side δ is outside the server; the server meets the budget when
+        # its own span leaves that reserve.
+        chunk.timing.budget_met = bool(
+            chunk.status == ActionChunk.STATUS_OK
+            and chunk.timing.server_total_ms + DELTA * 1e3 <= chunk.timing.budget_ms)
+        chunk.header.stamp = self.get_clock().now().to_msg()
+        self._chunk_pubs[robot].publish(chunk)
+        budget = chunk.timing.budget_ms
+        # A rejected request may carry a nonsense budget; it still counts as a miss.
+        record = ResponseRecord(arrival, time.monotonic(),
+                                budget / 1e3 if math.isfinite(budget) and budget > 0 else 0.0,
+                                ok=chunk.status == ActionChunk.STATUS_OK)
+        with self._lock:
+            self._robots[robot].records.append((record, int(chunk.status)))
+
+    # -- presence and statistics --------------------------------------------------------
+    def _check_presence(self) -> None:
+        now = time.monotonic()
+        for state in self._robots.values():
+            if state.present and now - state.obs.last_seen > self.params["robot_timeout_s"]:
+                state.present = False
+                state.obs.clear()
+                self.engine.cancel(state.name, "robot went silent")
+                self.get_logger().warning(
+                    f"{state.name}: no messages for {self.params['robot_timeout_s']} s; "
+                    "its live requests are cancelled and its buffers freed")
+
+    def _warn_unknown_robots(self) -> None:
+        for topic, _ in self.get_topic_names_and_types():
+            if not topic.endswith("/policy_request"):
+                continue
+            robot = topic.rsplit("/", 1)[0].strip("/")
+            if robot not in self._robots and robot not in self._warned:
+                self._warned.add(robot)
+                self.get_logger().warning(
+                    f"ignoring robot {robot!r}: not on the allowlist {list(self._robots)}")
+
+    def fleet_stats(self, window_s: float | None = None) -> FleetStats:
+        """Statistics over the last ``window_s`` seconds of requests (by arrival)."""
+        window_s = window_s or self.params["stats_window_s"]
+        now = time.monotonic()
+        window = (now - window_s, now + 1e-9)
+        out = FleetStats(policy=self.engine.policy.name, window_s=float(window_s))
+        out.header.stamp = self.get_clock().now().to_msg()
+        everything: list[tuple[ResponseRecord, int]] = []
+        with self._lock:
+            per_robot = {n: (list(s.records), s.live) for n, s in self._robots.items()}
+        for name, (records, live) in per_robot.items():
+            out.robots.append(_robot_stats(name, records, window, window_s, live))
+            everything += records
+        out.total = _robot_stats("*", everything, window, window_s,
+                                 sum(live for _, live in per_robot.values()))
+        return out
+
+    def _publish_stats(self) -> None:
+        stats = self.fleet_stats()
+        self._stats_pub.publish(stats)
+        diag = DiagnosticArray()
+        diag.header.stamp = stats.header.stamp
+        for r in stats.robots:
+            ok = not r.requests or r.attainment >= 0.95
+            diag.status.append(DiagnosticStatus(
+                level=DiagnosticStatus.OK if ok else DiagnosticStatus.WARN,
+                name=f"xinfer/{r.robot_id}", hardware_id=r.robot_id,
+                message="ok" if ok else f"attainment {r.attainment:.1%} below 95%",
+                values=[KeyValue(key="request_rate_hz", value=f"{r.requests / stats.window_s:.2f}"),
+                        KeyValue(key="attainment", value=f"{r.attainment:.4f}"),
+                        KeyValue(key="queue_depth", value=str(r.queue_depth)),
+                        KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}")]))
+        self._diag_pub.publish(diag)
+
+    def _srv_stats(self, request: GetFleetStats.Request,
+                   response: GetFleetStats.Response) -> GetFleetStats.Response:
+        window = request.window_s if request.window_s > 0 else None
+        response.stats = self.fleet_stats(window)
+        return response
+
+    def _srv_policy(self, request: SetPolicy.Request,
+                    response: SetPolicy.Response) -> SetPolicy.Response:
+        if request.policy not in POLICIES:
+            response.success = False
+            response.message = f"unknown policy {request.policy!r}; choose one of {POLICIES}"
+            return response
+        if len(request.parameter_names) != len(request.parameter_values):
+            response.success = False
+            response.message = "parameter_names and parameter_values differ in length"
+            return response
+        kwargs = {k: _parse_value(v) for k, v in
+                  zip(request.parameter_names, request.parameter_values, strict=True)}
+        try:
+            name = self.engine.set_policy(request.policy, **kwargs).result(timeout=5.0)
+        except Exception as exc:  # the policy constructor's own error, reported as is
+            response.success = False
+            response.message = f"policy {request.policy!r} not switched: {exc}"
+            return response
+        response.success = True
+        response.message = f"policy switched to {name}; live requests keep running"
+        self.get_logger().info(response.message)
+        return response
+
+
+def _ms(value: float) -> float:
+    return 0.0 if value is None or not math.isfinite(value) else float(value)
+
+
+def _parse_value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _robot_stats(name: str, records: list[tuple[ResponseRecord, int]],
+                 window: tuple[float, float], window_s: float, live: int) -> RobotStats:
+    chosen = [(r, s) for r, s in records if window[0] <= r.send_time < window[1]]
+    m = summarize([r for r, _ in chosen], window=window)
+    nan = float("nan")
+    return RobotStats(
+        robot_id=name, requests=m.requests, on_time=m.on_time,
+        attainment=m.attainment if m.requests else nan,
+        on_time_goodput_hz=m.on_time / window_s,
+        latency_p50_ms=m.latency_p50_ms, latency_p95_ms=m.latency_p95_ms,
+        latency_p99_ms=m.latency_p99_ms, mean_wide_latency_ms=m.mean_wide_latency_ms,
+        errors=sum(1 for _, s in chosen if s in (ActionChunk.STATUS_REJECTED,
+                                                 ActionChunk.STATUS_ERROR)),
+        shed=sum(1 for _, s in chosen if s == ActionChunk.STATUS_SHED),
+        queue_depth=max(0, live))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until SIGINT; return the exit status."""
+    from xinfer_ros.nodes.runtime import spin_node
+
+    return spin_node(InferenceServer, argv, threads=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

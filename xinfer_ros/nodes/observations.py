@@ -1,0 +1,88 @@
+"""Per-robot observation buffers and request assembly for the inference server.
+
+The server keeps the last few frames of each camera and the last joint states of each
+robot. A request uses, per camera, the newest frame stamped at or before the request's
+send stamp and no older than ``max_age_s`` (ROS-free: the buffers hold any object with
+a ``header.stamp``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ObservationError", "RobotObservations", "stamp_seconds"]
+
+
+class ObservationError(ValueError):
+    """No usable observation for a request (missing, too old or in the future)."""
+
+
+def stamp_seconds(stamp: Any) -> float:
+    """A builtin_interfaces/Time as float seconds."""
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+@dataclass
+class RobotObservations:
+    """Recent camera frames and joint states of one robot.
+
+    Attributes:
+        cameras: Number of cameras.
+        depth: Messages kept per stream.
+        last_seen: Monotonic time of the latest message from this robot.
+    """
+
+    cameras: int
+    depth: int = 8
+    last_seen: float = 0.0
+    _images: list[deque[Any]] = field(default_factory=list)
+    _states: deque[Any] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self._images = [deque(maxlen=self.depth) for _ in range(self.cameras)]
+        self._states = deque(maxlen=self.depth)
+
+    def add_image(self, camera: int, msg: Any, now: float) -> None:
+        """Keep a camera frame."""
+        self._images[camera].append(msg)
+        self.last_seen = now
+
+    def add_state(self, msg: Any, now: float) -> None:
+        """Keep a joint-state message."""
+        self._states.append(msg)
+        self.last_seen = now
+
+    def clear(self) -> None:
+        """Forget every buffered message."""
+        for buf in self._images:
+            buf.clear()
+        self._states.clear()
+
+    @staticmethod
+    def _pick(buf: deque[Any], at: float, max_age: float, what: str) -> Any:
+        newest_seen = None
+        for msg in reversed(buf):
+            t = stamp_seconds(msg.header.stamp)
+            if t <= at + 1e-6:
+                if at - t > max_age:
+                    raise ObservationError(
+                        f"newest {what} at or before the request is {at - t:.3f} s old "
+                        f"(max_observation_age_s={max_age})")
+                return msg
+            newest_seen = t
+        if newest_seen is None:
+            raise ObservationError(f"no {what} received yet")
+        raise ObservationError(f"every buffered {what} is newer than the request stamp")
+
+    def assemble(self, at: float, max_age: float) -> tuple[list[Any], Any]:
+        """The frames (one per camera) and the joint state to use for a request at ``at``.
+
+        Raises:
+            ObservationError: Naming the stream that has no usable message.
+        """
+        images = [self._pick(buf, at, max_age, f"camera_{i}/image_raw")
+                  for i, buf in enumerate(self._images)]
+        state = self._pick(self._states, at, max_age, "joint_states")
+        return images, state
