@@ -13,11 +13,11 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
-
 from xinfer_ros.msg import ActionChunk, FleetStats, PolicyRequest  # noqa: E402
+from xinfer_ros.srv import GetFleetStats, SetPolicy  # noqa: E402
+
 from xinfer_ros.nodes.image_conversion import rgb_to_image_fields  # noqa: E402
 from xinfer_ros.nodes.inference_server import InferenceServer  # noqa: E402
-from xinfer_ros.srv import GetFleetStats, SetPolicy  # noqa: E402
 
 SHAPES = [(224, 352), (224, 320), (224, 320)]
 H, D = 16, 14
