@@ -187,3 +187,24 @@ def test_silent_robot_is_dropped_and_stats_and_policy_services_work(fleet) -> No
     while not future.done() and time.monotonic() < end:
         spin(0.02)
     assert future.result().stats.policy == "edf" and future.result().stats.window_s == 30.0
+
+
+@pytest.mark.timeout(60)
+def test_killed_robot_is_freed_within_a_second_and_others_unaffected(fleet) -> None:
+    server, _, robots, spin = fleet
+    r1, r2 = robots["r1"], robots["r2"]
+    r1.observe()
+    r2.observe()
+    spin(0.1)
+    r1.request(budget_ms=400.0)  # r1 "dies" right after sending
+    died = time.monotonic()
+    freed = None
+    while time.monotonic() - died < 1.5:
+        r2.observe()
+        assert answer(r2, r2.request(), spin).status == ActionChunk.STATUS_OK
+        state = server._robots["r1"]
+        if freed is None and not state.present and state.live == 0:
+            freed = time.monotonic() - died
+    assert freed is not None and freed < 1.0
+    with pytest.raises(Exception, match="no camera_0"):
+        server._robots["r1"].obs.assemble(time.time(), 10.0)

@@ -62,7 +62,7 @@ class RobotObservations:
 
     @staticmethod
     def _pick(buf: deque[Any], at: float, max_age: float, what: str) -> Any:
-        newest_seen = None
+        after = None
         for msg in reversed(buf):
             t = stamp_seconds(msg.header.stamp)
             if t <= at + 1e-6:
@@ -71,13 +71,24 @@ class RobotObservations:
                         f"newest {what} at or before the request is {at - t:.3f} s old "
                         f"(max_observation_age_s={max_age})")
                 return msg
-            newest_seen = t
-        if newest_seen is None:
+            after = (msg, t)
+        if after is None:
             raise ObservationError(f"no {what} received yet")
-        raise ObservationError(f"every buffered {what} is newer than the request stamp")
+        # Nothing at or before the stamp (a server that just started): the frame
+        # closest after it stands in, if it is close enough.
+        msg, t = after
+        if t - at > max_age:
+            raise ObservationError(
+                f"every buffered {what} is newer than the request stamp by more than "
+                f"{max_age} s")
+        return msg
 
     def assemble(self, at: float, max_age: float) -> tuple[list[Any], Any]:
         """The frames (one per camera) and the joint state to use for a request at ``at``.
+
+        Per stream: the newest message stamped at or before ``at`` and at most
+        ``max_age`` older; failing that, the oldest buffered one at most ``max_age``
+        newer.
 
         Raises:
             ObservationError: Naming the stream that has no usable message.

@@ -75,6 +75,7 @@ class RtcExecutor(Node):
         self.non_ok_chunks = 0
         self.last_latency_ms = float("nan")
         self._in_flight: tuple[int, int, float] | None = None  # (seq, send tick, send time)
+        self._sent_unheard = False  # the request in flight went out with no server listening
         self._miss_counted = False
         self._next_send = 0.0
         self._t0 = time.monotonic()
@@ -118,7 +119,16 @@ class RtcExecutor(Node):
             if not self._miss_counted and now > sent + self.min_period:
                 self.queue.record_trigger_miss()
                 self._miss_counted = True
-            if now - sent < self.timeout:
+            # A server that (re)appeared never saw the request in flight: resend now
+            # rather than wait for the timeout.
+            reappeared = self._sent_unheard and self.req_pub.get_subscription_count() > 0
+            if now - sent < self.timeout and not reappeared:
+                return
+            if reappeared:
+                self.get_logger().info(f"server appeared; resending request {seq}")
+                self._in_flight = None
+                self._next_send = now
+                self._send(now)
                 return
             self.request_timeouts += 1
             self.get_logger().warning(
@@ -140,6 +150,7 @@ class RtcExecutor(Node):
             prev = self.queue.planned(tick, self.horizon)
             msg.prev_chunk = prev.astype(np.float32).ravel().tolist()
             msg.prev_horizon, msg.prev_action_dim = self.horizon, self.action_dim
+        self._sent_unheard = self.req_pub.get_subscription_count() == 0
         self.req_pub.publish(msg)
         self.requests_sent += 1
         self._in_flight = (self.seq, tick, now)

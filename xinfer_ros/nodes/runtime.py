@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -17,7 +16,9 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
               threads: int = 1) -> int:
     """Initialise rclpy with ``argv``, build the node and spin it.
 
-    SIGTERM is treated like SIGINT so that process managers stop nodes cleanly.
+    rclpy's default signal handlers turn SIGINT and SIGTERM into a context shutdown,
+    which ends the spin with ``ExternalShutdownException``; process managers and
+    Ctrl-C both stop nodes cleanly.
 
     Args:
         factory: Builds the node (after ``rclpy.init``).
@@ -29,7 +30,6 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         0 after a clean shutdown, 2 when the node rejected its parameters.
     """
     rclpy.init(args=list(sys.argv if argv is None else argv))
-    signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())
     try:
         node = factory()
     except ValueError as exc:
@@ -45,6 +45,11 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
             rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # A multi-threaded executor may still be building a wait set when a signal
+        # shuts the context down (rclpy raises RCLError then); that is a clean stop.
+        if rclpy.ok():
+            raise
     finally:
         close = getattr(node, "close", None)
         if callable(close):

@@ -1,0 +1,110 @@
+"""Node processes: clean exit on SIGINT/SIGTERM, executors across a server restart."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+
+from xinfer_ros.nodes.robot_sim import RobotSim  # noqa: E402
+from xinfer_ros.nodes.rtc_executor import RtcExecutor  # noqa: E402
+
+
+def start(module: str, namespace: str, params: dict, tmp_path) -> subprocess.Popen:
+    path = tmp_path / f"{module.rsplit('.', 1)[-1]}_{namespace.strip('/') or 'root'}.yaml"
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
+    return subprocess.Popen(
+        [sys.executable, "-m", module, "--ros-args", "-r", f"__ns:={namespace}",
+         "--params-file", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+
+
+def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> float:
+    """Return the time at which ``needle`` appeared in the process output."""
+    found: list[float] = []
+    proc.lines = []
+
+    def reader() -> None:
+        for line in proc.stdout:
+            proc.lines.append(line)
+            if needle in line and not found:
+                found.append(time.monotonic())
+
+    threading.Thread(target=reader, daemon=True).start()
+    end = time.monotonic() + timeout
+    while not found and time.monotonic() < end and proc.poll() is None:
+        time.sleep(0.02)
+    assert found, f"{needle!r} never appeared (exit code {proc.poll()})"
+    return found[0]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("module,params", [
+    ("xinfer_ros.nodes.rtc_executor", {}),
+    ("xinfer_ros.nodes.robot_sim", {"camera_rate_hz": 5.0}),
+])
+def test_robot_side_nodes_exit_cleanly_on_sigint(module, params, tmp_path) -> None:
+    proc = start(module, "/sig", params, tmp_path)
+    time.sleep(3.0)
+    assert proc.poll() is None, proc.stdout.read()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == 0
+
+
+@pytest.mark.timeout(120)
+def test_executor_holds_across_server_restart_and_resumes_quickly(tmp_path) -> None:
+    server_params = {"robots": ["rs1"], "backend": "emulated"}
+    rclpy.init()
+    executor = RtcExecutor(namespace="rs1")
+    robot = RobotSim(namespace="rs1", parameter_overrides=[
+        Parameter("camera_rate_hz", value=10.0)])
+    spinner = SingleThreadedExecutor()
+    spinner.add_node(executor)
+    spinner.add_node(robot)
+    counters = executor.queue.counters
+
+    def spin_until(cond, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            spinner.spin_once(timeout_sec=0.01)
+            if cond():
+                return True
+        return False
+
+    server = start("xinfer_ros.nodes.inference_server", "/", server_params, tmp_path)
+    try:
+        wait_for_line(server, "serving 1 robots", 60)
+        assert spin_until(lambda: counters.chunks_applied >= 5, 30)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0, "".join(server.lines)
+        applied, starved = counters.chunks_applied, counters.starved_ticks
+        spin_until(lambda: False, 1.5)
+        assert counters.chunks_applied == applied  # nothing arrives, nothing replayed
+        assert counters.starved_ticks > starved  # the queue ran dry: holding
+        held = executor.queue.last_command
+        spin_until(lambda: False, 0.3)
+        assert (executor.queue.last_command == held).all()
+
+        server = start("xinfer_ros.nodes.inference_server", "/", server_params, tmp_path)
+        ready = wait_for_line(server, "serving 1 robots", 60)
+        assert spin_until(lambda: counters.chunks_applied > applied, 10)
+        assert time.monotonic() - ready < 2.0
+        assert counters.stale_chunks == 0
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGINT)
+            server.wait(timeout=20)
+        spinner.shutdown()
+        executor.destroy_node()
+        robot.destroy_node()
+        rclpy.shutdown()
