@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "decision": "scheduler decision cost (policy update + admission check)",
     "model": "reference VLA per-stage latency and FLOPs",
     "engine": "closed-loop engine benchmark (async / serial / lockstep)",
+    "transport": "latency the ROS path adds over the in-process engine",
 }
 
 

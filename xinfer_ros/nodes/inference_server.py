@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the server until SIGINT; return the exit status."""
     from xinfer_ros.nodes.runtime import spin_node
 
-    return spin_node(InferenceServer, argv, threads=2)
+    return spin_node(InferenceServer, argv)
 
 
 if __name__ == "__main__":

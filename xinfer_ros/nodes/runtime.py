@@ -6,10 +6,23 @@ import sys
 from collections.abc import Callable, Sequence
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import (
+    Executor,
+    ExternalShutdownException,
+    MultiThreadedExecutor,
+    SingleThreadedExecutor,
+)
 from rclpy.node import Node
 
 __all__ = ["spin_node"]
+
+
+def _make_executor(threads: int) -> Executor:
+    # rclpy's experimental EventsExecutor would dispatch faster, but in Kilted it does
+    # not return from spin() when a signal shuts the context down.
+    if threads > 1:
+        return MultiThreadedExecutor(num_threads=threads)
+    return SingleThreadedExecutor()
 
 
 def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
@@ -36,13 +49,10 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         print(f"error: {exc}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
+    executor = _make_executor(threads)
     try:
-        if threads > 1:
-            executor = MultiThreadedExecutor(num_threads=threads)
-            executor.add_node(node)
-            executor.spin()
-        else:
-            rclpy.spin(node)
+        executor.add_node(node)
+        executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -51,6 +61,7 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         if rclpy.ok():
             raise
     finally:
+        executor.shutdown()
         close = getattr(node, "close", None)
         if callable(close):
             close()

@@ -1,0 +1,96 @@
+"""Metrics: window selection, attainment, goodput, percentiles, round aggregation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from xinfer_ros.core.metrics import (
+    ResponseRecord,
+    attainment_over_time,
+    passes_attainment,
+    passes_latency,
+    summarize,
+    summarize_rounds,
+)
+
+
+def _rec(send: float, latency: float | None, budget: float, ok: bool = True) -> ResponseRecord:
+    return ResponseRecord(send, None if latency is None else send + latency, budget, ok)
+
+
+def test_window_is_by_send_time_and_late_responses_count() -> None:
+    recs = [
+        _rec(29.9, 0.05, 0.09),  # before the window
+        _rec(30.0, 0.05, 0.09),  # first in window
+        _rec(209.99, 0.5, 0.4),  # sent inside, answered after the window: counted, late
+        _rec(210.0, 0.05, 0.09),  # end is exclusive
+    ]
+    m = summarize(recs, (30.0, 210.0))
+    assert m.requests == 2
+    assert m.on_time == 1
+    assert m.attainment == pytest.approx(0.5)
+    assert m.goodput_rps == pytest.approx(1 / 180)
+    assert m.throughput_rps == pytest.approx(2 / 180)
+
+
+def test_errors_and_unanswered_are_misses_and_excluded_from_latency() -> None:
+    recs = [_rec(1.0, 0.02, 0.09), _rec(2.0, 0.01, 0.09, ok=False), _rec(3.0, None, 0.09)]
+    m = summarize(recs, (0.0, 10.0))
+    assert m.requests == 3 and m.responses == 1 and m.errors == 2
+    assert m.attainment == pytest.approx(1 / 3)
+    assert m.latency_p50_ms == pytest.approx(20.0)
+    assert not passes_latency(m)
+
+
+def test_percentiles_per_budget_and_wide_latency() -> None:
+    lat = np.linspace(0.010, 0.200, 100)
+    recs = [_rec(float(i), float(x), 0.09 if i % 2 else 0.4) for i, x in enumerate(lat)]
+    m = summarize(recs, (0.0, 1000.0))
+    assert m.latency_p50_ms == pytest.approx(float(np.percentile(lat, 50)) * 1000)
+    assert m.latency_p99_ms == pytest.approx(float(np.percentile(lat, 99)) * 1000)
+    wide = [x for i, x in enumerate(lat) if i % 2 == 0]
+    assert m.mean_wide_latency_ms == pytest.approx(float(np.mean(wide)) * 1000)
+    assert m.wide_budget_ms == pytest.approx(400.0)
+    tight = [x <= 0.09 for i, x in enumerate(lat) if i % 2]
+    assert m.per_budget["90"] == pytest.approx(float(np.mean(tight)))
+    assert m.per_budget["400"] == pytest.approx(1.0)
+    assert set(m.to_dict()) >= {"attainment", "goodput_rps", "throughput_rps",
+                                "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
+                                "mean_wide_latency_ms", "per_budget"}
+
+
+def test_empty_window_is_nan_not_a_crash() -> None:
+    m = summarize([], (0.0, 1.0))
+    assert m.requests == 0 and math.isnan(m.attainment)
+    assert not passes_attainment(m)
+    with pytest.raises(ValueError, match="end > start"):
+        summarize([], (1.0, 1.0))
+
+
+def test_round_summary_mean_min_max() -> None:
+    a = summarize([_rec(1.0, 0.05, 0.09)], (0.0, 10.0))
+    b = summarize([_rec(1.0, 0.20, 0.09)], (0.0, 10.0))
+    s = summarize_rounds([a, b])
+    assert s.mean["attainment"] == pytest.approx(0.5)
+    assert s.minimum["attainment"] == 0.0 and s.maximum["attainment"] == 1.0
+    assert s.mean["per_budget.90"] == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        summarize_rounds([])
+
+
+def test_criteria() -> None:
+    good = summarize([_rec(float(i), 0.1, 0.2) for i in range(20)], (0.0, 100.0))
+    assert passes_attainment(good) and passes_latency(good)
+    slow = summarize([_rec(float(i), 0.16, 0.2) for i in range(20)], (0.0, 100.0))
+    assert passes_attainment(slow) and not passes_latency(slow)
+
+
+def test_attainment_over_time_bins() -> None:
+    recs = [_rec(0.5, 0.01, 0.09), _rec(1.5, 0.5, 0.09), _rec(2.5, 0.01, 0.09)]
+    t, att = attainment_over_time(recs, bin_s=2.0, window=(0.0, 6.0))
+    assert list(t) == [0.0, 2.0, 4.0]
+    assert att[0] == pytest.approx(0.5) and att[1] == pytest.approx(1.0)
+    assert math.isnan(att[2])

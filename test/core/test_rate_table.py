@@ -1,0 +1,115 @@
+"""Rate table: shipped default, JSON format, validation errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xinfer_ros.core import RateTable, RateTableError, load_rate_table, write_rate_table
+from xinfer_ros.core.constants import DEFAULT_BOUNDS, H_OUT, H_STAGE, W_STAGE
+from xinfer_ros.core.rate_table import (
+    DEFAULT_RATE_TABLE_PATH,
+    interference_model_table,
+    validate_rate_table_file,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_default_has_paper_constants_and_documented_model():
+    t = load_rate_table(ROOT / "config" / "rate_table_default.json")
+    assert t.work == pytest.approx(W_STAGE)
+    assert t.overhead == pytest.approx(H_STAGE)
+    assert t.h_out == pytest.approx(H_OUT)
+    assert t.bounds == DEFAULT_BOUNDS
+    assert len(t.rates) == math.prod(c + 1 for c in DEFAULT_BOUNDS)
+    assert "Synthetic interference model" in t.assumptions
+    assert t.provenance and t.model["alpha_rows_stage_cols_V_P_A"]
+    # The file is exactly what the documented generator produces.
+    assert t.to_json_dict() == json.loads(json.dumps(interference_model_table().to_json_dict()))
+
+
+def test_shipped_default_satisfies_its_stated_assumptions():
+    t = load_rate_table(DEFAULT_RATE_TABLE_PATH)
+    assert t.rates[(0, 0, 0)] == (1.0, 1.0, 1.0)
+    for (v, p, a), rho in t.rates.items():
+        for k, nxt in enumerate([(v + 1, p, a), (v, p + 1, a), (v, p, a + 1)]):
+            if nxt in t.rates:  # monotone non-increasing in every count
+                assert all(x >= y for x, y in zip(rho, t.rates[nxt], strict=True)), (k, nxt)
+    # k Action units together: more throughput than one, less than k times.
+    for k in range(2, DEFAULT_BOUNDS[2] + 2):
+        thr = k * t.rates[(0, 0, k - 1)][2]
+        assert 1.0 < thr < k
+
+
+def test_roundtrip(tmp_path):
+    t = interference_model_table(bounds=(1, 2, 1))
+    p = write_rate_table(t, tmp_path / "t.json")
+    back = load_rate_table(p)
+    assert back.bounds == (1, 2, 1)
+    assert back.rate(2, (1, 2, 1)) == pytest.approx(t.rate(2, (1, 2, 1)))
+    assert validate_rate_table_file(p) == []
+
+
+def _file(tmp_path, mutate) -> Path:
+    data = interference_model_table(bounds=(1, 1, 1)).to_json_dict()
+    mutate(data)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(data))
+    return p
+
+
+def test_missing_entry_is_rejected(tmp_path):
+    p = _file(tmp_path, lambda d: d["entries"].pop(3))
+    with pytest.raises(RateTableError, match=r"missing 1 of 8 grid entries.*\(0, 1, 1\)"):
+        load_rate_table(p)
+
+
+def test_negative_rate_is_rejected_naming_it(tmp_path):
+    def neg(d):
+        d["entries"][2]["rho"][1] = -0.5
+    with pytest.raises(RateTableError, match=r"n=\[0, 1, 0\].*rho_P=-0.5"):
+        load_rate_table(_file(tmp_path, neg))
+
+
+def test_negative_work_and_missing_stage_are_rejected(tmp_path):
+    def neg_w(d):
+        d["work_ms"]["A"] = -1.0
+    with pytest.raises(RateTableError, match=r"work_ms\[A\].*-1.0"):
+        load_rate_table(_file(tmp_path, neg_w))
+
+    def no_stage(d):
+        del d["overhead_ms"]["P"]
+    with pytest.raises(RateTableError, match=r"overhead_ms.*lacks stage.*'P'"):
+        load_rate_table(_file(tmp_path, no_stage))
+
+    def no_key(d):
+        del d["h_out_ms"]
+    with pytest.raises(RateTableError, match="missing key 'h_out_ms'"):
+        load_rate_table(_file(tmp_path, no_key))
+
+    def version(d):
+        d["schema_version"] = 99
+    with pytest.raises(RateTableError, match="schema_version 99"):
+        load_rate_table(_file(tmp_path, version))
+
+
+def test_bad_objects_are_rejected():
+    with pytest.raises(RateTableError, match=r"rate at n=\(0, 0, 0\)\[V\].*0.0"):
+        RateTable.from_function(lambda s, n: 0.0, bounds=(0, 0, 0))
+    with pytest.raises(RateTableError, match="outside the bounds"):
+        RateTable(W_STAGE, H_STAGE, H_OUT, (0, 0, 0), {(0, 0, 0): (1, 1, 1), (1, 0, 0): (1, 1, 1)})
+    with pytest.raises(RateTableError, match=r"cannot read rate table .*nope.json"):
+        load_rate_table("/nonexistent/nope.json")
+
+
+def test_generator_script_check_mode():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "rate_table_generate.py"),
+                           "--check"], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "up to date" in proc.stdout

@@ -1,0 +1,202 @@
+"""``xinfer-bench transport``: what the ROS path adds to request-to-chunk latency.
+
+Side by side in one run, for each robot count: closed-loop robots (Eq. 1) drive the
+same emulated engine (a) in process, calling ``StageEngine.submit`` directly, and (b)
+through ROS: an ``inference_server`` process on loopback, with every robot streaming
+three cameras (the model's 224x352 / 224x320 / 224x320 rgb8) and joint states, and
+sending PolicyRequests. The difference of the medians (and of the P99s) is the
+transport overhead: serialization, DDS on loopback, observation assembly and image
+conversion. The emulated backend keeps model time identical in both arms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+__all__ = ["add_arguments", "run"]
+
+BUDGET_MS = 400.0
+PERIOD_S = 0.180
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the transport benchmark's flags."""
+    parser.add_argument("--robots", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds per arm")
+    parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds")
+    parser.add_argument("--camera-rate", type=float, default=10.0, help="frames/s per camera")
+    parser.add_argument("--json", type=Path, default=None)
+
+
+def _percentiles(lat_s: list[float]) -> dict[str, float]:
+    arr = np.asarray(lat_s) * 1e3
+    if arr.size == 0:
+        return {"n": 0, "p50_ms": float("nan"), "p99_ms": float("nan")}
+    return {"n": int(arr.size), "p50_ms": float(np.percentile(arr, 50)),
+            "p99_ms": float(np.percentile(arr, 99))}
+
+
+def _in_process(robots: int, duration: float, warmup: float) -> list[float]:
+    from xinfer_ros.engine.backends import make_backend
+    from xinfer_ros.engine.engine import StageEngine
+
+    engine = StageEngine(make_backend("emulated"), "xinfer").start()
+    inputs = engine.backend.example_inputs(0, None)
+    lat: list[float] = []
+    stop = time.monotonic() + duration
+    t_measure = time.monotonic() + warmup
+
+    def robot(index: int) -> None:
+        time.sleep(index * PERIOD_S / robots)
+        while time.monotonic() < stop:
+            sent = time.monotonic()
+            engine.submit(inputs, BUDGET_MS, f"r{index}").result(timeout=10.0)
+            done = time.monotonic()
+            if sent >= t_measure:
+                lat.append(done - sent)
+            time.sleep(max(0.0, sent + PERIOD_S - time.monotonic()))  # Eq. 1
+
+    threads = [threading.Thread(target=robot, args=(i,)) for i in range(robots)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    engine.close()
+    return lat
+
+
+def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
+                 workdir: Path) -> list[float]:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image, JointState
+
+    from xinfer_ros.model.config import load_preset
+    from xinfer_ros.msg import ActionChunk, PolicyRequest
+    from xinfer_ros.nodes.image_conversion import rgb_to_image_fields
+
+    names = [f"bench_{i}" for i in range(robots)]
+    params = workdir / f"server_{robots}.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "robots": names, "backend": "emulated", "policy": "xinfer"}}}))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "xinfer_ros.nodes.inference_server", "--ros-args",
+         "--params-file", str(params)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(os.environ))
+    shapes = [(c.height, c.width) for c in load_preset("tiny").cameras]
+    frames = [rgb_to_image_fields(np.random.default_rng(i).integers(
+        0, 256, (h, w, 3), dtype=np.uint8)) for i, (h, w) in enumerate(shapes)]
+    rclpy.init()
+    node = rclpy.create_node("transport_bench")
+    lat: list[float] = []
+    pending: dict[tuple[str, int], float] = {}
+    next_send = {n: 0.0 for n in names}
+    seqs = {n: 0 for n in names}
+    pubs = {}
+    for n in names:
+        pubs[n] = (
+            [node.create_publisher(Image, f"/{n}/camera_{c}/image_raw", qos_profile_sensor_data)
+             for c in range(len(shapes))],
+            node.create_publisher(JointState, f"/{n}/joint_states", qos_profile_sensor_data),
+            node.create_publisher(PolicyRequest, f"/{n}/policy_request", 10))
+
+    t_start = time.monotonic()
+
+    def on_chunk(name: str, msg: ActionChunk) -> None:
+        sent = pending.pop((name, msg.seq), None)
+        if sent is None:
+            return
+        now = time.monotonic()
+        if msg.status == ActionChunk.STATUS_OK and sent >= t_start + warmup:
+            lat.append(now - sent)
+        next_send[name] = max(sent + PERIOD_S, now)  # Eq. 1
+
+    for n in names:
+        node.create_subscription(ActionChunk, f"/{n}/action_chunk",
+                                 lambda m, n=n: on_chunk(n, m), 10)
+
+    def observe() -> None:
+        stamp = node.get_clock().now().to_msg()
+        for n in names:
+            cams, joints, _ = pubs[n]
+            for pub, fields in zip(cams, frames, strict=True):
+                msg = Image(**fields)
+                msg.header.stamp = stamp
+                pub.publish(msg)
+            js = JointState(position=[0.0] * 14)
+            js.header.stamp = stamp
+            joints.publish(js)
+
+    node.create_timer(1.0 / camera_rate, observe)
+    spinner = SingleThreadedExecutor()
+    spinner.add_node(node)
+    # Wait for the server to subscribe before the clock starts.
+    end = time.monotonic() + 60.0
+    while time.monotonic() < end and pubs[names[-1]][2].get_subscription_count() == 0:
+        spinner.spin_once(timeout_sec=0.05)
+    spinner.spin_once(timeout_sec=0.5)
+    t_start = time.monotonic()
+    stop = t_start + duration
+    for i, n in enumerate(names):
+        next_send[n] = t_start + 0.2 + i * PERIOD_S / robots
+    while time.monotonic() < stop:
+        now = time.monotonic()
+        for n in names:
+            waiting = any(key[0] == n for key in pending)
+            if waiting and now - max(v for k, v in pending.items() if k[0] == n) > 2.0:
+                pending.clear()  # a lost request: resend rather than stall
+                waiting = False
+            if not waiting and now >= next_send[n]:
+                seqs[n] += 1
+                req = PolicyRequest(robot_id=n, seq=seqs[n], budget_ms=BUDGET_MS,
+                                    commit_steps=8, keyframe_spacing_s=0.03)
+                req.header.stamp = node.get_clock().now().to_msg()
+                pending[(n, seqs[n])] = time.monotonic()
+                pubs[n][2].publish(req)
+        spinner.spin_once(timeout_sec=0.002)
+    spinner.shutdown()
+    node.destroy_node()
+    rclpy.shutdown()
+    server.terminate()
+    server.wait(timeout=20)
+    return lat
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run both arms for every robot count, print a table, optionally write JSON."""
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 100)))
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.robots:
+            direct = _percentiles(_in_process(n, args.duration, args.warmup))
+            ros = _percentiles(_through_ros(n, args.duration, args.warmup, args.camera_rate,
+                                            Path(tmp)))
+            rows.append({"robots": n, "in_process": direct, "ros": ros,
+                         "added_p50_ms": ros["p50_ms"] - direct["p50_ms"],
+                         "added_p99_ms": ros["p99_ms"] - direct["p99_ms"]})
+    print("EMULATED backend: model time from the rate table in both arms")
+    print(f"{'robots':>6} {'direct P50':>11} {'ROS P50':>8} {'added':>7} "
+          f"{'direct P99':>11} {'ROS P99':>8} {'added':>7}   n(direct/ROS)")
+    for r in rows:
+        d, o = r["in_process"], r["ros"]
+        print(f"{r['robots']:>6} {d['p50_ms']:>11.2f} {o['p50_ms']:>8.2f} "
+              f"{r['added_p50_ms']:>7.2f} {d['p99_ms']:>11.2f} {o['p99_ms']:>8.2f} "
+              f"{r['added_p99_ms']:>7.2f}   {d['n']}/{o['n']}")
+    if args.json:
+        args.json.write_text(json.dumps({"emulated": True, "rows": rows}, indent=2))
+    return 0

@@ -1,0 +1,76 @@
+"""Paper defaults (DESIGN §5, paper App. C.1): the one source of truth for constants.
+
+All times in ``xinfer_ros.core`` are **seconds** (float). The paper quotes
+milliseconds; the ``_MS`` comments give the paper's figure.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ALTERNATING_BUDGETS",
+    "ARRIVAL_WINDOW",
+    "CAMERAS",
+    "COMMIT_LENGTH",
+    "DEFAULT_BOUNDS",
+    "DEFAULT_EDF_LIMITS",
+    "DEFAULT_SLOTS",
+    "DELTA",
+    "DENOISE_STEPS",
+    "FRONTEND_RESERVE",
+    "HORIZON",
+    "H_OUT",
+    "H_STAGE",
+    "KEYFRAME_SPACING",
+    "PHASE_LENGTH",
+    "RATE_TABLE_SCHEMA_VERSION",
+    "SEND_PERIOD",
+    "SLACK_GATE_THRESHOLD",
+    "W_STAGE",
+]
+
+#: δ: time reserved outside the server; deadline ℓ_j = a_j + b_j − δ (4 ms).
+DELTA: Final[float] = 4.0e-3
+#: f: front-end reserve added only for forecast arrivals (8.5 ms).
+FRONTEND_RESERVE: Final[float] = 8.5e-3
+#: P: rolling window of the arrival forecaster (180 ms).
+ARRIVAL_WINDOW: Final[float] = 0.180
+#: T_E: minimum send interval of a robot (Eq. 1) (180 ms).
+SEND_PERIOD: Final[float] = 0.180
+#: Δ: keyframe spacing (30 ms).
+KEYFRAME_SPACING: Final[float] = 0.030
+#: H: keyframes per action chunk.
+HORIZON: Final[int] = 16
+#: d: RTC commit length (keyframes frozen from the previous chunk).
+COMMIT_LENGTH: Final[int] = 8
+#: K: flow-matching denoising steps per Action unit.
+DENOISE_STEPS: Final[int] = 10
+#: Camera views per request.
+CAMERAS: Final[int] = 3
+
+#: (W_V, W_P, W_A): calibrated isolated stage work (4.328931, 8.907749, 12.116308 ms).
+W_STAGE: Final[tuple[float, float, float]] = (4.328931e-3, 8.907749e-3, 12.116308e-3)
+#: (h_V, h_P, h_A): stage-issue overheads (2.1, 0.25, 1.1 ms); h_A includes KV copying.
+H_STAGE: Final[tuple[float, float, float]] = (2.1e-3, 0.25e-3, 1.1e-3)
+#: h_out: output processing after Action (1.2 ms).
+H_OUT: Final[float] = 1.2e-3
+
+#: Alternating task phases workload (§6.3): budgets cycled every PHASE_LENGTH responses.
+ALTERNATING_BUDGETS: Final[tuple[float, float]] = (0.090, 0.400)
+PHASE_LENGTH: Final[int] = 30
+
+#: Slack-Gate's threshold (paper App. C.4 picks 40 ms from {20, 40, 80}).
+SLACK_GATE_THRESHOLD: Final[float] = 0.040
+
+#: Calibrated lookup bounds c = (c_V, c_P, c_A) of the default rate table. Not given in
+#: the paper; 5 x 5 x 7 = 175 vectors, close to its 167 calibrated combinations.
+DEFAULT_BOUNDS: Final[tuple[int, int, int]] = (4, 4, 6)
+#: Physical execution slots per stage (V, P, A) when a driver passes none.
+DEFAULT_SLOTS: Final[tuple[int, int, int]] = (4, 4, 6)
+#: EDF's fixed per-stage concurrency limits when none are given (the paper tunes them
+#: in simulation at 15 robots and does not publish the values).
+DEFAULT_EDF_LIMITS: Final[tuple[int, int, int]] = (2, 2, 3)
+
+#: Version of the rate-table JSON schema written and read by ``rate_table``.
+RATE_TABLE_SCHEMA_VERSION: Final[int] = 1

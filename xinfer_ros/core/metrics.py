@@ -1,0 +1,256 @@
+"""Closed-loop service metrics: SLO attainment, on-time goodput, throughput, percentiles.
+
+Shared by the simulator, the engine benchmark and the ROS recorder, so it only knows
+about response records, never about who produced them. Conventions follow the paper
+(§2.3, §6.1, Appendices B.1 and C.3-C.4):
+
+* a request belongs to the measurement window by its *send* time, ``[start, end)``;
+* responses that arrive after the window still count for requests sent inside it;
+* attainment = on-time responses / requests sent in the window (an unanswered or
+  failed request is a miss);
+* goodput = on-time responses / window length; throughput = successful responses /
+  window length;
+* latency percentiles use successful responses only.
+
+Times are seconds on one clock; budgets are seconds too; reported latencies are ms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "ResponseRecord",
+    "RoundSummary",
+    "WindowMetrics",
+    "attainment_over_time",
+    "passes_attainment",
+    "passes_latency",
+    "summarize",
+    "summarize_rounds",
+]
+
+#: Measurement window by send time, seconds: 30 s warm-up, 180 s measured (App. C.3).
+DEFAULT_WINDOW: tuple[float, float] = (30.0, 210.0)
+
+_MS = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseRecord:
+    """One request as the client saw it.
+
+    Attributes:
+        send_time: Client send time ``s_j`` in seconds.
+        response_time: Client receive time ``r_j`` in seconds, or ``None`` if no
+            response arrived.
+        budget: Response-time budget ``b_j`` in seconds.
+        ok: Whether the response was a successful (usable) chunk.
+        robot: Robot index, for per-robot analysis.
+    """
+
+    send_time: float
+    response_time: float | None
+    budget: float
+    ok: bool = True
+    robot: int = 0
+
+    @property
+    def latency(self) -> float:
+        """Response latency ``r_j - s_j`` in seconds (``inf`` when unanswered)."""
+        if self.response_time is None:
+            return math.inf
+        return self.response_time - self.send_time
+
+    @property
+    def on_time(self) -> bool:
+        """Whether the request succeeded within its budget."""
+        return self.ok and self.latency <= self.budget
+
+
+@dataclass(frozen=True, slots=True)
+class WindowMetrics:
+    """Metrics of one measurement window (one round).
+
+    Latencies are in ms; rates are per second of window length; attainments are
+    fractions in [0, 1]. ``per_budget`` maps a budget in ms (as a string key, so the
+    JSON form is stable) to that class's attainment.
+    """
+
+    requests: int
+    responses: int
+    errors: int
+    on_time: int
+    attainment: float
+    goodput_rps: float
+    throughput_rps: float
+    latency_p50_ms: float
+    latency_p95_ms: float
+    latency_p99_ms: float
+    latency_mean_ms: float
+    mean_wide_latency_ms: float
+    wide_budget_ms: float
+    per_budget: dict[str, float] = field(default_factory=dict)
+    per_budget_requests: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        """Return a JSON-ready dict with the metric names used in reports."""
+        return asdict(self)
+
+
+def _budget_key(budget_s: float) -> str:
+    """Format a budget as a stable ms key (``"90"``, ``"122.5"``)."""
+    return f"{budget_s * _MS:g}"
+
+
+def _nan_percentile(values: np.ndarray, q: float) -> float:
+    """Percentile that returns NaN on an empty array instead of raising."""
+    if values.size == 0:
+        return math.nan
+    return float(np.percentile(values, q))
+
+
+def summarize(
+    records: Iterable[ResponseRecord],
+    window: tuple[float, float] = DEFAULT_WINDOW,
+    wide_budget: float | None = None,
+) -> WindowMetrics:
+    """Summarise the records sent inside ``window``.
+
+    Args:
+        records: Client-side records of one run.
+        window: ``[start, end)`` by send time, seconds.
+        wide_budget: Budget (s) whose class is "wide" for the mean wide-budget latency;
+            defaults to the largest budget seen in the window.
+
+    Returns:
+        The window's metrics.
+
+    Raises:
+        ValueError: If the window is empty or reversed.
+    """
+    start, end = window
+    if not end > start:
+        raise ValueError(f"measurement window must have end > start, got {window!r}")
+    sel = [r for r in records if start <= r.send_time < end]
+    length = end - start
+    n = len(sel)
+    ok = np.fromiter((r.ok and r.response_time is not None for r in sel), bool, n)
+    lat = np.fromiter((r.latency for r in sel), float, n)
+    bud = np.fromiter((r.budget for r in sel), float, n)
+    on_time = ok & (lat <= bud)
+    ok_lat_ms = lat[ok] * _MS
+    per_budget: dict[str, float] = {}
+    per_budget_n: dict[str, int] = {}
+    for b in sorted(set(bud.tolist())):
+        mask = bud == b
+        per_budget[_budget_key(b)] = float(on_time[mask].mean())
+        per_budget_n[_budget_key(b)] = int(mask.sum())
+    wide = wide_budget if wide_budget is not None else (float(bud.max()) if n else math.nan)
+    wide_mask = ok & (bud == wide)
+    return WindowMetrics(
+        requests=n,
+        responses=int(ok.sum()),
+        errors=int(n - ok.sum()),
+        on_time=int(on_time.sum()),
+        attainment=float(on_time.mean()) if n else math.nan,
+        goodput_rps=float(on_time.sum()) / length,
+        throughput_rps=float(ok.sum()) / length,
+        latency_p50_ms=_nan_percentile(ok_lat_ms, 50),
+        latency_p95_ms=_nan_percentile(ok_lat_ms, 95),
+        latency_p99_ms=_nan_percentile(ok_lat_ms, 99),
+        latency_mean_ms=float(ok_lat_ms.mean()) if ok_lat_ms.size else math.nan,
+        mean_wide_latency_ms=(
+            float(lat[wide_mask].mean() * _MS) if wide_mask.any() else math.nan
+        ),
+        wide_budget_ms=wide * _MS,
+        per_budget=per_budget,
+        per_budget_requests=per_budget_n,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSummary:
+    """Equally weighted mean, min and max of each scalar metric over rounds."""
+
+    rounds: int
+    mean: dict[str, float]
+    minimum: dict[str, float]
+    maximum: dict[str, float]
+
+    def to_dict(self) -> dict[str, object]:
+        """Return a JSON-ready dict."""
+        return {"rounds": self.rounds, "mean": self.mean, "min": self.minimum,
+                "max": self.maximum}
+
+
+def summarize_rounds(rounds: Sequence[WindowMetrics]) -> RoundSummary:
+    """Aggregate per-round metrics as the paper does: equally weighted round means.
+
+    Per-budget attainments are aggregated as ``per_budget.<ms>`` keys.
+
+    Raises:
+        ValueError: If ``rounds`` is empty.
+    """
+    if not rounds:
+        raise ValueError("summarize_rounds needs at least one round")
+    columns: dict[str, list[float]] = {}
+    for m in rounds:
+        for key, value in asdict(m).items():
+            if isinstance(value, dict):
+                if key != "per_budget":
+                    continue
+                for b, v in value.items():
+                    columns.setdefault(f"per_budget.{b}", []).append(float(v))
+            else:
+                columns.setdefault(key, []).append(float(value))
+    mean = {k: float(np.nanmean(v)) if not np.all(np.isnan(v)) else math.nan
+            for k, v in columns.items()}
+    lo = {k: float(np.nanmin(v)) if not np.all(np.isnan(v)) else math.nan
+          for k, v in columns.items()}
+    hi = {k: float(np.nanmax(v)) if not np.all(np.isnan(v)) else math.nan
+          for k, v in columns.items()}
+    return RoundSummary(rounds=len(rounds), mean=mean, minimum=lo, maximum=hi)
+
+
+def passes_attainment(metrics: WindowMetrics, target: float = 0.95) -> bool:
+    """Heterogeneous-budget criterion: at least ``target`` SLO attainment (§6.1)."""
+    return metrics.requests > 0 and metrics.attainment >= target
+
+
+def passes_latency(metrics: WindowMetrics, p50_limit_ms: float = 150.0) -> bool:
+    """Uniform-budget criterion: P50 below the limit and zero request errors (§6.1)."""
+    return (
+        metrics.requests > 0
+        and metrics.errors == 0
+        and metrics.latency_p50_ms < p50_limit_ms
+    )
+
+
+def attainment_over_time(
+    records: Iterable[ResponseRecord],
+    bin_s: float = 2.0,
+    window: tuple[float, float] = DEFAULT_WINDOW,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Attainment in send-time bins (Figure 8(d) uses 2 s bins).
+
+    Returns:
+        ``(bin_starts, attainment)``; bins without requests hold NaN.
+    """
+    start, end = window
+    edges = np.arange(start, end + 1e-9, bin_s)
+    sel = [r for r in records if start <= r.send_time < end]
+    send = np.fromiter((r.send_time for r in sel), float, len(sel))
+    hit = np.fromiter((r.on_time for r in sel), float, len(sel))
+    idx = np.clip(((send - start) // bin_s).astype(int), 0, max(len(edges) - 2, 0))
+    n_bins = max(len(edges) - 1, 1)
+    counts = np.bincount(idx, minlength=n_bins).astype(float)
+    hits = np.bincount(idx, weights=hit, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        att = np.where(counts > 0, hits / counts, np.nan)
+    return edges[:n_bins], att

@@ -1,0 +1,56 @@
+"""Policy registry: ``make_policy(name, **params)``.
+
+Names: ``fifo``, ``edf``, ``slack_gate``, ``xinfer``, and the App. C.3 ablations of
+``xinfer`` as presets: ``xinfer_no_interference``, ``xinfer_strict_priority``,
+``xinfer_no_arrival``, ``xinfer_entry_only``, ``xinfer_zero_slack``. Names are matched
+case-insensitively with ``-`` and ``_`` equivalent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from xinfer_ros.core.baselines import EDFPolicy, FIFOPolicy, SlackGatePolicy
+from xinfer_ros.core.errors import UnknownPolicyError
+from xinfer_ros.core.policy import Policy
+from xinfer_ros.core.xinfer_policy import XInferPolicy
+
+__all__ = ["ABLATIONS", "POLICIES", "make_policy", "policy_names"]
+
+#: Base policies by name.
+POLICIES: Mapping[str, Callable[..., Policy]] = {
+    FIFOPolicy.name: FIFOPolicy,
+    EDFPolicy.name: EDFPolicy,
+    SlackGatePolicy.name: SlackGatePolicy,
+    XInferPolicy.name: XInferPolicy,
+}
+
+#: Ablation presets: name -> XInferPolicy keyword arguments (App. C.3).
+ABLATIONS: Mapping[str, Mapping[str, Any]] = {
+    "xinfer_no_interference": {"interference": False},
+    "xinfer_strict_priority": {"strict_priority": True},
+    "xinfer_no_arrival": {"arrival_aware": False},
+    "xinfer_entry_only": {"entry_only": True},
+    "xinfer_zero_slack": {"zero_slack_promotion": True},
+}
+
+
+def policy_names() -> list[str]:
+    """All names ``make_policy`` accepts."""
+    return [*POLICIES, *ABLATIONS]
+
+
+def make_policy(name: str, **params: Any) -> Policy:
+    """Build a policy by name; ``params`` go to its constructor.
+
+    Raises:
+        UnknownPolicyError: naming ``name`` and listing the known names.
+        TypeError: a parameter the policy does not take.
+    """
+    key = str(name).strip().lower().replace("-", "_")
+    if key in POLICIES:
+        return POLICIES[key](**params)
+    if key in ABLATIONS:
+        return XInferPolicy(**{**ABLATIONS[key], **params})
+    raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
