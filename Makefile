@@ -52,8 +52,8 @@ test: build  ## run the whole test suite and the linter
 lint: setup  ## ruff
 	$(VENV)/bin/ruff check .
 
-demo: build  ## run a small fleet with the embedded default model
-	./env.sh python -m xinfer_ros.cli.demo
+demo: build  ## run a small fleet (3 robots, tiny model on CPU, 60 s) and report
+	./env.sh python -m xinfer_ros.cli.fleet $(DEMO_ARGS)
 
 clean:  ## remove build outputs (keeps the venv)
 	rm -rf build install log

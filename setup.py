@@ -24,6 +24,11 @@ setup(
     entry_points={
         "console_scripts": [
             "xinfer-bench = xinfer_ros.cli.bench:main",
+            "xinfer-sim = xinfer_ros.cli.sim:main",
+            "xinfer-calibrate = xinfer_ros.cli.calibrate:main",
+            "xinfer-fleet = xinfer_ros.cli.fleet:main",
+            "xinfer-record = xinfer_ros.cli.record:main",
+            "xinfer-replay = xinfer_ros.cli.replay:main",
         ],
     },
 )

@@ -1,0 +1,33 @@
+"""xinfer-fleet end to end: server, executors and simulated robots as processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("rclpy")
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+
+@pytest.mark.timeout(120)
+def test_fleet_runner_reports_on_an_emulated_fleet(tmp_path) -> None:
+    report_path = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "xinfer_ros.cli.fleet", "--backend", "emulated", "--robots", "2",
+         "--duration", "12", "--warmup", "4", "--no-progress", "--out", str(tmp_path),
+         "--json", str(report_path)],
+        capture_output=True, text=True, timeout=110, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["emulated"] is True and report["robots_count"] == 2
+    assert set(report["robots"]) == {"robot_1", "robot_2"}
+    for robot in report["robots"].values():
+        # 8 measured seconds at one request per 180 ms: about 44 requests each.
+        assert 25 <= robot["requests"] <= 50
+        assert robot["statuses"].get("ok", 0) >= 25
+        assert robot["ticks"] > 200  # the executor ran its 30 ms control loop
+        assert 20.0 < robot["latency_p50_ms"] < 180.0
+    assert "robot_1" in proc.stdout and "ALL" in proc.stdout
+    assert (tmp_path / "fleet_latency.png").stat().st_size > 10_000

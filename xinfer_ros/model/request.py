@@ -1,0 +1,60 @@
+"""Private per-request state carried between the three non-preemptive stages."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import torch
+from transformers import DynamicCache
+
+from xinfer_ros.model.processing import PreparedRequest
+
+__all__ = ["RequestState", "StageOrderError", "StageProgress"]
+
+
+class StageOrderError(RuntimeError):
+    """A stage ran before the stage it depends on (or twice)."""
+
+
+class StageProgress(enum.IntEnum):
+    """Next stage a request needs."""
+
+    VIT = 0
+    PREFILL = 1
+    ACTION = 2
+    DONE = 3
+
+
+@dataclasses.dataclass
+class RequestState:
+    """Everything one request owns between stages; no state is shared across requests.
+
+    Attributes:
+        prepared: CPU inputs from :func:`~xinfer_ros.model.processing.prepare_request`.
+        visual_tokens: ``(1, V, hidden)`` after ViT; released by Prefill.
+        cache: Prefix keys/values (transformers ``DynamicCache``) after Prefill.
+        prefix_len: Prefix length P (visual + text tokens).
+        actions: ``(1, H, D)`` float32 chunk in model units after Action.
+        progress: Next stage to run.
+    """
+
+    prepared: PreparedRequest
+    visual_tokens: torch.Tensor | None = None
+    cache: DynamicCache | None = None
+    prefix_len: int = 0
+    actions: torch.Tensor | None = None
+    progress: StageProgress = StageProgress.VIT
+
+    def expect(self, stage: StageProgress) -> None:
+        """Raise :class:`StageOrderError` unless ``stage`` is the next one."""
+        if self.progress is not stage:
+            raise StageOrderError(
+                f"request {self.prepared.request_id!r}: cannot run {stage.name}, "
+                f"next stage is {self.progress.name}"
+            )
+
+    def release(self) -> None:
+        """Drop the device tensors (KV cache, tokens) once the result is taken."""
+        self.visual_tokens = None
+        self.cache = None
