@@ -1,0 +1,69 @@
+"""xinfer-sim CLI: run / erc / compare / project write tables, JSON and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xinfer_ros.cli.sim import main, parse_counts
+
+SHORT = ["--duration", "25", "--warmup", "5", "--quiet", "--workers", "1"]
+
+
+def test_parse_counts() -> None:
+    assert parse_counts("8-12:2,15") == [8, 10, 12, 15]
+    assert parse_counts("3") == [3]
+
+
+def test_run_writes_json_with_metric_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run.json"
+    assert main(["run", "--policy", "edf", "--robots", "4", "--rounds", "2", *SHORT,
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert len(data["rounds"]) == 2 and data["passes"] == [True, True]
+    metrics = data["rounds"][0]["metrics"]
+    for key in ("attainment", "goodput_rps", "throughput_rps", "latency_p50_ms",
+                "latency_p95_ms", "latency_p99_ms", "mean_wide_latency_ms", "per_budget"):
+        assert key in metrics
+    assert "att%" in capsys.readouterr().out
+
+
+def test_run_custom_budgets_and_csv(tmp_path: Path) -> None:
+    csv = tmp_path / "b.csv"
+    csv.write_text("90\n90\n250\n")
+    assert main(["run", "--policy", "fifo", "--robots", "2", "--rounds", "1",
+                 "--workload", "custom", "--budget-csv", str(csv), *SHORT]) == 0
+    assert main(["run", "--policy", "fifo", "--robots", "2", "--rounds", "1",
+                 "--workload", "custom", "--budgets", "100,300", "--phase-length", "5",
+                 *SHORT]) == 0
+
+
+def test_erc_uniform_uses_latency_criterion(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "erc.json"
+    assert main(["erc", "--policy", "fifo", "--workload", "uniform", "--robots", "1-2",
+                 "--rounds", "1", *SHORT, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["criterion"] == "latency" and data["erc"] == 2
+    assert "ERC = 2" in capsys.readouterr().out
+
+
+def test_compare_bursty_writes_plots_and_project_from_json(tmp_path: Path) -> None:
+    args = ["compare", "--policy", "fifo,edf", "--workload", "bursty", "--robots", "2,3",
+            "--rounds", "1", "--duration", "70", "--warmup", "50", "--quiet",
+            "--workers", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    data = json.loads((tmp_path / "compare.json").read_text())
+    assert set(data["erc"]) == {"fifo", "edf"}
+    assert set(data["timeline"]) == {"fifo", "edf"}
+    assert (tmp_path / "bursty_sweep.png").stat().st_size > 0
+    assert (tmp_path / "bursty_timeline.png").stat().st_size > 0
+    proj = tmp_path / "proj"
+    assert main(["project", "--from-json", str(tmp_path / "compare.json"), "--quiet",
+                 "--out", str(proj)]) == 0
+    assert (proj / "projection.png").stat().st_size > 0
+    assert "curves" in json.loads((proj / "project.json").read_text())

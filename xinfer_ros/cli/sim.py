@@ -1,0 +1,443 @@
+"""``xinfer-sim``: closed-loop fleet simulation, ERC search, policy comparison, projection.
+
+Sub-commands:
+
+* ``run``: one policy, one workload, one robot count, several rounds;
+* ``erc``: effective robot capacity of one policy (walk robot counts upward);
+* ``compare``: several policies over a robot-count sweep, with Figure-8-like plots;
+* ``project``: Appendix A.1 parcels/h projection from a latency-vs-robots curve.
+
+Every sub-command prints a table and can write JSON (``--json FILE``) and PNGs
+(``--out DIR``). The simulator uses the scheduler's policy objects and rate table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from xinfer_ros.core.metrics import RoundSummary, summarize_rounds
+from xinfer_ros.sim.engine_loop import RunResult, SimConfig
+from xinfer_ros.sim.erc import Criterion, ErcResult, erc_from_grid, passes, search_erc
+from xinfer_ros.sim.workloads import WORKLOADS, build_workload
+
+__all__ = ["build_parser", "main"]
+
+_BASELINES = ("fifo", "edf", "slack_gate", "xinfer")
+
+
+# -- argument helpers ----------------------------------------------------------------------
+def parse_counts(text: str) -> list[int]:
+    """Parse robot counts: ``"18"``, ``"8,10,12"``, ``"8-20"`` or ``"8-20:2"``.
+
+    Raises:
+        argparse.ArgumentTypeError: On malformed input or counts < 1.
+    """
+    out: list[int] = []
+    try:
+        for raw in text.split(","):
+            part = raw.strip()
+            if "-" in part:
+                rng, _, step = part.partition(":")
+                lo, hi = (int(x) for x in rng.split("-", 1))
+                out.extend(range(lo, hi + 1, int(step) if step else 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad robot counts {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"robot counts must be >= 1, got {text!r}")
+    return sorted(set(out))
+
+
+def _budgets(text: str) -> tuple[float, ...]:
+    """Parse a comma-separated budget list in ms."""
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad budget list {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"budgets must be positive ms, got {text!r}")
+    return vals
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    """Flags shared by every simulating sub-command."""
+    p.add_argument("--workload", default="phases", choices=WORKLOADS)
+    p.add_argument("--rounds", type=int, default=3, help="rounds (different seeds)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of the rounds")
+    p.add_argument("--duration", type=float, default=210.0,
+                   help="last send time, s (window is [warmup, duration))")
+    p.add_argument("--warmup", type=float, default=30.0, help="warm-up before the window, s")
+    p.add_argument("--rate-table", default=None, help="rate-table JSON (default: shipped)")
+    p.add_argument("--noise", type=float, default=0.05,
+                   help="log-normal sigma of execution-time noise")
+    p.add_argument("--tick-ms", type=float, default=2.0, help="policy tick while work waits")
+    p.add_argument("--cpu-prep-ms", type=float, default=1.0, help="server CPU preparation")
+    p.add_argument("--send-jitter-ms", type=float, default=0.0,
+                   help="mean exponential client handling delay per send (0: Eq. 1 exact)")
+    p.add_argument("--budgets", type=_budgets, default=None,
+                   help="custom/uniform budgets in ms, e.g. 90,400")
+    p.add_argument("--phase-length", type=int, default=30, help="responses per budget phase")
+    p.add_argument("--budget-csv", default=None, help="per-response budgets (ms) for custom")
+    p.add_argument("--parcel-traces", default=None, help="parcel trace file")
+    p.add_argument("--policy-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra policy constructor argument (JSON value), repeatable")
+    p.add_argument("--workers", type=int, default=None, help="processes (default 2)")
+    p.add_argument("--json", type=Path, default=None, help="write results as JSON")
+    p.add_argument("--out", type=Path, default=None, help="directory for JSON and plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``xinfer-sim`` argument parser."""
+    parser = argparse.ArgumentParser(prog="xinfer-sim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="simulate one policy at one robot count")
+    run.add_argument("--policy", default="xinfer")
+    run.add_argument("--robots", type=int, default=8)
+    _add_common(run)
+
+    erc = sub.add_parser("erc", help="effective robot capacity of one policy")
+    erc.add_argument("--policy", default="xinfer")
+    erc.add_argument("--robots", type=parse_counts, default=parse_counts("4-30"),
+                     help="range to walk, e.g. 8-24")
+    erc.add_argument("--criterion", choices=("auto", "attainment", "latency"), default="auto")
+    erc.add_argument("--patience", type=int, default=1,
+                     help="stop after this many consecutive failing counts")
+    _add_common(erc)
+
+    cmp_ = sub.add_parser("compare", help="policies over a robot-count sweep, with plots")
+    cmp_.add_argument("--policy", default=",".join(_BASELINES),
+                      help="comma-separated policies")
+    cmp_.add_argument("--robots", type=parse_counts,
+                      default=parse_counts("8,10,12,14,15,16,18,20"))
+    cmp_.add_argument("--criterion", choices=("auto", "attainment", "latency"), default="auto")
+    _add_common(cmp_)
+
+    proj = sub.add_parser("project", help="App. A.1 parcels/h projection (Figure 2)")
+    proj.add_argument("--policy", default="xinfer", help="comma-separated policies")
+    proj.add_argument("--robots", type=parse_counts, default=parse_counts("1-16"))
+    proj.add_argument("--from-json", type=Path, default=None,
+                      help="use latency_p50_ms from a compare/run JSON instead of simulating")
+    _add_common(proj)
+    proj.set_defaults(workload="uniform", rounds=1)
+    return parser
+
+
+def _policy_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs with JSON values (strings need not be quoted)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--policy-arg needs KEY=VALUE, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+def _config(args: argparse.Namespace, policy: str, robots: int, seed: int) -> SimConfig:
+    """SimConfig for one run from the parsed flags."""
+    return SimConfig(
+        policy=policy,
+        robots=robots,
+        workload=args.workload,
+        seed=seed,
+        duration=args.duration,
+        window=(args.warmup, args.duration),
+        policy_kwargs=_policy_kwargs(args.policy_arg),
+        rate_table=args.rate_table,
+        noise=args.noise,
+        cpu_prep=args.cpu_prep_ms / 1000.0,
+        tick=args.tick_ms / 1000.0,
+        send_jitter=args.send_jitter_ms / 1000.0,
+        budgets_ms=args.budgets,
+        phase_length=args.phase_length,
+        budget_csv=args.budget_csv,
+        parcel_traces=args.parcel_traces,
+        timeline_bin=2.0 if args.workload == "bursty" else 0.0,
+    )
+
+
+def _criterion(args: argparse.Namespace) -> Criterion:
+    """Resolve ``auto``: latency criterion for a uniform budget, attainment otherwise."""
+    if getattr(args, "criterion", "auto") != "auto":
+        return Criterion(args.criterion)
+    wl = build_workload(args.workload, 2, budgets_ms=args.budgets,
+                        phase_length=args.phase_length, budget_csv=args.budget_csv,
+                        parcel_traces=args.parcel_traces)
+    return Criterion.LATENCY if wl.uniform_budget else Criterion.ATTAINMENT
+
+
+def _run_grid(
+    args: argparse.Namespace, policies: Sequence[str], counts: Sequence[int], desc: str
+) -> dict[tuple[str, int], list[RunResult]]:
+    """Run every (policy, count, round) and group results."""
+    from xinfer_ros.sim.runner import round_seeds, run_many
+
+    seeds = round_seeds(args.seed, args.rounds)
+    keys = [(p, n) for p in policies for n in counts]
+    configs = [_config(args, p, n, s) for p, n in keys for s in seeds]
+    results = run_many(configs, args.workers, progress=not args.quiet, desc=desc)
+    out: dict[tuple[str, int], list[RunResult]] = {}
+    for cfg, res in zip(configs, results, strict=True):
+        out.setdefault((cfg.policy, cfg.robots), []).append(res)
+    return out
+
+
+# -- output --------------------------------------------------------------------------------
+def _fmt(v: float, spec: str = ".1f") -> str:
+    return "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+_COLUMNS = (
+    ("attainment", "att%", 100.0, ".2f"),
+    ("goodput_rps", "goodput", 1.0, ".1f"),
+    ("throughput_rps", "thr", 1.0, ".1f"),
+    ("latency_p50_ms", "p50", 1.0, ".1f"),
+    ("latency_p95_ms", "p95", 1.0, ".1f"),
+    ("latency_p99_ms", "p99", 1.0, ".1f"),
+    ("mean_wide_latency_ms", "wide", 1.0, ".1f"),
+)
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def _summary_row(label: list[str], s: RoundSummary, verdicts: list[bool]) -> list[str]:
+    cells = [_fmt(s.mean[k] * scale, spec) for k, _, scale, spec in _COLUMNS]
+    lo = _fmt(s.minimum["attainment"] * 100, ".2f")
+    return [*label, *cells, lo, "".join("P" if v else "F" for v in verdicts)]
+
+
+def _header(first: list[str]) -> list[str]:
+    return [*first, *(c[1] for c in _COLUMNS), "min att%", "rounds"]
+
+
+def _write_json(args: argparse.Namespace, name: str, data: dict[str, Any]) -> None:
+    paths = []
+    if args.json is not None:
+        paths.append(args.json)
+    if args.out is not None:
+        paths.append(args.out / f"{name}.json")
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+        print(f"wrote {p}", file=sys.stderr)
+
+
+def _group_json(results: list[RunResult], crit: Criterion) -> dict[str, Any]:
+    s = summarize_rounds([r.metrics for r in results])
+    return {
+        "rounds": [r.to_dict() for r in results],
+        "summary": s.to_dict(),
+        "passes": [passes(r.metrics, crit) for r in results],
+    }
+
+
+# -- sub-commands --------------------------------------------------------------------------
+def _cmd_run(args: argparse.Namespace) -> int:
+    crit = _criterion(args)
+    grid = _run_grid(args, [args.policy], [args.robots], f"{args.policy} x{args.robots}")
+    results = grid[(args.policy, args.robots)]
+    rows = []
+    for i, r in enumerate(results):
+        m = r.metrics
+        rows.append([f"round {i}", *(_fmt(getattr(m, k) * sc, sp) for k, _, sc, sp in _COLUMNS),
+                     "P" if passes(m, crit) else "F"])
+    s = summarize_rounds([r.metrics for r in results])
+    rows.append(["mean", *(_fmt(s.mean[k] * sc, sp) for k, _, sc, sp in _COLUMNS), ""])
+    print(f"{args.policy} on {args.workload}, {args.robots} robots, criterion {crit.value}")
+    print(_table(rows, ["", *(c[1] for c in _COLUMNS), "pass"]))
+    per_budget = {k.split(".", 1)[1]: v for k, v in s.mean.items() if k.startswith("per_budget.")}
+    if len(per_budget) > 1:
+        ordered = sorted(per_budget.items(), key=lambda x: float(x[0]))
+        print("per-budget attainment: "
+              + ", ".join(f"{b} ms {v * 100:.2f}%" for b, v in ordered))
+    _write_json(args, "run", {"command": "run", "policy": args.policy, "workload": args.workload,
+                              "robots": args.robots, "criterion": crit.value,
+                              **_group_json(results, crit)})
+    return 0
+
+
+def _cmd_erc(args: argparse.Namespace) -> int:
+    from xinfer_ros.sim.runner import round_seeds, run_many
+
+    crit = _criterion(args)
+    seeds = round_seeds(args.seed, args.rounds)
+    per_count: dict[int, list[RunResult]] = {}
+
+    def evaluate(n: int) -> list[Any]:
+        cfgs = [_config(args, args.policy, n, s) for s in seeds]
+        per_count[n] = run_many(cfgs, args.workers, progress=not args.quiet,
+                                desc=f"{args.policy} x{n}")
+        return [r.metrics for r in per_count[n]]
+
+    def report(n: int, verdicts: list[bool]) -> None:
+        s = summarize_rounds([r.metrics for r in per_count[n]])
+        print(_table([_summary_row([str(n)], s, verdicts)], _header(["robots"]))
+              if n == min(per_count) else
+              _table([_summary_row([str(n)], s, verdicts)], _header(["robots"])).splitlines()[1],
+              flush=True)
+
+    print(f"ERC of {args.policy} on {args.workload}, criterion {crit.value}")
+    res = search_erc(evaluate, crit, min(args.robots), max(args.robots),
+                     patience=args.patience, on_count=report)
+    print(f"ERC = {res.erc} robots (adjacent failing count: {res.failing})")
+    _write_json(args, "erc", {
+        "command": "erc", "policy": args.policy, "workload": args.workload,
+        **res.to_dict(),
+        "counts": {str(n): _group_json(rs, crit) for n, rs in sorted(per_count.items())},
+    })
+    return 0
+
+
+def _sweep_table(
+    grid: dict[tuple[str, int], list[RunResult]], crit: Criterion
+) -> tuple[dict[str, ErcResult], dict[str, dict[int, dict[str, float]]], list[list[str]]]:
+    """Per-policy ERC, plot series and table rows from a compare grid."""
+    policies = list(dict.fromkeys(p for p, _ in grid))
+    ercs: dict[str, ErcResult] = {}
+    series: dict[str, dict[int, dict[str, float]]] = {}
+    rows: list[list[str]] = []
+    for p in policies:
+        counts = sorted(n for q, n in grid if q == p)
+        verdicts = {n: [passes(r.metrics, crit) for r in grid[(p, n)]] for n in counts}
+        ercs[p] = erc_from_grid(verdicts, crit)
+        series[p] = {}
+        for n in counts:
+            s = summarize_rounds([r.metrics for r in grid[(p, n)]])
+            flat = {f"mean.{k}": v for k, v in s.mean.items()}
+            flat |= {f"min.{k}": v for k, v in s.minimum.items()}
+            flat |= {f"max.{k}": v for k, v in s.maximum.items()}
+            series[p][n] = flat
+            rows.append(_summary_row([p, str(n)], s, verdicts[n]))
+    return ercs, series, rows
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from xinfer_ros.sim import plots
+
+    crit = _criterion(args)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    t0 = time.perf_counter()
+    grid = _run_grid(args, policies, args.robots, f"compare {args.workload}")
+    wall = time.perf_counter() - t0
+    ercs, series, rows = _sweep_table(grid, crit)
+    print(f"compare on {args.workload}, criterion {crit.value}, {args.rounds} rounds, "
+          f"{args.duration:g} s simulated, wall {wall:.1f} s")
+    print(_table(rows, _header(["policy", "robots"])))
+    print("ERC: " + ", ".join(f"{p} {e.erc} (fails at {e.failing})" for p, e in ercs.items()))
+    data: dict[str, Any] = {
+        "command": "compare", "workload": args.workload, "criterion": crit.value,
+        "rounds": args.rounds, "duration_s": args.duration, "wall_s": wall,
+        "erc": {p: e.to_dict() for p, e in ercs.items()},
+        "series": {p: {str(n): v for n, v in s.items()} for p, s in series.items()},
+    }
+    if args.workload == "bursty":
+        data["timeline"] = _timelines(grid)
+    _write_json(args, "compare", data)
+    if args.out is not None:
+        _compare_plots(args, plots, series, ercs, data)
+    return 0
+
+
+def _timelines(grid: dict[tuple[str, int], list[RunResult]]) -> dict[str, Any]:
+    """Round-mean attainment timelines per policy at the smallest robot count."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for (p, n), results in grid.items():
+        if p in out or not all(r.timeline for r in results):
+            continue
+        ts = results[0].timeline[0]  # type: ignore[index]
+        att = np.nanmean([r.timeline[1] for r in results], axis=0)  # type: ignore[index]
+        out[p] = {"robots": n, "bin_start_s": ts, "attainment": att.tolist()}
+    return out
+
+
+def _compare_plots(args: argparse.Namespace, plots: Any, series: Any, ercs: Any,
+                   data: dict[str, Any]) -> None:
+    out: Path = args.out
+    title = f"{args.workload}: {args.rounds} rounds of {args.duration:g} s"
+    paths = [plots.plot_policy_sweep(series, out / f"{args.workload}_sweep.png", title,
+                                     {p: e.erc for p, e in ercs.items()})]
+    if "timeline" in data:
+        tl = {p: (v["bin_start_s"], v["attainment"]) for p, v in data["timeline"].items()}
+        paths.append(plots.plot_attainment_over_time(
+            tl, out / "bursty_timeline.png", "Bursty robot arrivals: attainment over time",
+            shaded=[(60.0, 80.0), (120.0, 140.0)]))
+    budgets = {p: {k.split(".", 2)[2]: v for k, v in s[max(s)].items()
+                   if k.startswith("mean.per_budget.")} for p, s in series.items()}
+    if any(len(b) > 2 for b in budgets.values()):
+        paths.append(plots.plot_per_budget(budgets, out / f"{args.workload}_per_budget.png",
+                                           f"{args.workload}: attainment per budget"))
+    for p in paths:
+        print(f"wrote {p}", file=sys.stderr)
+
+
+def _cmd_project(args: argparse.Namespace) -> int:
+    from xinfer_ros.sim import plots
+    from xinfer_ros.sim.projection import project_curve
+
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    curves: dict[str, tuple[list[int], list[float]]] = {}
+    if args.from_json is not None:
+        data = json.loads(args.from_json.read_text())
+        for p, s in data.get("series", {}).items():
+            ns = sorted(int(n) for n in s)
+            curves[p] = (ns, [s[str(n)]["mean.latency_p50_ms"] for n in ns])
+    else:
+        grid = _run_grid(args, policies, args.robots, "project")
+        for p in policies:
+            ns = sorted(n for q, n in grid if q == p)
+            p50 = [summarize_rounds([r.metrics for r in grid[(p, n)]]).mean["latency_p50_ms"]
+                   for n in ns]
+            curves[p] = (ns, p50)
+    projected = {p: project_curve(ns, p50) for p, (ns, p50) in curves.items()}
+    rows = [[p, str(pt.robots), _fmt(pt.p50_ms), _fmt(pt.delay_ms),
+             _fmt(pt.parcels_per_hour, ".0f"), f"{pt.band_low:.0f}-{pt.band_high:.0f}",
+             "ext" if pt.extrapolated else ""]
+            for p, pts in projected.items() for pt in pts]
+    print(_table(rows, ["policy", "robots", "p50 ms", "delay ms", "parcels/h", "band", ""]))
+    for p, pts in projected.items():
+        best = max(pts, key=lambda x: x.parcels_per_hour)
+        print(f"{p}: peak {best.parcels_per_hour:.0f} parcels/h at {best.robots} robots")
+    _write_json(args, "project", {"command": "project", "curves": {
+        p: [asdict(pt) for pt in pts] for p, pts in projected.items()}})
+    if args.out is not None:
+        path = plots.plot_projection(projected, args.out / "projection.png")
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+_COMMANDS = {"run": _cmd_run, "erc": _cmd_erc, "compare": _cmd_compare, "project": _cmd_project}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``xinfer-sim``; returns the exit status."""
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be >= 1")
+    if not args.duration > args.warmup:
+        raise SystemExit("--duration must exceed --warmup")
+    return _COMMANDS[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""Discrete-event closed-loop fleet simulation driving the scheduler's policy objects.
+
+One run: closed-loop robots (Eq. 1) send requests over a link (δ split in up/down);
+the server spends a CPU preparation delay, then hands the request to the policy
+(``xinfer_ros.core`` policy object, the same the engine and ROS server use); units the
+policy launches run on the modelled GPU (:mod:`xinfer_ros.sim.gpu`) at the rate table's
+concurrent rates; after Action the server spends ``h_out`` on output processing and the
+response travels back. The policy is invoked after every batch of same-instant events
+(arrivals, completions) and on periodic ticks while ready work is waiting for it.
+
+Everything is seeded: the same :class:`SimConfig` gives the same records.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.metrics import (
+    ResponseRecord,
+    WindowMetrics,
+    attainment_over_time,
+    summarize,
+)
+from xinfer_ros.core.policy import Policy
+from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
+from xinfer_ros.core.request import Request
+from xinfer_ros.sim.gpu import GpuModel
+from xinfer_ros.sim.robots import Link, Robot
+from xinfer_ros.sim.workloads import T_E, Workload, build_workload
+
+__all__ = [
+    "RunResult",
+    "SimConfig",
+    "Simulation",
+    "load_table",
+    "make_sim_policy",
+    "run_config",
+    "simulate",
+]
+
+#: Policies whose decisions change only on events, never with the passage of time, so
+#: periodic ticks cannot change what they launch (a policy may say so itself with a
+#: ``time_dependent`` attribute).
+_TIME_INVARIANT = frozenset({"fifo", "edf"})
+
+#: Longest time (s) in-flight requests may take to drain after the last send.
+_DRAIN_LIMIT = 60.0
+
+# Event kinds (ints: cheaper to compare than enums in the hot loop).
+_SEND, _ARRIVE, _READY, _RESPOND = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that defines one simulated run (picklable, for worker processes).
+
+    Attributes:
+        policy: Policy name for ``make_policy`` (``fifo``, ``edf``, ``slack_gate``,
+            ``xinfer`` or an ablation name the core registers).
+        robots: Robot count (bursty: base robots).
+        workload: Workload name (see :data:`xinfer_ros.sim.workloads.WORKLOADS`).
+        seed: Seeds start jitter, trace offsets and execution noise.
+        duration: Last send time (s); in-flight requests are drained afterwards.
+        window: Measurement window by send time (s).
+        policy_kwargs: Extra keyword arguments for the policy constructor.
+        rate_table: Rate-table file (``None``: the shipped default).
+        noise: Log-normal sigma of per-unit execution-time noise.
+        cpu_prep: Server CPU preparation before ViT is ready (s).
+        link_up: Client-to-server transport (s).
+        link_down: Server-to-client transport (s).
+        tick: Policy tick period while ready work waits (s); policies whose decisions
+            do not depend on the clock (fifo, edf) are never ticked.
+        period: Minimum send period T_E (s).
+        send_jitter: Mean of an exponential client-side handling delay added to every
+            send after the first (s); 0 keeps Eq. 1 exact. Jitter lets the robots'
+            phases drift into each other, as independent robots' clocks do.
+        slots: Execution slots per stage (``None``: the core default).
+        budgets_ms: Custom/uniform budgets (ms).
+        phase_length: Responses per budget phase.
+        budget_csv: Per-response budget CSV for ``custom``.
+        parcel_traces: Parcel trace file (``None``: the shipped set).
+        keep_records: Return the raw records in the result.
+        timeline_bin: Bin (s) of the attainment-over-time series (0 disables it).
+    """
+
+    policy: str = "xinfer"
+    robots: int = 8
+    workload: str = "phases"
+    seed: int = 0
+    duration: float = 210.0
+    window: tuple[float, float] = (30.0, 210.0)
+    policy_kwargs: dict[str, Any] = field(default_factory=dict)
+    rate_table: str | None = None
+    noise: float = 0.05
+    cpu_prep: float = 1.0e-3
+    link_up: float = 2.0e-3
+    link_down: float = 2.0e-3
+    tick: float = 2.0e-3
+    period: float = T_E
+    send_jitter: float = 0.0
+    slots: tuple[int, int, int] | None = None
+    budgets_ms: tuple[float, ...] | None = None
+    phase_length: int = 30
+    budget_csv: str | None = None
+    parcel_traces: str | None = None
+    keep_records: bool = False
+    timeline_bin: float = 0.0
+
+    def with_(self, **changes: Any) -> SimConfig:
+        """Return a copy with ``changes`` applied."""
+        return replace(self, **changes)
+
+
+@dataclass
+class RunResult:
+    """Outcome of one run.
+
+    Attributes:
+        config: The run's configuration (as a dict).
+        metrics: Window metrics.
+        records: Raw client records (only with ``keep_records``).
+        timeline: ``(bin_starts, attainment)`` lists when ``timeline_bin`` > 0.
+        gpu_utilisation: Share of time with at least one unit issued.
+        policy_calls: Number of policy decisions.
+        events: Number of processed events.
+        wall_s: Wall-clock seconds the run took.
+    """
+
+    config: dict[str, Any]
+    metrics: WindowMetrics
+    records: list[ResponseRecord] | None = None
+    timeline: tuple[list[float], list[float]] | None = None
+    gpu_utilisation: float = 0.0
+    policy_calls: int = 0
+    events: int = 0
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (records and wall time left out so outputs are reproducible)."""
+        out: dict[str, Any] = {
+            "config": self.config,
+            "metrics": self.metrics.to_dict(),
+            "gpu_utilisation": self.gpu_utilisation,
+            "policy_calls": self.policy_calls,
+            "events": self.events,
+        }
+        if self.timeline is not None:
+            out["timeline"] = {"bin_start_s": self.timeline[0], "attainment": self.timeline[1]}
+        return out
+
+
+_TABLES: dict[str | None, RateTable] = {}
+
+
+def load_table(path: str | Path | None) -> RateTable:
+    """Load (and cache per process) the rate table the policy and the GPU share."""
+    key = None if path is None else str(path)
+    table = _TABLES.get(key)
+    if table is None:
+        table = default_rate_table() if path is None else load_rate_table(path)
+        _TABLES[key] = table
+    return table
+
+
+def make_sim_policy(cfg: SimConfig, table: RateTable) -> Policy:
+    """Build the configured policy object through the core's registry."""
+    from xinfer_ros.core import make_policy
+
+    kwargs = dict(cfg.policy_kwargs)
+    kwargs.setdefault("rate_table", table)
+    if cfg.slots is not None:
+        kwargs.setdefault("slots", cfg.slots)
+    return make_policy(cfg.policy, **kwargs)
+
+
+class Simulation:
+    """One closed-loop run; call :meth:`run` once.
+
+    Args:
+        cfg: Run configuration.
+        workload: Prebuilt workload (default: built from ``cfg``).
+        policy_factory: Override for building the policy (tests, custom policies).
+    """
+
+    def __init__(
+        self,
+        cfg: SimConfig,
+        workload: Workload | None = None,
+        policy_factory: Callable[[SimConfig, RateTable], Policy] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.table = load_table(cfg.rate_table)
+        self.workload = workload or build_workload(
+            cfg.workload,
+            cfg.robots,
+            cfg.seed,
+            budgets_ms=cfg.budgets_ms,
+            phase_length=cfg.phase_length,
+            budget_csv=cfg.budget_csv,
+            parcel_traces=cfg.parcel_traces,
+            duration=cfg.duration,
+            window=cfg.window,
+        )
+        self.policy = (policy_factory or make_sim_policy)(cfg, self.table)
+        self.link = Link(cfg.link_up, cfg.link_down)
+        self.gpu = GpuModel(
+            rate=self.table.rate,
+            work=self.table.work,
+            overhead=self.table.overhead,
+            slots=self.policy.slots,
+            noise=cfg.noise,
+            seed=cfg.seed,
+        )
+        self.robots = [Robot(spec, cfg.period) for spec in self.workload.robots]
+        self._heap: list[tuple[float, int, int, int, Any]] = []
+        self._seq = 0
+        # Ready-but-not-launched units per stage: ticks run only while these wait for
+        # a policy that deferred them, so an idle or saturated GPU costs no ticks.
+        self._pending = [0, 0, 0]
+        self.policy_calls = 0
+        self.events = 0
+        self._jitter_rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x717]))
+        self._ticks = bool(
+            getattr(self.policy, "time_dependent", self.policy.name not in _TIME_INVARIANT)
+        )
+
+    def _push(self, t: float, kind: int, robot: int, payload: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, robot, payload))
+
+    def _decide(self, t: float) -> None:
+        """Ask the policy for launches at ``t`` and start them on the GPU."""
+        self.policy_calls += 1
+        out = self.policy.schedule(t)
+        gpu = self.gpu
+        pending = self._pending
+        for launch in out.launches:
+            s = int(launch.stage)
+            gpu.issue(launch.request.request_id, s, t)
+            pending[s] -= 1
+
+    def _needs_tick(self) -> bool:
+        pending, gpu = self._pending, self.gpu
+        return any(pending[s] > 0 and gpu.free(s) > 0 for s in range(3))
+
+    def run(self) -> RunResult:
+        """Simulate until every robot stopped and every request was answered."""
+        wall0 = time.perf_counter()
+        cfg, gpu, policy, robots = self.cfg, self.gpu, self.policy, self.robots
+        heap = self._heap
+        up, down, prep, h_out = self.link.up, self.link.down, cfg.cpu_prep, self.table.h_out
+        end_send = cfg.duration
+        for i, r in enumerate(robots):
+            if r.spec.start < end_send:
+                self._push(r.spec.start, _SEND, i)
+        next_rid = 0
+        inflight: dict[int, tuple[int, float]] = {}  # request id -> (robot, budget)
+        pending = self._pending
+        next_tick = math.inf
+        tick = cfg.tick
+        dirty = False
+        inf = math.inf
+        # A policy that defers some work forever would otherwise tick forever.
+        drain_until = end_send + _DRAIN_LIMIT
+        while True:
+            t_heap = heap[0][0] if heap else inf
+            t_gpu = gpu.next_finish
+            t = min(t_heap, t_gpu, next_tick)
+            if t == inf or t > drain_until:
+                break
+            self.events += 1
+            if t_gpu <= t_heap and t_gpu <= next_tick:
+                unit = gpu.pop_finished(t)
+                rid, s = unit.key, unit.stage
+                policy.complete(rid, s, t)  # type: ignore[arg-type]
+                if s < 2:
+                    pending[s + 1] += 1
+                else:
+                    robot, budget = inflight.pop(rid)  # type: ignore[arg-type]
+                    self._push(t + h_out + down, _RESPOND, robot, budget)
+                dirty = True
+            elif t_heap <= next_tick:
+                _, _, kind, i, payload = heapq.heappop(heap)
+                if kind == _SEND:
+                    budget = robots[i].send(t)
+                    self._push(t + up, _ARRIVE, i, budget)
+                elif kind == _ARRIVE:
+                    # The request reaches the server now (a_j); the policy sees it once
+                    # CPU preparation is done, with its deadline still counted from a_j.
+                    self._push(t + prep, _READY, i, (t, payload))
+                elif kind == _READY:
+                    arrival, budget = payload
+                    rid = next_rid
+                    next_rid += 1
+                    req = Request(rid, str(robots[i].spec.robot_id), arrival, budget,
+                                  delta=up + down)
+                    inflight[rid] = (i, budget)
+                    policy.add_request(req, t)
+                    pending[0] += 1
+                    dirty = True
+                else:  # _RESPOND
+                    rb = robots[i]
+                    nxt = rb.receive(t, payload)
+                    if cfg.send_jitter > 0.0:
+                        nxt += float(self._jitter_rng.exponential(cfg.send_jitter))
+                    if nxt < end_send and rb.can_send():
+                        self._push(nxt, _SEND, i)
+            else:
+                next_tick = inf
+                dirty = True
+            # Decide once per instant, after every same-time event has been recorded.
+            if dirty:
+                t_next = min(heap[0][0] if heap else inf, gpu.next_finish)
+                if t_next > t:
+                    self._decide(t)
+                    dirty = False
+                    if next_tick == inf and self._ticks and self._needs_tick():
+                        next_tick = t + tick
+        for rb in robots:
+            if rb.in_flight:  # only possible if a policy starved a request
+                rb.records.append(ResponseRecord(rb.last_send, None, rb.last_budget, False,
+                                                 rb.spec.robot_id))
+        return self._result(time.perf_counter() - wall0)
+
+    def _result(self, wall: float) -> RunResult:
+        records = [rec for r in self.robots for rec in r.records]
+        records.sort(key=lambda rec: rec.send_time)
+        metrics = summarize(records, self.cfg.window,
+                            wide_budget=max(self.workload.budget_values()))
+        timeline = None
+        if self.cfg.timeline_bin > 0:
+            ts, att = attainment_over_time(records, self.cfg.timeline_bin, self.cfg.window)
+            timeline = (ts.tolist(), att.tolist())
+        end = max((rec.response_time or 0.0) for rec in records) if records else 0.0
+        cfg = asdict(self.cfg)
+        return RunResult(
+            config=cfg,
+            metrics=metrics,
+            records=records if self.cfg.keep_records else None,
+            timeline=timeline,
+            gpu_utilisation=self.gpu.utilisation(end) if end > 0 else 0.0,
+            policy_calls=self.policy_calls,
+            events=self.events,
+            wall_s=wall,
+        )
+
+
+def simulate(cfg: SimConfig, **kwargs: Any) -> RunResult:
+    """Run one simulation (see :class:`Simulation` for ``kwargs``)."""
+    return Simulation(cfg, **kwargs).run()
+
+
+def run_config(cfg: SimConfig) -> RunResult:
+    """Top-level worker entry point for process pools."""
+    return simulate(cfg)

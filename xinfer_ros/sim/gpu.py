@@ -1,0 +1,182 @@
+"""Modelled GPU: non-preemptive stage units progressing at calibrated concurrent rates.
+
+Each issued unit first spends its stage-issue overhead ``h_s`` (host submission, no
+progress), then performs ``W_s`` of isolated-time work at rate ``ρ_s(n_{-j})``, where
+``n_{-j}`` counts the *other* issued units per stage (Eq. 8-9). Whenever the set of
+issued units changes, every unit's progress is brought up to date and its finish time
+recomputed, because the rates of all running units change with concurrency.
+
+Execution-time noise multiplies each unit's work by a seeded log-normal factor, so the
+scheduler's predictor (which assumes exactly ``W_s``) is good but not exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GpuModel", "RateFn", "Unit"]
+
+#: ``rate(stage, (n_V, n_P, n_A) of the other units) -> ρ`` (dimensionless, > 0).
+RateFn = Callable[[int, tuple[int, int, int]], float]
+
+
+@dataclass(slots=True)
+class Unit:
+    """One issued, non-preemptive unit.
+
+    Attributes:
+        key: Caller's handle (the request id).
+        stage: Stage index (0 ViT, 1 Prefill, 2 Action).
+        issued: Issue time (s).
+        compute_start: ``issued + h_s``: work starts here.
+        work: Remaining isolated-time work (s).
+        rate: Current progress rate (isolated seconds per second).
+        last: Time up to which ``work`` is accounted.
+        finish: Predicted finish under the current rate (s).
+    """
+
+    key: object
+    stage: int
+    issued: float
+    compute_start: float
+    work: float
+    rate: float
+    last: float
+    finish: float
+
+
+class GpuModel:
+    """Non-preemptive units with concurrency-dependent rates and per-stage slots.
+
+    Args:
+        rate: Rate lookup (clipped to the calibrated bounds by the caller's table).
+        work: Isolated work ``W_s`` per stage (s).
+        overhead: Issue overhead ``h_s`` per stage (s).
+        slots: Execution slots per stage.
+        noise: Log-normal sigma of the per-unit work factor (0 disables noise).
+        seed: Seed of the noise stream.
+    """
+
+    def __init__(
+        self,
+        rate: RateFn,
+        work: tuple[float, float, float],
+        overhead: tuple[float, float, float],
+        slots: tuple[int, int, int],
+        *,
+        noise: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        if noise < 0:
+            raise ValueError(f"noise must be >= 0, got {noise!r}")
+        self._rate = rate
+        self._work = work
+        self._overhead = overhead
+        self.slots = slots
+        self._noise = noise
+        self._rng = np.random.default_rng(np.random.SeedSequence([seed, 0x6E0]))
+        # Pre-drawn noise factors: one draw call per batch is far cheaper than one per
+        # unit, and the stream stays a pure function of the seed.
+        self._factors: list[float] = []
+        self.units: dict[object, Unit] = {}
+        self.counts: list[int] = [0, 0, 0]
+        self.next_finish: float = math.inf
+        self._cache: dict[tuple[int, int, int, int], float] = {}
+        self.busy_time: float = 0.0
+        self._busy_since: float | None = None
+
+    def _factor(self) -> float:
+        """Next multiplicative noise factor (mean 1)."""
+        if self._noise == 0.0:
+            return 1.0
+        if not self._factors:
+            s = self._noise
+            self._factors = np.exp(
+                self._rng.normal(-0.5 * s * s, s, size=4096)
+            ).tolist()
+        return self._factors.pop()
+
+    def free(self, stage: int) -> int:
+        """Free execution slots of ``stage``."""
+        return self.slots[stage] - self.counts[stage]
+
+    def _lookup(self, stage: int, nv: int, np_: int, na: int) -> float:
+        key = (stage, nv, np_, na)
+        r = self._cache.get(key)
+        if r is None:
+            r = self._rate(stage, (nv, np_, na))
+            if not r > 0:
+                raise ValueError(f"rate for stage {stage} at {(nv, np_, na)} is {r!r}")
+            self._cache[key] = r
+        return r
+
+    def _advance(self, t: float) -> None:
+        """Account work done by every unit up to ``t`` at its current rate."""
+        for u in self.units.values():
+            begin = u.last if u.last > u.compute_start else u.compute_start
+            if t > begin:
+                u.work -= u.rate * (t - begin)
+            u.last = t
+
+    def _rerate(self, t: float) -> None:
+        """Recompute rates and finish times after a concurrency change at ``t``."""
+        nv, np_, na = self.counts
+        nxt = math.inf
+        for u in self.units.values():
+            s = u.stage
+            u.rate = self._lookup(
+                s, nv - (s == 0), np_ - (s == 1), na - (s == 2)
+            )
+            begin = u.compute_start if u.compute_start > t else t
+            u.finish = begin + max(u.work, 0.0) / u.rate
+            nxt = min(nxt, u.finish)
+        self.next_finish = nxt
+        if self.units and self._busy_since is None:
+            self._busy_since = t
+        elif not self.units and self._busy_since is not None:
+            self.busy_time += t - self._busy_since
+            self._busy_since = None
+
+    def issue(self, key: object, stage: int, t: float) -> Unit:
+        """Start a unit of ``stage`` for ``key`` at ``t``.
+
+        Raises:
+            ValueError: If the stage has no free slot or ``key`` already runs.
+        """
+        if self.counts[stage] >= self.slots[stage]:
+            raise ValueError(f"stage {stage} has no free slot ({self.slots[stage]} in use)")
+        if key in self.units:
+            raise ValueError(f"unit {key!r} is already running")
+        self._advance(t)
+        unit = Unit(
+            key=key,
+            stage=stage,
+            issued=t,
+            compute_start=t + self._overhead[stage],
+            work=self._work[stage] * self._factor(),
+            rate=1.0,
+            last=t,
+            finish=math.inf,
+        )
+        self.units[key] = unit
+        self.counts[stage] += 1
+        self._rerate(t)
+        return unit
+
+    def pop_finished(self, t: float) -> Unit:
+        """Retire the unit finishing at ``t`` (== :attr:`next_finish`) and return it."""
+        self._advance(t)
+        done = min(self.units.values(), key=lambda u: u.finish)
+        del self.units[done.key]
+        self.counts[done.stage] -= 1
+        self._rerate(t)
+        return done
+
+    def utilisation(self, t: float) -> float:
+        """Fraction of ``[0, t]`` with at least one unit issued."""
+        busy = self.busy_time + (t - self._busy_since if self._busy_since is not None else 0.0)
+        return busy / t if t > 0 else 0.0
