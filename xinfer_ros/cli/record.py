@@ -1,0 +1,240 @@
+"""``xinfer-record``: record a fleet's inputs and outputs into a rosbag2 bag.
+
+Runs the :mod:`xinfer_ros.nodes.recorder` node in this process for the given robots
+(MCAP by default, ``--storage sqlite3`` on request) until Ctrl-C, SIGTERM or
+``--duration``. With ``--with-fleet`` it also starts a fleet like ``xinfer-fleet``
+(server, executor and simulated robot per robot) and stops it afterwards: the executors
+first, so that chunks in flight are recorded, then the rest.
+
+DDS stays on loopback: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` is set unless the
+caller set it, and a random ``ROS_DOMAIN_ID`` is chosen unless one is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from xinfer_ros.nodes.plan import BACKENDS, PlanError, build_fleet_plan, parse_robots
+
+__all__ = ["build_parser", "main", "record"]
+
+STORAGES = ("mcap", "sqlite3")
+#: Recording continues this long after the executors stopped, for chunks in flight (s).
+IN_FLIGHT_GRACE_S = 1.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    p = argparse.ArgumentParser(prog="xinfer-record", description=__doc__.splitlines()[0])
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="bag directory to create (default out/bags/fleet_<UTC time>)")
+    p.add_argument("--robots", default="1", help="robot count or comma-separated names")
+    p.add_argument("--cameras", type=int, default=3, help="cameras per robot")
+    p.add_argument("--storage", choices=STORAGES, default="mcap", help="bag storage")
+    p.add_argument("--bag-version", type=int, choices=(8, 9), default=8,
+                   help="rosbag2 metadata version (8 reads on Jazzy and Kilted)")
+    p.add_argument("--distro", default="", help="typestore: humble, jazzy, kilted")
+    p.add_argument("--no-images", action="store_true", help="do not record camera images")
+    p.add_argument("--duration", type=float, default=0.0,
+                   help="stop after this many seconds (0: until Ctrl-C/SIGTERM)")
+    p.add_argument("--ready-timeout", type=float, default=120.0,
+                   help="with --with-fleet: longest wait for the server to come up (s)")
+    fleet = p.add_argument_group("fleet", "start a fleet and record it")
+    fleet.add_argument("--with-fleet", action="store_true",
+                       help="start server, executors and simulated robots (xinfer-fleet's plan)")
+    fleet.add_argument("--backend", choices=BACKENDS, default=None, help="model backend")
+    fleet.add_argument("--model", default=None, help="model preset")
+    fleet.add_argument("--policy", default=None, help="scheduling policy")
+    fleet.add_argument("--workload", default="phases", help="budget pattern of the robots")
+    fleet.add_argument("--config", type=Path, default=None, help="server parameter file")
+    fleet.add_argument("--seed", type=int, default=0, help="seed of the robots' workload")
+    fleet.add_argument("--logs", type=Path, default=None,
+                       help="directory for the fleet's node logs (default: a temp dir)")
+    return p
+
+
+def _default_output() -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S")
+    return Path("out/bags") / f"fleet_{stamp}"
+
+
+class _FleetStopper:
+    """The stop condition of a recording with a fleet attached.
+
+    Recording starts once the recorder is connected to every topic (bounded by
+    ``ready_s``); ``duration`` counts from then. At the end (or on a signal) it stops
+    the executors, so no new request goes out, keeps recording for
+    :data:`IN_FLIGHT_GRACE_S` so answers in flight land in the bag, then ends.
+    """
+
+    def __init__(self, procs: dict[str, subprocess.Popen], recorder: Any, duration: float,
+                 ready_s: float, signalled: Callable[[], bool]) -> None:
+        self.procs = procs
+        self.recorder = recorder
+        self.duration = duration
+        self.arm_by = time.monotonic() + ready_s
+        self.deadline = float("inf")
+        self.signalled = signalled
+        self.stopping_at: float | None = None
+        self.died: list[str] = []
+        recorder.armed = False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if not self.recorder.armed and self.recorder.arm_when_matched(self.arm_by):
+            self.deadline = now + self.duration
+        if self.stopping_at is None:
+            self.died = [n for n, p in self.procs.items() if p.poll() is not None]
+            if now >= self.deadline or self.signalled() or self.died:
+                self.stopping_at = now
+                for name, proc in self.procs.items():
+                    if "rtc_executor" in name and proc.poll() is None:
+                        proc.send_signal(signal.SIGINT)
+            return False
+        return now - self.stopping_at >= IN_FLIGHT_GRACE_S
+
+
+def _start_fleet(args: argparse.Namespace, env: dict[str, str],
+                 logs: Path) -> dict[str, subprocess.Popen]:
+    from xinfer_ros.cli.fleet import _spawn
+
+    plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
+                            policy=args.policy, workload=args.workload, config=args.config,
+                            seed=args.seed)
+    return {f"{spec.namespace.strip('/') or 'server'}/{spec.name}": _spawn(spec, logs, env)
+            for spec in plan}
+
+
+def _overrides(args: argparse.Namespace, robots: list[str], output: Path) -> list[Any]:
+    from rclpy.parameter import Parameter
+
+    return [
+        Parameter("robots", value=robots), Parameter("cameras", value=args.cameras),
+        Parameter("output", value=str(output)), Parameter("storage", value=args.storage),
+        Parameter("bag_version", value=args.bag_version), Parameter("distro", value=args.distro),
+        Parameter("record_images", value=not args.no_images)]
+
+
+def _wait_for_server(procs: dict[str, subprocess.Popen], timeout: float,
+                     signalled: Callable[[], bool]) -> bool:
+    """Wait until the server publishes fleet statistics (its constructor finished).
+
+    Loading a torch model takes seconds; recording starts once the fleet is live, so
+    the bag does not open with requests nobody could answer.
+    """
+    import rclpy
+
+    probe = rclpy.create_node("xinfer_record_probe")
+    try:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not signalled():
+            if probe.count_publishers("/xinfer/fleet_stats") > 0:
+                return True
+            if any(p.poll() is not None for p in procs.values()):
+                return False
+            time.sleep(0.1)
+        return False
+    finally:
+        probe.destroy_node()
+
+
+def record(args: argparse.Namespace) -> int:
+    """Record as ``args`` says; return the exit status."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    from xinfer_ros.cli.fleet import _loopback_env
+    from xinfer_ros.nodes.recorder import StopFlag
+
+    try:
+        robots = parse_robots(args.robots)
+    except PlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    output = args.output or _default_output()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    env = _loopback_env()
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    with StopFlag() as flag:
+        return _record(args, robots, output, env, flag)
+
+
+def _record(args: argparse.Namespace, robots: list[str], output: Path, env: dict[str, str],
+            flag: Any) -> int:
+    import rclpy
+
+    from xinfer_ros.cli.fleet import _stop
+    from xinfer_ros.nodes.recorder import Recorder, run_recorder
+
+    procs: dict[str, subprocess.Popen] = {}
+    stopper: _FleetStopper | None = None
+    recorder = None
+    try:
+        if args.with_fleet:
+            logs = args.logs or Path(tempfile.mkdtemp(prefix="record_fleet_"))
+            logs.mkdir(parents=True, exist_ok=True)
+            try:
+                procs = _start_fleet(args, env, logs)
+            except PlanError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            print(f"fleet started ({len(procs)} nodes); logs in {logs}; waiting for the server")
+            if not _wait_for_server(procs, args.ready_timeout, lambda: flag.signal is not None):
+                print(f"error: the server did not come up within {args.ready_timeout:g} s; "
+                      f"see {logs}", file=sys.stderr)
+                return 1
+        try:
+            recorder = Recorder(parameter_overrides=_overrides(args, robots, output))
+        except (ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"xinfer-record: {len(robots)} robots {robots} -> {output} ({args.storage}); "
+              f"ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only)"
+              + (f"; {args.duration:g} s" if args.duration > 0 else "; Ctrl-C to stop"))
+        deadline = time.monotonic() + (args.duration if args.duration > 0 else float("inf"))
+
+        def until_deadline() -> bool:
+            return flag.signal is not None or time.monotonic() >= deadline
+
+        stop: Callable[[], bool] = until_deadline
+        if procs:
+            stopper = _FleetStopper(procs, recorder, args.duration if args.duration > 0
+                                    else float("inf"), args.ready_timeout,
+                                    lambda: flag.signal is not None)
+            stop = stopper
+        run_recorder(recorder, stop)
+    finally:
+        _stop(list(procs.values()))
+        if recorder is not None:
+            recorder.destroy_node()
+        rclpy.try_shutdown()
+    if recorder is None:
+        return 2
+    print(f"bag: {output} ({recorder.message_count} messages)")
+    for topic, count in sorted(recorder.counts.items()):
+        print(f"  {topic:<40}{count:>8}")
+    if stopper is not None and stopper.died:
+        print(f"error: node(s) exited early: {', '.join(stopper.died)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``xinfer-record``."""
+    return record(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

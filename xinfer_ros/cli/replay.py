@@ -1,0 +1,287 @@
+"""``xinfer-replay BAG``: replay a recorded fleet bag against a server; report regressions.
+
+Plays the bag's robot inputs (camera frames, joint states, budgets, policy requests)
+into a server, keeping the recorded timing (``--rate`` scales it), open loop (requests
+at their recorded times, unchanged) or closed loop (``--mode closed``: Eq. 1,
+``s_{j+1} = max(s_j + T_E, r_j)`` against the new server, recorded budgets). By default
+it starts a server like ``xinfer-fleet`` does, serving the bag's robots; ``--running``
+uses one that is already up. It collects the new chunks and writes a regression report
+(JSON and a table): per robot attainment, P50/P99 before and after, action differences
+against the recorded chunks, status counts.
+
+Exit status: 0 all checks passed; 1 a threshold was crossed (``--max-attainment-drop``,
+``--max-action-rms``, ...); 2 the bag is unusable or the arguments are wrong; 3 the
+server did not come up, died, or nothing was answered.
+
+DDS stays on loopback: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` is set unless the
+caller set it, and a random ``ROS_DOMAIN_ID`` is chosen unless one is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from xinfer_ros.core.constants import SEND_PERIOD
+from xinfer_ros.nodes.plan import BACKENDS, PlanError, build_fleet_plan
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_REGRESSION", "EXIT_SERVER", "build_parser", "main", "replay"]
+
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
+EXIT_SERVER = 3
+
+
+def _optional_float(text: str) -> float | None:
+    return None if text.lower() in ("none", "off", "") else float(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    p = argparse.ArgumentParser(prog="xinfer-replay", description=__doc__.splitlines()[0])
+    p.add_argument("bag", type=Path, help="rosbag2 directory (MCAP or sqlite3) or .mcap file")
+    p.add_argument("--mode", choices=("open", "closed"), default="open",
+                   help="open: recorded request times; closed: Eq. 1 against the new server")
+    p.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
+    p.add_argument("--period", type=float, default=SEND_PERIOD,
+                   help="closed loop: minimum request period T_E (s)")
+    srv = p.add_argument_group("server")
+    srv.add_argument("--running", action="store_true",
+                     help="replay into a server that is already running (do not start one)")
+    srv.add_argument("--backend", choices=BACKENDS, default=None, help="model backend")
+    srv.add_argument("--model", default=None, help="model preset")
+    srv.add_argument("--policy", default=None, help="scheduling policy")
+    srv.add_argument("--device", default=None, help="torch device")
+    srv.add_argument("--config", type=Path, default=None, help="server parameter file")
+    srv.add_argument("--server-timeout", type=float, default=120.0,
+                     help="longest wait for the server to connect (s)")
+    srv.add_argument("--probe-timeout", type=float, default=15.0,
+                     help="longest wait for probe requests to prove frames reach the server (s)")
+    tim = p.add_argument_group("timing")
+    tim.add_argument("--request-timeout", type=float, default=1.0,
+                     help="closed loop: abandon a request unanswered this long (s)")
+    tim.add_argument("--response-timeout", type=float, default=3.0,
+                     help="after the last message, wait this long for answers (s)")
+    tim.add_argument("--warmup", type=float, default=0.0,
+                     help="do not measure requests in the first WARMUP s of the bag")
+    tim.add_argument("--drain", type=float, default=0.5,
+                     help="do not measure requests in the last DRAIN s of the bag")
+    thr = p.add_argument_group("thresholds (exit 1 when crossed; 'none' disables)")
+    thr.add_argument("--max-attainment-drop", type=_optional_float, default=0.02,
+                     help="largest allowed attainment fall, fraction (default 0.02)")
+    thr.add_argument("--max-p50-increase-ms", type=_optional_float, default=None)
+    thr.add_argument("--max-p99-increase-ms", type=_optional_float, default=None)
+    thr.add_argument("--max-action-rms", type=_optional_float, default=None,
+                     help="largest allowed RMS action difference (comparable pairs)")
+    thr.add_argument("--max-action-abs", type=_optional_float, default=None,
+                     help="largest allowed absolute action difference")
+    thr.add_argument("--require-identical", action="store_true",
+                     help="every comparable chunk must reproduce the recorded actions exactly")
+    thr.add_argument("--max-obs-mismatch", type=_optional_float, default=None,
+                     help="largest allowed fraction of chunks that used other observations")
+    thr.add_argument("--max-unanswered", type=_optional_float, default=None,
+                     help="largest allowed fraction of replayed requests left unanswered")
+    p.add_argument("--json", type=Path, default=None,
+                   help="report path (default OUT/replay_report.json)")
+    p.add_argument("--out", type=Path, default=Path("out/replay"),
+                   help="directory for the report and the server log")
+    return p
+
+
+def _thresholds(args: argparse.Namespace) -> Any:
+    from xinfer_ros.nodes.bag_report import Thresholds
+
+    return Thresholds(
+        max_attainment_drop=args.max_attainment_drop,
+        max_p50_increase_ms=args.max_p50_increase_ms,
+        max_p99_increase_ms=args.max_p99_increase_ms,
+        max_action_rms=args.max_action_rms, max_action_abs=args.max_action_abs,
+        require_identical=args.require_identical, max_obs_mismatch=args.max_obs_mismatch,
+        max_unanswered=args.max_unanswered)
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    if not (math.isfinite(args.rate) and args.rate > 0):
+        return f"--rate must be > 0, got {args.rate}"
+    for name in ("period", "request_timeout", "response_timeout", "warmup", "drain",
+                 "server_timeout", "probe_timeout"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            return f"--{name.replace('_', '-')} must be >= 0, got {value}"
+    return None
+
+
+def _start_server(args: argparse.Namespace, robots: list[str], env: dict[str, str],
+                  workdir: Path) -> subprocess.Popen:
+    from xinfer_ros.cli.fleet import _spawn
+
+    spec = build_fleet_plan(robots, backend=args.backend, model=args.model, policy=args.policy,
+                            config=args.config)[0]
+    if args.device:
+        spec.parameters["device"] = args.device
+    return _spawn(spec, workdir, env)
+
+
+def _server_info(args: argparse.Namespace) -> dict[str, Any]:
+    if args.running:
+        return {"server": "running"}
+    try:
+        params = build_fleet_plan(1, backend=args.backend, model=args.model,
+                                  policy=args.policy, config=args.config)[0].parameters
+    except PlanError:
+        return {"server": "started"}
+    return {"server": "started", "backend": params.get("backend"), "model": params.get("model"),
+            "policy": params.get("policy")}
+
+
+def _play(args: argparse.Namespace, run: Any, server: subprocess.Popen | None,
+          stop: Callable[[], bool]) -> tuple[Any, str | None]:
+    """Connect to the server and replay; return the result and an error, if any."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from xinfer_ros.nodes.bag_player import BagPlayer, PlayConfig
+
+    config = PlayConfig(mode=args.mode, rate=args.rate, period_s=args.period,
+                        request_timeout_s=args.request_timeout,
+                        response_timeout_s=args.response_timeout)
+    player = BagPlayer(run, config)
+    executor = SingleThreadedExecutor()
+    executor.add_node(player)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        def alive() -> bool:
+            return (server is None or server.poll() is None) and not stop()
+
+        missing, sensors = player.wait_for_server(args.server_timeout, alive)
+        if missing:
+            return player.result, ("server not connected within "
+                                   f"{args.server_timeout:g} s: {', '.join(missing[:6])}")
+        if sensors:
+            run.warnings.append(f"the server does not subscribe to {len(sensors)} recorded "
+                                f"input topic(s): {', '.join(sensors[:6])}")
+        if silent := player.probe(args.probe_timeout, alive):
+            run.warnings.append(f"probe requests of {silent} were not served; their first "
+                                "replayed requests may be rejected")
+        print(f"server connected; replaying {run.duration_s:.1f} s of recording "
+              f"({args.mode} loop, rate {args.rate:g})")
+        # The whole replay is bounded: the recording's length at this rate, plus margins.
+        limit = time.monotonic() + run.duration_s / args.rate + args.response_timeout + 30.0
+
+        def stop_or_expired() -> bool:
+            return stop() or time.monotonic() > limit or \
+                (server is not None and server.poll() is not None)
+
+        result = player.play(stop_or_expired)
+        if server is not None and server.poll() is not None:
+            return result, f"the server exited during the replay (code {server.returncode})"
+        return result, None
+    finally:
+        executor.shutdown()
+        spinner.join(timeout=2.0)
+        player.destroy_node()
+        rclpy.try_shutdown()
+
+
+def _json_safe(value: Any) -> Any:
+    # NaN and infinities (no samples) become null so that strict JSON readers accept
+    # the report; numpy scalars become plain numbers.
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) or hasattr(value, "item"):
+        number = value.item() if hasattr(value, "item") else value
+        return None if isinstance(number, float) and not math.isfinite(number) else number
+    return str(value)
+
+
+def _write_report(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False))
+
+
+def replay(args: argparse.Namespace) -> int:
+    """Replay as ``args`` says; return the exit status."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    from xinfer_ros.cli.fleet import _loopback_env, _stop
+    from xinfer_ros.nodes.bag_reader import BagError
+    from xinfer_ros.nodes.bag_report import build_report, format_report
+    from xinfer_ros.nodes.bag_scan import scan_bag
+    from xinfer_ros.nodes.recorder import StopFlag
+
+    if error := _check_args(args):
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        run = scan_bag(args.bag)
+    except (BagError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    robots = sorted(run.robots)
+    if args.running and "ROS_DOMAIN_ID" not in os.environ:
+        print("warning: --running without ROS_DOMAIN_ID: a random domain is chosen, where "
+              "no server runs; set the server's ROS_DOMAIN_ID", file=sys.stderr)
+    env = _loopback_env()
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    args.out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="replay_", dir=args.out))
+    print(f"xinfer-replay: {args.bag} ({run.source.storage}, {run.duration_s:.1f} s, robots "
+          f"{robots}); ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
+
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    server = None
+    with StopFlag() as flag:
+        try:
+            if not args.running:
+                try:
+                    server = _start_server(args, robots, env, workdir)
+                except PlanError as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+                    rclpy.try_shutdown()
+                    return EXIT_BAD_INPUT
+            result, error = _play(args, run, server, lambda: flag.signal is not None)
+        finally:
+            if server is not None:
+                _stop([server])
+    info = {"mode": args.mode, "rate": args.rate, **_server_info(args)}
+    report = build_report(run, result, _thresholds(args), warmup_s=args.warmup,
+                          drain_s=args.drain, info=info)
+    report["error"] = error
+    print(format_report(report))
+    json_path = args.json or args.out / "replay_report.json"
+    _write_report(report, json_path)
+    print(f"report: {json_path}")
+    if error or report["total"]["after"]["responses"] == 0:
+        print(f"error: {error or 'no answers from the server'}; see {workdir}", file=sys.stderr)
+        return EXIT_SERVER
+    if flag.signal is not None:
+        print("interrupted", file=sys.stderr)
+        return EXIT_SERVER
+    return 0 if report["passed"] else EXIT_REGRESSION
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``xinfer-replay``."""
+    return replay(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

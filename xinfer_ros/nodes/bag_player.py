@@ -1,0 +1,409 @@
+"""Replays a fleet bag's robot inputs into an inference server and collects its answers.
+
+The player acts as every recorded robot at once: it publishes the recorded camera
+frames, joint states and budgets on the recorded schedule (log times, scaled by a rate
+factor) and sends the recorded policy requests either
+
+* **open loop**: at their recorded times, unchanged (same stamps, so the server picks
+  the same observations; same seq, so a seeded model draws the same noise), or
+* **closed loop**: like a robot's executor, request ``j+1`` at
+  ``max(s_j + T_E, r_j)`` (Eq. 1) with ``r_j`` the new server's answer, carrying the
+  budget in force at that point of the recording (the ``budget`` topic; the request's
+  own budget where none was recorded) and a stamp on the recording's time line.
+
+Every ``action_chunk`` the server publishes is kept with its receive time. Every wait is
+bounded; the caller's ``stop`` callable can end a replay at any time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
+from rclpy.time import Time
+
+from xinfer_ros.core.constants import SEND_PERIOD
+from xinfer_ros.msg import ActionChunk, PolicyRequest
+from xinfer_ros.nodes.bag_reader import BagMessage
+from xinfer_ros.nodes.bag_scan import RecordedChunk, RecordedRequest, RecordedRun, chunk_from_msg
+from xinfer_ros.nodes.bag_types import BagTopic, Role, TopicKind
+from xinfer_ros.nodes.recorder import message_class
+
+__all__ = ["MODES", "BagPlayer", "PlayConfig", "PlayResult", "SentRequest"]
+
+MODES = ("open", "closed")
+#: Seq numbers of probe requests; far above any executor's count, below 2**32 so that
+#: any seeding scheme accepts them.
+PROBE_SEQ = 2**31
+#: Longest single sleep of the play loop, which bounds the reaction to ``stop``.
+_SLICE_S = 0.02
+
+
+@dataclass(frozen=True)
+class PlayConfig:
+    """How to replay.
+
+    Attributes:
+        mode: ``open`` (recorded request times) or ``closed`` (Eq. 1).
+        rate: Playback speed factor (2.0 plays twice as fast).
+        period_s: Closed loop: minimum request period ``T_E`` in recorded time (s).
+        request_timeout_s: Closed loop: a request unanswered this long is abandoned.
+        response_timeout_s: After the last message, wait this long for answers.
+        lead_s: Delay between the start call and the first message.
+    """
+
+    mode: str = "open"
+    rate: float = 1.0
+    period_s: float = SEND_PERIOD
+    request_timeout_s: float = 1.0
+    response_timeout_s: float = 3.0
+    lead_s: float = 0.3
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {list(MODES)}")
+        if not self.rate > 0:
+            raise ValueError(f"rate must be > 0, got {self.rate}")
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """A request as the player sent it.
+
+    Attributes:
+        seq: Sequence number.
+        send_ns: Wall-clock send time, ns.
+        budget_ms: Budget it carried.
+        bag_ns: The point of the recording's time line it was sent at, ns.
+    """
+
+    seq: int
+    send_ns: int
+    budget_ms: float
+    bag_ns: int
+
+
+@dataclass
+class PlayResult:
+    """What a replay sent and received.
+
+    Attributes:
+        sent: Per robot, the requests in send order.
+        chunks: Per robot, the first answer to each seq.
+        published: Messages published per topic kind.
+        max_lag_s: Largest delay of a publication behind its schedule.
+        stopped: Whether ``stop`` ended the replay early.
+        duplicates: Answers to a seq already answered (ignored).
+    """
+
+    sent: dict[str, list[SentRequest]] = field(default_factory=dict)
+    chunks: dict[str, dict[int, RecordedChunk]] = field(default_factory=dict)
+    published: Counter[str] = field(default_factory=Counter)
+    max_lag_s: float = 0.0
+    stopped: bool = False
+    duplicates: int = 0
+
+
+@dataclass
+class _Robot:
+    """Closed-loop executor state of one robot."""
+
+    pending: list[RecordedRequest]
+    next_send: float = 0.0
+    in_flight: tuple[int, float] | None = None  # seq, monotonic send time
+    template: RecordedRequest | None = None
+    next_seq: int = 0
+
+    def take(self) -> RecordedRequest:
+        """The next request to send: the next recorded one, then copies of the last.
+
+        A faster server runs out of recorded requests before the recording ends; the
+        robot keeps sending at its Eq. 1 pace with fresh seq numbers, as it would live.
+        """
+        if self.pending:
+            self.template = self.pending.pop(0)
+            self.next_seq = max(self.next_seq, self.template.seq + 1)
+            return self.template
+        assert self.template is not None
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        return RecordedRequest(seq, self.template.stamp_ns, self.template.log_ns,
+                               self.template.budget_ms, self.template.data)
+
+
+def _publisher_qos(topic: BagTopic) -> QoSProfile:
+    if topic.kind in (TopicKind.IMAGE, TopicKind.STATE):
+        return qos_profile_sensor_data
+    if topic.kind == TopicKind.BUDGET:
+        return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class BagPlayer(Node):
+    """Publishes a recorded run's inputs and collects the answers.
+
+    Args:
+        run: The scanned bag.
+        config: Replay settings.
+    """
+
+    def __init__(self, run: RecordedRun, config: PlayConfig) -> None:
+        super().__init__("xinfer_replay")
+        self.run = run
+        self.config = config
+        self.result = PlayResult(sent={r: [] for r in run.robots},
+                                 chunks={r: {} for r in run.robots})
+        self._probes: dict[tuple[str, int], RecordedChunk] = {}
+        self._probe_seq = PROBE_SEQ
+        self._lock = threading.Lock()
+        self._answered = threading.Event()
+        self._inputs = {name: t for name, t in run.topics.items()
+                        if t.role == Role.INPUT and t.robot in run.robots}
+        self._pubs = {name: self.create_publisher(message_class(t.msgtype), name,
+                                                  _publisher_qos(t))
+                      for name, t in self._inputs.items()}
+        for robot in run.robots:
+            self.create_subscription(ActionChunk, f"/{robot}/action_chunk",
+                                     lambda m, r=robot: self._on_chunk(r, m),
+                                     QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
+
+    # -- answers ------------------------------------------------------------------------
+    def _on_chunk(self, robot: str, msg: ActionChunk) -> None:
+        chunk = chunk_from_msg(msg, time.time_ns())
+        with self._lock:
+            if chunk.seq >= PROBE_SEQ:
+                self._probes[(robot, chunk.seq)] = chunk
+                self._answered.set()
+                return
+            answers = self.result.chunks[robot]
+            if chunk.seq in answers:
+                self.result.duplicates += 1
+            else:
+                answers[chunk.seq] = chunk
+        self._answered.set()
+
+    def _answer(self, robot: str, seq: int) -> RecordedChunk | None:
+        with self._lock:
+            return self.result.chunks[robot].get(seq)
+
+    def outstanding(self) -> int:
+        """Sent requests without an answer yet."""
+        with self._lock:
+            return sum(1 for robot, sent in self.result.sent.items() for s in sent
+                       if s.seq not in self.result.chunks[robot])
+
+    # -- connection ---------------------------------------------------------------------
+    def unmatched(self, kinds: tuple[TopicKind, ...]) -> list[str]:
+        """Topics of ``kinds`` whose server side is not connected yet.
+
+        ``TopicKind.CHUNK`` stands for the server's ``action_chunk`` publishers.
+        """
+        missing = [name for name, t in self._inputs.items()
+                   if t.kind in kinds and self._pubs[name].get_subscription_count() == 0]
+        if TopicKind.CHUNK in kinds:
+            missing += [f"/{r}/action_chunk" for r in self.run.robots
+                        if self.count_publishers(f"/{r}/action_chunk") == 0]
+        return missing
+
+    def wait_for_server(self, timeout_s: float, alive: Callable[[], bool],
+                        sensor_grace_s: float = 3.0) -> tuple[list[str], list[str]]:
+        """Wait until the server takes the requests and answers, then for its sensors.
+
+        Requests and answers must connect within ``timeout_s``. Camera and joint-state
+        topics get ``sensor_grace_s`` more: a server with fewer cameras than the bag
+        never subscribes to the extra ones, which is worth a warning, not a failure.
+
+        Returns:
+            Unconnected required topics (empty on success; ``["server exited"]`` when
+            ``alive()`` turned false), and unconnected sensor topics.
+        """
+        required = (TopicKind.REQUEST, TopicKind.CHUNK)
+        sensors = (TopicKind.IMAGE, TopicKind.STATE)
+        end = time.monotonic() + timeout_s
+        while self.unmatched(required):
+            if not alive():
+                return ["server exited"], []
+            if time.monotonic() >= end:
+                return self.unmatched(required), []
+            time.sleep(0.1)
+        end = time.monotonic() + sensor_grace_s
+        while self.unmatched(sensors) and time.monotonic() < end and alive():
+            time.sleep(0.1)
+        return [], self.unmatched(sensors)
+
+    def probe(self, timeout_s: float, alive: Callable[[], bool]) -> list[str]:
+        """Make sure the server receives this player's frames before the replay starts.
+
+        Discovery is not symmetric: our writers may list the server's readers while the
+        server has not accepted our writers yet, and it drops what they send until it
+        has. Per robot, the bag's first frame of every camera and first joint state are
+        published, then a probe request (seq at or above :data:`PROBE_SEQ`, never a
+        recorded one) stamped at them; an answer other than "not received" proves the
+        path. The probe also warms the model up. Robots without a complete set of
+        streams are not probed (their requests are rejected anyway).
+
+        Returns:
+            Robots whose probe never succeeded within ``timeout_s``.
+        """
+        pending = {name for name, t in self.run.robots.items() if t.context_ns is not None}
+        end = time.monotonic() + timeout_s
+        while pending and time.monotonic() < end and alive():
+            sent = {name: self._send_probe(name) for name in sorted(pending)}
+            wait_end = min(end, time.monotonic() + 2.0)
+            while time.monotonic() < wait_end and any(
+                    (n, q) not in self._probes for n, q in sent.items()):
+                self._answered.wait(_SLICE_S)
+                self._answered.clear()
+            for name, seq in sent.items():
+                answer = self._probes.get((name, seq))
+                if answer is not None and "received yet" not in answer.reason:
+                    pending.discard(name)
+        return sorted(pending)
+
+    def _send_probe(self, robot: str) -> int:
+        track = self.run.robots[robot]
+        for topic, (_, data) in track.first_inputs.items():
+            self._pubs[topic].publish(data)
+        stamp = max(s for s, _ in track.first_inputs.values())
+        msg = deserialize_message(track.replayable[0].data, PolicyRequest)
+        with self._lock:
+            seq, self._probe_seq = self._probe_seq, self._probe_seq + 1
+        msg.seq = seq
+        msg.header.stamp = Time(nanoseconds=stamp).to_msg()
+        msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim = [], 0, 0
+        self._pubs[f"/{robot}/policy_request"].publish(msg)
+        return seq
+
+    # -- playback -----------------------------------------------------------------------
+    def _wait_until(self, due: float, stop: Callable[[], bool]) -> bool:
+        """Sleep until the monotonic time ``due``; False when ``stop()`` interrupted."""
+        while (left := due - time.monotonic()) > 0:
+            if stop():
+                return False
+            self._answered.wait(min(left, _SLICE_S))
+            self._answered.clear()
+        return True
+
+    def _stream(self) -> Iterator[BagMessage]:
+        ordinals: Counter[str] = Counter()
+        for msg in self.run.source.messages(set(self._inputs)):
+            ordinal = ordinals[msg.topic]
+            ordinals[msg.topic] += 1
+            if (msg.topic, ordinal) not in self.run.bad:
+                yield msg
+
+    def _due(self, t0: float, log_ns: int) -> float:
+        return t0 + (log_ns - self.run.start_ns) / 1e9 / self.config.rate
+
+    def _bag_time_ns(self, t0: float, now: float) -> int:
+        return self.run.start_ns + int((now - t0) * self.config.rate * 1e9)
+
+    def _publish_input(self, msg: BagMessage, lag: float) -> None:
+        self._pubs[msg.topic].publish(msg.data)
+        self.result.published[self._inputs[msg.topic].kind.value] += 1
+        self.result.max_lag_s = max(self.result.max_lag_s, lag)
+
+    def _send(self, robot: str, request: RecordedRequest, msg: Any, bag_ns: int) -> None:
+        budget = request.budget_ms if isinstance(msg, bytes) else float(msg.budget_ms)
+        with self._lock:
+            self.result.sent[robot].append(
+                SentRequest(request.seq, time.time_ns(), budget, bag_ns))
+        self._pubs[f"/{robot}/policy_request"].publish(msg)
+        self.result.published[TopicKind.REQUEST.value] += 1
+
+    def play(self, stop: Callable[[], bool]) -> PlayResult:
+        """Replay the bag (blocking; spin the node in another thread meanwhile).
+
+        Args:
+            stop: Polled while waiting; true ends the replay early.
+
+        Returns:
+            What was sent and received (also kept in :attr:`result`).
+        """
+        t0 = time.monotonic() + self.config.lead_s
+        if self.config.mode == "open":
+            self._play_open(t0, stop)
+        else:
+            self._play_closed(t0, stop)
+        end = time.monotonic() + self.config.response_timeout_s
+        while self.outstanding() and time.monotonic() < end and not stop():
+            self._answered.wait(_SLICE_S)
+            self._answered.clear()
+        self.result.stopped = self.result.stopped or stop()
+        return self.result
+
+    def _play_open(self, t0: float, stop: Callable[[], bool]) -> None:
+        requests = {(f"/{r}/policy_request", q.log_ns): q
+                    for r, track in self.run.robots.items() for q in track.replayable}
+        for msg in self._stream():
+            due = self._due(t0, msg.timestamp)
+            if not self._wait_until(due, stop):
+                self.result.stopped = True
+                return
+            topic = self._inputs[msg.topic]
+            if topic.kind == TopicKind.REQUEST:
+                request = requests.get((msg.topic, msg.timestamp))
+                if request is not None:
+                    self._send(topic.robot, request, msg.data, request.log_ns)
+                    self.result.max_lag_s = max(self.result.max_lag_s, time.monotonic() - due)
+            else:
+                self._publish_input(msg, time.monotonic() - due)
+
+    def _play_closed(self, t0: float, stop: Callable[[], bool]) -> None:
+        robots = {name: _Robot(list(track.replayable),
+                               self._due(t0, track.replayable[0].log_ns))
+                  for name, track in self.run.robots.items()}
+        stream = self._stream()
+        upcoming = next(stream, None)
+        bag_end = self._due(t0, self.run.end_ns)
+        while not stop():
+            now = time.monotonic()
+            while upcoming is not None and self._due(t0, upcoming.timestamp) <= now:
+                if self._inputs[upcoming.topic].kind != TopicKind.REQUEST:
+                    self._publish_input(upcoming, now - self._due(t0, upcoming.timestamp))
+                upcoming = next(stream, None)
+            wake = [self._due(t0, upcoming.timestamp)] if upcoming is not None else []
+            for name, state in robots.items():
+                self._step_robot(name, state, t0, now, bag_end)
+                if now < bag_end:
+                    wake.append(state.next_send if state.in_flight is None
+                                else now + _SLICE_S)
+            if upcoming is None and now >= bag_end:
+                return
+            due = min(wake) if wake else now + _SLICE_S
+            self._answered.wait(max(0.0, min(due - time.monotonic(), _SLICE_S)))
+            self._answered.clear()
+        self.result.stopped = True
+
+    def _step_robot(self, name: str, state: _Robot, t0: float, now: float,
+                    bag_end: float) -> None:
+        period = self.config.period_s / self.config.rate
+        if state.in_flight is not None:
+            seq, sent = state.in_flight
+            answer = self._answer(name, seq)
+            if answer is not None:
+                # Eq. 1 with r_j the receipt of this answer on the monotonic clock.
+                received = now - max(0.0, time.time_ns() - answer.log_ns) / 1e9
+                state.next_send = max(sent + period, received)
+                state.in_flight = None
+            elif now - sent >= self.config.request_timeout_s:
+                state.next_send = now
+                state.in_flight = None
+        if state.in_flight is None and state.next_send <= now < bag_end:
+            request = state.take()
+            msg = deserialize_message(request.data, PolicyRequest)
+            msg.seq = request.seq
+            bag_ns = self._bag_time_ns(t0, now)
+            msg.header.stamp = Time(nanoseconds=bag_ns).to_msg()
+            budget = self.run.robots[name].budget_at(bag_ns)
+            if budget is not None:
+                msg.budget_ms = budget
+            self._send(name, request, msg, bag_ns)
+            state.in_flight = (request.seq, now)

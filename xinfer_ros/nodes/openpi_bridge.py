@@ -1,0 +1,105 @@
+"""Serve openpi WebSocket clients from the inference server node's engine.
+
+The node keeps its ROS robots; this bridge adds an openpi endpoint (see
+:mod:`xinfer_ros.openpi.server`) on a background thread that submits to the **same**
+:class:`~xinfer_ros.engine.engine.StageEngine`, so both kinds of robots are scheduled
+by one policy. Wiring, in ``InferenceServer.__init__`` after ``self.engine.start()``::
+
+    from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
+    self._openpi = start_openpi_bridge(self)        # None when openpi_port is 0
+
+and in ``InferenceServer.close()``, before ``self.engine.close(...)``::
+
+    if self._openpi is not None:
+        self._openpi.close()
+
+Parameters (declared on the node by :func:`start_openpi_bridge`): ``openpi_port`` (0:
+off, the default), ``openpi_host`` (127.0.0.1), ``openpi_layout``, ``openpi_budget_ms``,
+``openpi_api_key``, ``openpi_allow`` (comma-separated ids, empty: any),
+``openpi_max_message_bytes``. The node's ROS robot names are reserved: an openpi client
+cannot take one (the engine would shed that robot's requests as superseded). openpi
+robots do not appear in ``/xinfer/fleet_stats`` (the node's statistics are per ROS
+robot); the endpoint's ``GET /stats`` reports them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.openpi.layouts import ModelSpec, load_layout
+from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread
+
+__all__ = ["OPENPI_PARAMS", "OpenPIBridge", "start_openpi_bridge"]
+
+OPENPI_PARAMS = [
+    ParamSpec("openpi_port", 0, "openpi WebSocket port (0: endpoint off)", 0, 65535),
+    ParamSpec("openpi_host", "127.0.0.1", "openpi bind address"),
+    ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
+    ParamSpec("openpi_budget_ms", 180.0, "budget of openpi requests without one (ms)",
+              1.0, 3_600_000.0),
+    ParamSpec("openpi_api_key", "", "required Api-Key header (empty: none)"),
+    ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),
+    ParamSpec("openpi_max_message_bytes", 16 * 1024 * 1024, "largest openpi message",
+              1024, 1 << 30),
+]
+
+
+class OpenPIBridge:
+    """An openpi endpoint on its own thread, sharing ``engine``.
+
+    Args:
+        engine: the node's started engine.
+        model: the served model's shapes.
+        config: endpoint configuration.
+    """
+
+    def __init__(self, engine: Any, model: ModelSpec, config: ServerConfig) -> None:
+        self.server = OpenPIServer(engine, model, config)
+        self._thread = ServerThread(self.server)
+        self.port = 0
+
+    def start(self) -> int:
+        """Bind and serve; return the port.
+
+        Raises:
+            RuntimeError: when the endpoint cannot start (e.g. the port is taken).
+        """
+        self.port = self._thread.start()
+        return self.port
+
+    def stats(self) -> dict[str, Any]:
+        """Per-robot counters of the openpi clients."""
+        return self.server.stats()
+
+    def close(self) -> None:
+        """Close every openpi connection and stop the thread (the engine stays up)."""
+        self._thread.close()
+
+
+def start_openpi_bridge(node: Any) -> OpenPIBridge | None:
+    """Declare the ``openpi_*`` parameters on ``node`` and start the endpoint if asked.
+
+    ``node`` is the inference server: it has ``engine``, and ``params`` with ``model``
+    and ``robots``.
+
+    Returns:
+        The running bridge, or None when ``openpi_port`` is 0.
+    """
+    p = declare_params(node, OPENPI_PARAMS)
+    if p["openpi_port"] == 0:
+        return None
+    allow = tuple(a.strip() for a in p["openpi_allow"].split(",") if a.strip()) or None
+    config = ServerConfig(
+        host=p["openpi_host"], port=p["openpi_port"], layout=load_layout(p["openpi_layout"]),
+        default_budget_ms=p["openpi_budget_ms"],
+        max_budget_ms=float(node.params.get("max_budget_ms", 10_000.0)),
+        api_key=p["openpi_api_key"] or None, allowlist=allow,
+        reserved_ids=tuple(node.params.get("robots", ())),
+        max_message_bytes=p["openpi_max_message_bytes"], model_name=node.params["model"])
+    model = ModelSpec.from_preset(node.params["model"], node.engine.backend.action_shape)
+    bridge = OpenPIBridge(node.engine, model, config)
+    port = bridge.start()
+    node.get_logger().info(f"openpi endpoint on ws://{config.host}:{port} sharing the "
+                           f"engine (policy {node.engine.policy.name})")
+    return bridge

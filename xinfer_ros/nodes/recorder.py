@@ -1,0 +1,278 @@
+"""Fleet recorder: robot inputs and server outputs into a rosbag2 bag.
+
+Per robot on its list it records ``camera_{i}/image_raw``, ``joint_states``, ``budget``
+and ``policy_request`` (the server's inputs) and ``action_chunk`` (its output), plus the
+server-wide ``/xinfer/fleet_stats``, into an MCAP (default) or sqlite3 rosbag2 bag
+written with ``rosbags``. Every connection carries its message definition, RIHS01 type
+hash and offered QoS, so ``ros2 bag info``/``play`` and Foxglove read the bag as is.
+
+Subscriptions are raw: the callback gets the CDR bytes a publisher sent (exactly what
+``rclpy.serialization.serialize_message`` produces), written without a decode/encode
+round trip. Each message is stamped with its receive time.
+
+SIGINT and SIGTERM end recording cleanly: the node stops spinning, takes whatever DDS
+already delivered to its readers (bounded drain), and closes the bag, which writes the
+MCAP summary and ``metadata.yaml``. A message received before the signal is in the bag.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.signals import SignalHandlerOptions
+from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.rosbag2.writer import Connection
+
+from xinfer_ros.nodes.bag_types import BagTopic, TopicKind, fleet_topics, make_typestore
+from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.plan import parse_robots
+
+__all__ = [
+    "PARAMS",
+    "STORAGES",
+    "Recorder",
+    "StopFlag",
+    "drain",
+    "main",
+    "message_class",
+    "run_recorder",
+]
+
+STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
+
+PARAMS = [
+    ParamSpec("robots", ["robot_1"], "robot namespaces to record",
+              check=lambda v: None if v else "the robot list is empty"),
+    ParamSpec("cameras", 3, "cameras per robot", 0, 16),
+    ParamSpec("output", "", "bag directory to create (must not exist)",
+              check=lambda v: None if v else "parameter 'output' is required"),
+    ParamSpec("storage", "mcap", "bag storage", choices=tuple(STORAGES)),
+    ParamSpec("bag_version", 8, "rosbag2 metadata version (8: Jazzy+, 9: Kilted)", 8, 9),
+    ParamSpec("distro", "", "typestore distribution: humble, jazzy, kilted (default $ROS_DISTRO)"),
+    ParamSpec("record_images", True, "record camera images"),
+    ParamSpec("max_duration_s", 0.0, "stop after this long (s; 0: until a signal)",
+              0.0, 1e7),
+]
+
+#: Settle time of the drain after a signal: stop once DDS delivered nothing this long.
+DRAIN_QUIET_S = 0.2
+#: Upper bound of the drain, whatever arrives.
+DRAIN_MAX_S = 1.0
+
+
+def _subscription_qos(topic: BagTopic) -> QoSProfile:
+    # Match each publisher of the fleet: a reliable reader would never match the
+    # cameras' best-effort writers; a transient-local one gets the budget in force.
+    if topic.kind in (TopicKind.IMAGE, TopicKind.STATE):
+        # Best effort like the publishers, but a deeper reader queue than the sensor
+        # profile's 5, so a recorder busy writing a frame does not overwrite the next.
+        return QoSProfile(depth=50, reliability=qos_profile_sensor_data.reliability,
+                          durability=qos_profile_sensor_data.durability)
+    if topic.kind == TopicKind.BUDGET:
+        return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def message_class(msgtype: str) -> type:
+    """The rclpy message class of ``pkg/msg/Name`` (rosidl_runtime_py is not installed).
+
+    Raises:
+        ValueError: When the type is not importable here.
+    """
+    package, kind, name = [*msgtype.split("/"), "", ""][:3]
+    try:
+        return getattr(importlib.import_module(f"{package}.{kind}"), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"message type {msgtype!r} is not available: {exc}") from exc
+
+
+class Recorder(Node):
+    """The recorder node; see the module docstring.
+
+    Args:
+        kwargs: Passed to :class:`rclpy.node.Node` (parameter overrides, ...).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("recorder", **kwargs)
+        p = declare_params(self, PARAMS)
+        self.params = p
+        robots = parse_robots(list(p["robots"]))
+        self.topics = fleet_topics(robots, p["cameras"], images=p["record_images"])
+        self.path = Path(p["output"]).expanduser()
+        if self.path.exists():
+            raise ValueError(f"output {self.path} exists already; not overwriting")
+        store = make_typestore(p["distro"] or None)
+        self.counts: Counter[str] = Counter()
+        self.started = time.monotonic()
+        #: While false, stream messages are dropped (counted in ``held_back``); the
+        #: budget, which is state delivered once, is always kept. See :meth:`arm_when_matched`.
+        self.armed = True
+        self.held_back = 0
+        self._writer: Writer | None = Writer(self.path, version=p["bag_version"],
+                                             storage_plugin=STORAGES[p["storage"]])
+        self._writer.open()
+        self._connections: dict[str, Connection] = {}
+        # Every connection is added up front, so the bag lists all fleet topics (with
+        # zero counts for silent ones) and schemas sit at the start of the file.
+        for topic in self.topics:
+            self._connections[topic.name] = self._writer.add_connection(
+                topic.name, topic.msgtype, typestore=store, offered_qos_profiles=[topic.qos])
+            self.create_subscription(message_class(topic.msgtype), topic.name,
+                                     self._callback(topic.name), _subscription_qos(topic),
+                                     raw=True)
+        self.get_logger().info(
+            f"recording {len(self.topics)} topics of {len(robots)} robots {robots} "
+            f"to {self.path} ({p['storage']})")
+
+    def _callback(self, topic: str) -> Callable[[bytes], None]:
+        def write(data: bytes) -> None:
+            self._write(topic, data)
+
+        return write
+
+    def _write(self, topic: str, data: bytes) -> None:
+        if self._writer is None:
+            return  # closed: a late callback of a shutting-down executor
+        if not self.armed and not topic.endswith("/budget"):
+            self.held_back += 1
+            return
+        stamp = self.get_clock().now().nanoseconds
+        self._writer.write(self._connections[topic], stamp, data)
+        self.counts[topic] += 1
+
+    def unmatched(self) -> list[str]:
+        """Recorded topics that have no publisher yet."""
+        return [t.name for t in self.topics if self.count_publishers(t.name) == 0]
+
+    def arm_when_matched(self, deadline: float) -> bool:
+        """Arm once every topic has a publisher, or at the monotonic ``deadline``.
+
+        A recorder started next to a fleet discovers the busy server last; recording
+        only from the moment everything is connected keeps the bag from opening with
+        requests whose answers were never seen. Returns whether it is armed.
+        """
+        if not self.armed and (time.monotonic() >= deadline or not self.unmatched()):
+            self.armed = True
+            self.started = time.monotonic()
+            if missing := self.unmatched():
+                self.get_logger().warning(f"recording without publishers on {missing}")
+        return self.armed
+
+    @property
+    def message_count(self) -> int:
+        """Messages written so far."""
+        return sum(self.counts.values())
+
+    def expired(self) -> bool:
+        """Whether ``max_duration_s`` has passed."""
+        limit = self.params["max_duration_s"]
+        return limit > 0 and time.monotonic() - self.started >= limit
+
+    def close(self) -> None:
+        """Close the bag (MCAP summary, ``metadata.yaml``); idempotent."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        writer.close()
+        self.get_logger().info(
+            f"closed {self.path}: {self.message_count} messages "
+            f"({', '.join(f'{t}={n}' for t, n in sorted(self.counts.items())) or 'none'})")
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM; the spin loop polls it (a handler must not do I/O).
+
+    Use as a context manager: it installs itself for SIGINT and SIGTERM and restores
+    the previous handlers on exit (tests call ``main`` in process).
+    """
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        """Remember the signal (the handler interface of :func:`signal.signal`)."""
+        self.signal = signum
+
+    def __enter__(self) -> StopFlag:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def drain(executor: SingleThreadedExecutor, recorder: Recorder,
+          quiet_s: float = DRAIN_QUIET_S, max_s: float = DRAIN_MAX_S) -> None:
+    """Take what DDS already delivered until ``quiet_s`` passes with nothing new.
+
+    Bounded by ``max_s`` whatever arrives, so a busy fleet cannot hold the stop.
+    """
+    end = time.monotonic() + max_s
+    last_count, last_change = recorder.message_count, time.monotonic()
+    while (now := time.monotonic()) < end and now - last_change < quiet_s:
+        executor.spin_once(timeout_sec=0.02)
+        if recorder.message_count != last_count:
+            last_count, last_change = recorder.message_count, time.monotonic()
+
+
+def run_recorder(recorder: Recorder, stop: Callable[[], bool],
+                 poll_s: float = 0.05) -> None:
+    """Spin ``recorder`` until ``stop()`` or its duration is up, then drain and close.
+
+    Args:
+        recorder: The node (rclpy initialised).
+        stop: Polled between spins; true ends recording.
+        poll_s: Longest wait for one callback, which bounds the reaction to ``stop``.
+    """
+    executor = SingleThreadedExecutor()
+    executor.add_node(recorder)
+    try:
+        while not stop() and not recorder.expired() and rclpy.ok():
+            executor.spin_once(timeout_sec=poll_s)
+        if rclpy.ok():
+            drain(executor, recorder)
+    finally:
+        recorder.close()
+        executor.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Record until SIGINT/SIGTERM (or ``max_duration_s``); return the exit status."""
+    # rclpy's own handlers would shut the context down at once and lose what DDS
+    # already delivered; ours only set a flag, and the loop drains before closing.
+    rclpy.init(args=list(sys.argv if argv is None else argv),
+               signal_handler_options=SignalHandlerOptions.NO)
+    with StopFlag() as flag:
+        try:
+            recorder = Recorder()
+        except (ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            rclpy.try_shutdown()
+            return 2
+        try:
+            run_recorder(recorder, lambda: flag.signal is not None)
+        finally:
+            recorder.destroy_node()
+            rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
