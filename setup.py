@@ -19,6 +19,7 @@ setup(
         # torch is left to the user on purpose: an unpinned torch pulls a CUDA build.
         "model": ["transformers>=5.0", "safetensors>=0.4", "opencv-python-headless>=4.9"],
         "bags": ["rosbags>=0.10"],
+        "openpi": ["websockets>=13", "msgpack>=1.0"],
         "test": ["pytest>=8.3", "pytest-timeout>=2.3", "hypothesis>=6.100"],
     },
     entry_points={
@@ -29,6 +30,7 @@ setup(
             "xinfer-fleet = xinfer_ros.cli.fleet:main",
             "xinfer-record = xinfer_ros.cli.record:main",
             "xinfer-replay = xinfer_ros.cli.replay:main",
+            "xinfer-serve = xinfer_ros.cli.serve:main",
         ],
     },
 )

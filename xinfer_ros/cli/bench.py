@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "model": "reference VLA per-stage latency and FLOPs",
     "engine": "closed-loop engine benchmark (async / serial / lockstep)",
     "transport": "latency the ROS path adds over the in-process engine",
+    "openpi": "latency the openpi WebSocket path adds over the in-process engine",
 }
 
 

@@ -40,6 +40,7 @@ from xinfer_ros.msg import (
 )
 from xinfer_ros.nodes.image_conversion import ImageConversionError, image_to_rgb
 from xinfer_ros.nodes.observations import ObservationError, RobotObservations, stamp_seconds
+from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.plan import parse_robots
 from xinfer_ros.srv import GetFleetStats, SetPolicy
@@ -92,6 +93,7 @@ class InferenceServer(Node):
         self._camera_shapes = self._load_camera_shapes(p)
         self.engine = engine if engine is not None else self._build_engine(p)
         self.engine.start()
+        self._openpi = start_openpi_bridge(self)
         sensors = MutuallyExclusiveCallbackGroup()
         requests = MutuallyExclusiveCallbackGroup()
         self._chunk_pubs = {}
@@ -149,7 +151,9 @@ class InferenceServer(Node):
         return StageEngine(backend, p["policy"], config, rate_table=table)
 
     def close(self) -> None:
-        """Stop the engine (called by the runtime before the node is destroyed)."""
+        """Stop the openpi endpoint and the engine (the runtime calls this on shutdown)."""
+        if self._openpi is not None:
+            self._openpi.close()
         self.engine.close(drain_timeout=1.0)
 
     # -- inputs -------------------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""``xinfer-serve --openpi``: serve openpi WebSocket clients without ROS.
+
+Builds a backend and a :class:`~xinfer_ros.engine.engine.StageEngine` under the chosen
+scheduling policy and serves it on an openpi-compatible endpoint (see
+:mod:`xinfer_ros.openpi.server`)::
+
+    xinfer-serve --openpi --port 8000 --backend torch --model tiny --policy xinfer
+    # client (openpi-client from PyPI):
+    #   WebsocketClientPolicy(host="127.0.0.1", port=8000).infer(obs)["actions"]
+
+It binds 127.0.0.1 unless ``--host`` says otherwise. When the port is bound it prints
+one line ``xinfer-serve: openpi endpoint ws://HOST:PORT ...`` on stdout (``--port 0``
+picks a free port; scripts read it from that line). SIGINT/SIGTERM stop it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+_API_KEY_ENV = "XINFER_OPENPI_API_KEY"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    p = argparse.ArgumentParser(prog="xinfer-serve", description=__doc__.splitlines()[0])
+    p.add_argument("--openpi", action="store_true", required=True,
+                   help="serve the openpi WebSocket protocol (the only protocol so far)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port)")
+    p.add_argument("--backend", choices=("emulated", "torch"), default="torch")
+    p.add_argument("--model", default="tiny", help="model preset (config/models/<name>.yaml)")
+    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
+    p.add_argument("--policy", choices=("fifo", "edf", "slack_gate", "xinfer"),
+                   default="xinfer", help="scheduling policy")
+    p.add_argument("--rate-table", default="", help="rate-table JSON (default: shipped)")
+    p.add_argument("--max-live", type=int, default=64, help="engine backpressure bound")
+    p.add_argument("--layout", default="auto",
+                   help="observation layout: auto, libero, aloha, or a YAML/JSON file")
+    p.add_argument("--budget-ms", type=float, default=180.0,
+                   help="budget of requests without xinfer/budget_ms")
+    p.add_argument("--max-budget-ms", type=float, default=10_000.0)
+    p.add_argument("--default-prompt", default=None,
+                   help="instruction for observations without a prompt (default: required)")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Api-Key <key>' (or set ${_API_KEY_ENV})")
+    p.add_argument("--allow", nargs="+", default=None, metavar="ROBOT",
+                   help="allowlist of robot ids (URL path or xinfer/robot_id)")
+    p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--max-connections", type=int, default=64)
+    p.add_argument("--request-timeout-s", type=float, default=30.0)
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def _build_engine(args: argparse.Namespace) -> Any:
+    from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
+    from xinfer_ros.engine.backends import make_backend
+    from xinfer_ros.engine.engine import StageEngine
+    from xinfer_ros.engine.types import EngineConfig
+    from xinfer_ros.model.config import load_preset
+
+    table = load_rate_table(args.rate_table) if args.rate_table else default_rate_table()
+    if args.backend == "emulated":
+        action = load_preset(args.model).action
+        backend = make_backend("emulated", table=table,
+                               action_shape=(action.horizon, action.action_dim))
+    else:
+        backend = make_backend("torch", model=args.model, device=args.device)
+    return StageEngine(backend, args.policy, EngineConfig(max_live=args.max_live),
+                       rate_table=table)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from xinfer_ros.openpi.layouts import load_layout
+    from xinfer_ros.openpi.server import ServerConfig
+
+    return ServerConfig(
+        host=args.host, port=args.port, layout=load_layout(args.layout),
+        default_budget_ms=args.budget_ms, max_budget_ms=args.max_budget_ms,
+        default_prompt=args.default_prompt,
+        api_key=args.api_key or os.environ.get(_API_KEY_ENV) or None,
+        allowlist=tuple(args.allow) if args.allow else None,
+        max_message_bytes=args.max_message_bytes, max_connections=args.max_connections,
+        request_timeout_s=args.request_timeout_s, model_name=args.model)
+
+
+async def _serve(server: Any, host: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # non-POSIX loops
+            loop.add_signal_handler(sig, stop.set)
+    port = await server.start()
+    emulated = " [EMULATED backend: placeholder actions]" if server.engine.backend.emulated \
+        else ""
+    print(f"xinfer-serve: openpi endpoint ws://{host}:{port} (health: "
+          f"http://{host}:{port}/healthz, policy {server.engine.policy.name}){emulated}",
+          flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.aclose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the endpoint until SIGINT/SIGTERM; return the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from xinfer_ros.openpi.layouts import ModelSpec
+    from xinfer_ros.openpi.server import OpenPIServer
+
+    try:
+        config = _config(args)
+        engine = _build_engine(args)
+    except (ValueError, OSError) as exc:
+        print(f"xinfer-serve: {exc}", file=sys.stderr)
+        return 2
+    engine.start()
+    try:
+        model = ModelSpec.from_preset(args.model, engine.backend.action_shape)
+        asyncio.run(_serve(OpenPIServer(engine, model, config), args.host))
+    except OSError as exc:  # typically: the port is taken
+        print(f"xinfer-serve: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        engine.close(drain_timeout=1.0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""A minimal synchronous openpi client on our codec (NumPy 2 compatible).
+
+It speaks exactly what the PyPI ``openpi-client``'s ``WebsocketClientPolicy`` speaks
+(no compression, metadata first, one binary reply per observation, a text frame is an
+error) without that package's ``numpy < 2`` pin, so benchmarks and tools in this
+project's environment can drive the endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from websockets.sync.client import ClientConnection, connect
+
+from xinfer_ros.openpi.codec import packb, unpackb
+
+__all__ = ["OpenPIClient", "ServerError"]
+
+
+class ServerError(RuntimeError):
+    """The server answered with a text frame (the openpi protocol's error report)."""
+
+
+class OpenPIClient:
+    """Connect to an openpi WebSocket endpoint.
+
+    Args:
+        uri: ``ws://host:port`` or ``ws://host:port/<robot_id>``.
+        api_key: sent as ``Authorization: Api-Key <key>`` when given.
+        timeout_s: opening-handshake timeout and per-reply timeout.
+    """
+
+    def __init__(self, uri: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
+        headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
+        self._timeout = timeout_s
+        # websockets >= 17 wants connect() entered as a context manager.
+        self._stack = contextlib.ExitStack()
+        self._ws: ClientConnection = self._stack.enter_context(
+            connect(uri, compression=None, max_size=None, additional_headers=headers,
+                    open_timeout=timeout_s))
+        self.metadata: dict[str, Any] = unpackb(self._ws.recv(timeout=timeout_s))
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """Send one observation and return the reply.
+
+        Raises:
+            ServerError: with the server's text when it reports an error.
+        """
+        self._ws.send(packb(obs))
+        reply = self._ws.recv(timeout=self._timeout)
+        if isinstance(reply, str):
+            raise ServerError(reply)
+        return unpackb(reply)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._stack.close()
+
+    def __enter__(self) -> OpenPIClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

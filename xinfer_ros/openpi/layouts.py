@@ -1,0 +1,430 @@
+"""Observation layouts: where an openpi client puts cameras, state and prompt.
+
+openpi clients send a flat or nested dict whose keys depend on the robot family. A
+:class:`ObservationLayout` names, per model camera (in the model preset's order), the
+observation key that feeds it, plus the state and prompt keys. Built-in layouts:
+
+``libero`` (openpi ``LiberoInputs``)
+    ``observation/image`` → camera 0, ``observation/wrist_image`` → camera 1 (both
+    required), ``observation/state`` (8 values), ``prompt``. Replies carry the first 7
+    action dimensions, as openpi's ``LiberoOutputs`` does.
+``aloha`` (openpi ``AlohaInputs``)
+    ``images/cam_high`` → camera 0 (required), ``images/cam_left_wrist`` → camera 1,
+    ``images/cam_right_wrist`` → camera 2, ``state`` (14 values), ``prompt``. Images
+    may be CHW (as the ALOHA example client sends them) or HWC; ``cam_low`` is
+    accepted and unused, as in openpi.
+
+A key is looked up literally first (``"observation/image"`` is one flat key in LIBERO
+messages) and then as a ``/``-separated path through nested dicts (``images`` →
+``cam_high``). Custom layouts load from YAML or JSON (see :meth:`ObservationLayout.
+from_dict`).
+
+Conversions, so that any client image fits the model:
+
+* images: HWC or CHW, ``uint8`` or float in ``[0, 1]`` (scaled by 255 like openpi's
+  ``convert_to_uint8``), resized to the model camera with OpenCV, by default keeping
+  the aspect ratio and padding with black (openpi's ``resize_with_pad``).
+* a model camera the layout lacks, or an optional camera the observation lacks, is
+  **masked out** the way π0 does with its ``image_masks``: π0 feeds a zero image with
+  mask ``False`` so attention ignores it. Our reference model has no per-camera mask
+  input, so the camera gets an all-zero image and the mask is recorded in
+  :attr:`MappedObservation.image_mask` (and returned to the client as
+  ``xinfer/image_mask``); its tokens are still computed, from the zero image.
+* state: zero-padded to the model's ``state_dim`` (openpi pads state to the model
+  width with ``pad_to_dim``); a longer state is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+import yaml
+
+__all__ = [
+    "ALOHA",
+    "BUILTIN_LAYOUTS",
+    "LIBERO",
+    "MISSING",
+    "CameraSource",
+    "MappedObservation",
+    "ModelSpec",
+    "ObservationError",
+    "ObservationLayout",
+    "detect_layout",
+    "fit_image",
+    "load_layout",
+    "lookup",
+    "map_observation",
+    "to_rgb_uint8",
+]
+
+ResizeMode = Literal["pad", "stretch"]
+
+#: Longest accepted prompt (characters); the tokenizer would truncate anyway.
+MAX_PROMPT_CHARS = 4096
+#: Largest accepted image side (pixels), a bound independent of the message size.
+MAX_IMAGE_SIDE = 8192
+
+
+class ObservationError(ValueError):
+    """An observation field is missing or malformed.
+
+    Attributes:
+        field: the offending key (as the client wrote it).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class CameraSource:
+    """Which observation key feeds one model camera.
+
+    Attributes:
+        key: observation key or ``/``-separated path.
+        required: a missing image is an error (otherwise the camera is masked out).
+    """
+
+    key: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the served model takes and returns.
+
+    Attributes:
+        cameras: ``(name, height, width)`` per model camera, in request order.
+        state_dim: state vector length.
+        horizon: keyframes per chunk H.
+        action_dim: action dimension D.
+    """
+
+    cameras: tuple[tuple[str, int, int], ...]
+    state_dim: int
+    horizon: int
+    action_dim: int
+
+    @classmethod
+    def from_preset(cls, name: str, action_shape: tuple[int, int] | None = None) -> ModelSpec:
+        """Build from a model preset; ``action_shape`` (the backend's) overrides H, D."""
+        from xinfer_ros.model.config import load_preset
+
+        cfg = load_preset(name)
+        h, d = action_shape if action_shape is not None else (cfg.action.horizon,
+                                                              cfg.action.action_dim)
+        return cls(tuple((c.name, c.height, c.width) for c in cfg.cameras),
+                   cfg.action.state_dim, int(h), int(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        """msgpack/JSON-ready form (sent in the connection metadata)."""
+        return {"cameras": [{"name": n, "height": h, "width": w} for n, h, w in self.cameras],
+                "state_dim": self.state_dim, "action_horizon": self.horizon,
+                "action_dim": self.action_dim}
+
+
+@dataclass(frozen=True)
+class ObservationLayout:
+    """Mapping of an openpi observation onto the model's inputs.
+
+    Attributes:
+        name: layout name (reported to clients).
+        cameras: one source per model camera, in the model's order; model cameras
+            beyond this list are always masked out, sources beyond the model's cameras
+            are ignored.
+        state_key: key of the state vector.
+        prompt_key: key of the instruction string.
+        state_required: a missing state is an error (otherwise zeros).
+        action_dim: action columns returned to the client (None: all of the model's).
+        resize: ``pad`` keeps the aspect ratio and pads black; ``stretch`` does not.
+    """
+
+    name: str
+    cameras: tuple[CameraSource, ...]
+    state_key: str
+    prompt_key: str = "prompt"
+    state_required: bool = True
+    action_dim: int | None = None
+    resize: ResizeMode = "pad"
+
+    def __post_init__(self) -> None:
+        if not self.cameras:
+            raise ValueError(f"layout {self.name!r} names no camera")
+        if self.resize not in ("pad", "stretch"):
+            raise ValueError(f"layout {self.name!r}: resize must be pad or stretch, "
+                             f"got {self.resize!r}")
+        if self.action_dim is not None and self.action_dim < 1:
+            raise ValueError(f"layout {self.name!r}: action_dim must be >= 1")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ObservationLayout:
+        """Build from a mapping (a YAML or JSON layout file).
+
+        Example::
+
+            name: my_arm
+            cameras:                      # model camera order
+              - {key: obs/front, required: true}
+              - {key: obs/wrist}
+            state_key: obs/joints
+            prompt_key: task              # optional, default "prompt"
+            action_dim: 7                 # optional, default: all model dims
+            resize: pad                   # optional: pad | stretch
+
+        Raises:
+            ValueError: on a missing or malformed entry.
+        """
+        try:
+            cams = tuple(CameraSource(str(c["key"]), bool(c.get("required", False)))
+                         if isinstance(c, Mapping) else CameraSource(str(c))
+                         for c in data["cameras"])
+            dim = data.get("action_dim")
+            return cls(name=str(data.get("name", "custom")), cameras=cams,
+                       state_key=str(data["state_key"]),
+                       prompt_key=str(data.get("prompt_key", "prompt")),
+                       state_required=bool(data.get("state_required", True)),
+                       action_dim=None if dim is None else int(dim),
+                       resize=data.get("resize", "pad"))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed layout: {exc!r}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """msgpack/JSON-ready form (sent in the connection metadata)."""
+        return {"name": self.name, "resize": self.resize, "state_key": self.state_key,
+                "prompt_key": self.prompt_key, "action_dim": self.action_dim,
+                "cameras": [{"key": c.key, "required": c.required} for c in self.cameras]}
+
+
+LIBERO = ObservationLayout(
+    name="libero",
+    cameras=(CameraSource("observation/image", True),
+             CameraSource("observation/wrist_image", True)),
+    state_key="observation/state", action_dim=7)
+
+ALOHA = ObservationLayout(
+    name="aloha",
+    cameras=(CameraSource("images/cam_high", True), CameraSource("images/cam_left_wrist"),
+             CameraSource("images/cam_right_wrist")),
+    state_key="state", action_dim=14)
+
+#: Layouts selectable by name (``--layout``); ``auto`` picks one per observation.
+BUILTIN_LAYOUTS: dict[str, ObservationLayout] = {"libero": LIBERO, "aloha": ALOHA}
+
+
+def load_layout(name_or_path: str) -> ObservationLayout | None:
+    """A built-in layout by name, ``None`` for ``auto``, or one loaded from YAML/JSON.
+
+    Raises:
+        ValueError: on an unknown name or a malformed file.
+    """
+    if name_or_path == "auto":
+        return None
+    if name_or_path in BUILTIN_LAYOUTS:
+        return BUILTIN_LAYOUTS[name_or_path]
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ValueError(f"unknown layout {name_or_path!r}: not one of "
+                         f"{['auto', *BUILTIN_LAYOUTS]} and not a file")
+    text = path.read_text()
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if not isinstance(data, Mapping):
+        raise ValueError(f"layout file {path} does not hold a mapping")
+    return ObservationLayout.from_dict(data)
+
+
+class _Missing:
+    """Type of :data:`MISSING` (``None`` is a value a client may send: msgpack nil)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+#: Returned by :func:`lookup` for an absent key.
+MISSING: Any = _Missing()
+
+
+def lookup(obs: Mapping[str, Any], key: str) -> Any:
+    """The value at ``key`` (literal key first, then a ``/`` path), or :data:`MISSING`."""
+    if key in obs:
+        return obs[key]
+    node: Any = obs
+    for part in key.split("/"):
+        if not isinstance(node, Mapping) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def detect_layout(obs: Mapping[str, Any],
+                  layouts: Sequence[ObservationLayout] = (LIBERO, ALOHA)) -> ObservationLayout:
+    """The first layout whose first camera key is present in ``obs``.
+
+    Raises:
+        ObservationError: when no layout matches.
+    """
+    for layout in layouts:
+        if lookup(obs, layout.cameras[0].key) is not MISSING:
+            return layout
+    keys = sorted(str(k) for k in obs)[:12]
+    raise ObservationError(
+        "observation", f"matches no known layout (looked for "
+                       f"{[lay.cameras[0].key for lay in layouts]}); its keys are {keys}")
+
+
+def to_rgb_uint8(value: Any, name: str) -> np.ndarray:
+    """An HxWx3 uint8 RGB array from an HWC/CHW, uint8/float[0, 1] image.
+
+    Raises:
+        ObservationError: on a non-array, a wrong channel count or dtype, or bad values.
+    """
+    if not isinstance(value, np.ndarray):
+        raise ObservationError(name, f"expected an image array, got {type(value).__name__}")
+    img = value
+    if img.ndim != 3:
+        raise ObservationError(name, f"expected a 3-D HxWx3 or 3xHxW image, got shape "
+                                     f"{img.shape}")
+    if img.shape[-1] != 3 and img.shape[0] == 3:
+        img = img.transpose(1, 2, 0)  # CHW, as openpi's ALOHA client sends
+    if img.shape[-1] != 3:
+        raise ObservationError(name, f"expected 3 colour channels, got shape {value.shape}")
+    if not (0 < img.shape[0] <= MAX_IMAGE_SIDE and 0 < img.shape[1] <= MAX_IMAGE_SIDE):
+        raise ObservationError(name, f"image size {img.shape[0]}x{img.shape[1]} outside "
+                                     f"1..{MAX_IMAGE_SIDE}")
+    if img.dtype == np.uint8:
+        return np.ascontiguousarray(img)
+    if np.issubdtype(img.dtype, np.floating):
+        if not np.all(np.isfinite(img)):
+            raise ObservationError(name, "image contains NaN or Inf")
+        return np.ascontiguousarray(
+            np.clip(np.rint(img.astype(np.float32) * 255.0), 0, 255).astype(np.uint8))
+    raise ObservationError(name, f"expected dtype uint8 or float in [0, 1], got {img.dtype}")
+
+
+def fit_image(img: np.ndarray, height: int, width: int, mode: ResizeMode = "pad") -> np.ndarray:
+    """Resize ``img`` (HxWx3 uint8) to ``height``x``width``.
+
+    ``pad`` scales to fit inside and centres the result on black (no distortion, as
+    openpi's ``resize_with_pad``); ``stretch`` scales each axis independently.
+    """
+    h, w = img.shape[:2]
+    if (h, w) == (height, width):
+        return img
+    if mode == "stretch":
+        interp = cv2.INTER_AREA if h * w > height * width else cv2.INTER_LINEAR
+        return cv2.resize(img, (width, height), interpolation=interp)
+    scale = min(height / h, width / w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    interp = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_LINEAR
+    small = cv2.resize(img, (nw, nh), interpolation=interp)
+    out = np.zeros((height, width, 3), dtype=np.uint8)
+    top, left = (height - nh) // 2, (width - nw) // 2
+    out[top:top + nh, left:left + nw] = small
+    return out
+
+
+@dataclass
+class MappedObservation:
+    """Model-ready inputs of one observation.
+
+    Attributes:
+        images: one HxWx3 uint8 image per model camera, at the model's size.
+        image_mask: False where the camera was masked out (zero image).
+        state: float64 state, zero-padded to the model's ``state_dim``.
+        state_dim_in: length of the state the client sent.
+        prompt: the instruction.
+        layout: name of the layout used.
+    """
+
+    images: list[np.ndarray]
+    image_mask: tuple[bool, ...]
+    state: np.ndarray
+    state_dim_in: int
+    prompt: str
+    layout: str
+
+
+def _state(obs: Mapping[str, Any], layout: ObservationLayout, dim: int) -> tuple[np.ndarray, int]:
+    raw = lookup(obs, layout.state_key)
+    if raw is MISSING:
+        if layout.state_required:
+            raise ObservationError(layout.state_key, "required state is missing")
+        return np.zeros(dim, dtype=np.float64), 0
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ObservationError(layout.state_key, f"state is not numeric: {exc}") from exc
+    if arr.ndim != 1:
+        raise ObservationError(layout.state_key, f"expected a 1-D state vector, got shape "
+                                                 f"{arr.shape}")
+    if arr.size > dim:
+        raise ObservationError(layout.state_key, f"state has {arr.size} values; the model "
+                                                 f"takes at most {dim}")
+    if not np.all(np.isfinite(arr)):
+        raise ObservationError(layout.state_key, "state contains NaN or Inf")
+    out = np.zeros(dim, dtype=np.float64)
+    out[:arr.size] = arr
+    return out, int(arr.size)
+
+
+def _prompt(obs: Mapping[str, Any], layout: ObservationLayout, default: str | None) -> str:
+    raw = lookup(obs, layout.prompt_key)
+    if raw is MISSING:
+        if default is None:
+            raise ObservationError(layout.prompt_key, "prompt is missing and the server has "
+                                                      "no default prompt")
+        return default
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ObservationError(layout.prompt_key, "prompt is not UTF-8") from exc
+    if not isinstance(raw, str):
+        raise ObservationError(layout.prompt_key, f"expected a string, got "
+                                                  f"{type(raw).__name__}")
+    if len(raw) > MAX_PROMPT_CHARS:
+        raise ObservationError(layout.prompt_key, f"prompt longer than {MAX_PROMPT_CHARS} "
+                                                  "characters")
+    return raw
+
+
+def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec,
+                    default_prompt: str | None = None) -> MappedObservation:
+    """Map one decoded observation onto the model's cameras, state and prompt.
+
+    Args:
+        obs: the decoded message (a mapping).
+        layout: the layout, or None to detect a built-in one from the keys.
+        model: what the model takes.
+        default_prompt: used when the observation has no prompt (None: required).
+
+    Raises:
+        ObservationError: naming the first missing or malformed field.
+    """
+    if not isinstance(obs, Mapping):
+        raise ObservationError("observation", f"expected a map, got {type(obs).__name__}")
+    layout = layout if layout is not None else detect_layout(obs)
+    state, state_in = _state(obs, layout, model.state_dim)
+    prompt = _prompt(obs, layout, default_prompt)
+    images: list[np.ndarray] = []
+    mask: list[bool] = []
+    for index, (_, height, width) in enumerate(model.cameras):
+        source = layout.cameras[index] if index < len(layout.cameras) else None
+        raw = lookup(obs, source.key) if source is not None else MISSING
+        if raw is MISSING:
+            if source is not None and source.required:
+                raise ObservationError(source.key, "required camera image is missing")
+            images.append(np.zeros((height, width, 3), dtype=np.uint8))
+            mask.append(False)
+            continue
+        rgb = to_rgb_uint8(raw, source.key)
+        images.append(fit_image(rgb, height, width, layout.resize))
+        mask.append(True)
+    return MappedObservation(images, tuple(mask), state, state_in, prompt, layout.name)

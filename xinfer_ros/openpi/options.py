@@ -1,0 +1,170 @@
+"""Per-request XInfer fields an openpi observation may carry, beside the layout's keys.
+
+openpi's protocol has no notion of a response-time budget, a robot identity or
+real-time chunking, so they travel as extra observation keys in an ``xinfer/``
+namespace (openpi policies ignore keys their input transforms do not read). Each may
+be a flat key (``"xinfer/budget_ms"``) or nested (``{"xinfer": {"budget_ms": ...}}``).
+
+=========================  =======================  =========================================
+key                        type                     meaning (default when absent)
+=========================  =======================  =========================================
+``xinfer/robot_id``        str                      robot identity of the connection; only
+                                                    in the first observation or unchanged
+                                                    (the URL path, else ``openpi-<n>``)
+``xinfer/budget_ms``       float > 0                response-time budget b_j in ms
+                                                    (the server's ``--budget-ms``)
+``xinfer/prev_chunk``      (H, D) or (H, D_out)     previous chunk for real-time chunking
+                           float array              (none: no RTC); D_out-wide chunks (a
+                                                    layout's reply width) are zero-padded
+``xinfer/commit_steps``    int in [0, H]            keyframes of ``prev_chunk`` frozen, d
+                                                    (8, capped at H; 0 without prev_chunk)
+``xinfer/seed``            int                      flow-matching noise seed (a per-
+                                                    connection counter)
+=========================  =======================  =========================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.constants import COMMIT_LENGTH
+from xinfer_ros.openpi.layouts import MISSING, ObservationError, lookup
+
+__all__ = [
+    "KEY_BUDGET",
+    "KEY_COMMIT",
+    "KEY_PREV_CHUNK",
+    "KEY_ROBOT_ID",
+    "KEY_SEED",
+    "XINFER_KEYS",
+    "RequestOptions",
+    "parse_options",
+    "valid_robot_id",
+]
+
+KEY_ROBOT_ID = "xinfer/robot_id"
+KEY_BUDGET = "xinfer/budget_ms"
+KEY_PREV_CHUNK = "xinfer/prev_chunk"
+KEY_COMMIT = "xinfer/commit_steps"
+KEY_SEED = "xinfer/seed"
+#: Every key this module reads (reported in the connection metadata).
+XINFER_KEYS: tuple[str, ...] = (KEY_ROBOT_ID, KEY_BUDGET, KEY_PREV_CHUNK, KEY_COMMIT, KEY_SEED)
+
+#: Robot ids become engine keys and log fields: keep them short and printable.
+_MAX_ID_CHARS = 64
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """The XInfer fields of one observation, validated.
+
+    Attributes:
+        robot_id: requested identity, or None.
+        budget_ms: the request's budget.
+        prev_chunk: ``(H, D)`` float64 previous chunk, or None.
+        commit_steps: frozen keyframes d (0 without ``prev_chunk``).
+        seed: noise seed, or None for the server's counter.
+    """
+
+    robot_id: str | None
+    budget_ms: float
+    prev_chunk: np.ndarray | None
+    commit_steps: int
+    seed: int | None
+
+
+def valid_robot_id(value: Any) -> str | None:
+    """Why ``value`` is not a usable robot id, or None when it is."""
+    if not isinstance(value, str) or not value:
+        return f"expected a non-empty string, got {value!r}"
+    if len(value) > _MAX_ID_CHARS:
+        return f"longer than {_MAX_ID_CHARS} characters"
+    if not all(c.isalnum() or c in "_-." for c in value):
+        return f"{value!r} may contain only letters, digits, '_', '-' and '.'"
+    return None
+
+
+def _budget(obs: Mapping[str, Any], default_ms: float, max_ms: float) -> float:
+    raw = lookup(obs, KEY_BUDGET)
+    if raw is MISSING:
+        return default_ms
+    if isinstance(raw, (bool, np.bool_)) or not isinstance(raw, (int, float, np.number)):
+        raise ObservationError(KEY_BUDGET, f"expected a number of ms, got {raw!r}")
+    value = float(raw)
+    if not (math.isfinite(value) and 0.0 < value <= max_ms):
+        raise ObservationError(KEY_BUDGET, f"{value} outside (0, {max_ms}] ms")
+    return value
+
+
+def _prev_chunk(obs: Mapping[str, Any], horizon: int, dim: int,
+                out_dim: int) -> np.ndarray | None:
+    raw = lookup(obs, KEY_PREV_CHUNK)
+    if raw is MISSING or raw is None:
+        return None
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ObservationError(KEY_PREV_CHUNK, f"not a numeric array: {exc}") from exc
+    if arr.ndim != 2 or arr.shape[0] != horizon or arr.shape[1] not in (dim, out_dim):
+        raise ObservationError(KEY_PREV_CHUNK, f"expected shape ({horizon}, {dim}) or "
+                                               f"({horizon}, {out_dim}), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ObservationError(KEY_PREV_CHUNK, "contains NaN or Inf")
+    if arr.shape[1] == dim:
+        return arr
+    # A layout that replies with fewer columns gets them back padded with zeros: the
+    # model's extra dimensions are dropped on the way out, so their guidance is moot.
+    full = np.zeros((horizon, dim), dtype=np.float64)
+    full[:, :out_dim] = arr
+    return full
+
+
+def _int(obs: Mapping[str, Any], key: str) -> int | None:
+    raw = lookup(obs, key)
+    if raw is MISSING or raw is None:
+        return None
+    if isinstance(raw, (bool, np.bool_)) or not isinstance(raw, (int, np.integer)):
+        raise ObservationError(key, f"expected an integer, got {raw!r}")
+    return int(raw)
+
+
+def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budget_ms: float,
+                  horizon: int, action_dim: int, out_dim: int) -> RequestOptions:
+    """Validate the ``xinfer/*`` fields of ``obs``.
+
+    Args:
+        obs: the decoded observation.
+        default_budget_ms: budget when the observation carries none.
+        max_budget_ms: largest accepted budget.
+        horizon: the model's H.
+        action_dim: the model's D.
+        out_dim: action columns the layout returns (a ``prev_chunk`` may have these).
+
+    Raises:
+        ObservationError: naming the malformed field.
+    """
+    robot = lookup(obs, KEY_ROBOT_ID)
+    if robot is MISSING or robot is None:
+        robot = None
+    else:
+        why = valid_robot_id(robot)
+        if why is not None:
+            raise ObservationError(KEY_ROBOT_ID, why)
+    budget = _budget(obs, default_budget_ms, max_budget_ms)
+    prev = _prev_chunk(obs, horizon, action_dim, out_dim)
+    commit = _int(obs, KEY_COMMIT)
+    if prev is None:
+        commit = 0
+    elif commit is None:
+        commit = min(COMMIT_LENGTH, horizon)
+    elif not 0 <= commit <= horizon:
+        raise ObservationError(KEY_COMMIT, f"{commit} outside [0, {horizon}]")
+    seed = _int(obs, KEY_SEED)
+    if seed is not None and not 0 <= seed < 2**63:
+        raise ObservationError(KEY_SEED, f"{seed} outside [0, 2**63)")
+    return RequestOptions(robot, budget, prev, commit, seed)

@@ -1,0 +1,552 @@
+"""The openpi-compatible WebSocket endpoint in front of a shared :class:`StageEngine`.
+
+Protocol (as openpi's ``WebsocketPolicyServer`` and the PyPI ``openpi-client``'s
+``WebsocketClientPolicy`` speak it):
+
+1. The client opens a WebSocket (no compression; an optional ``Authorization:
+   Api-Key <key>`` header). The server first sends one binary msgpack-numpy message,
+   the *metadata* dict (ours: server, policy, model shapes, layout, budget defaults,
+   the ``xinfer/*`` keys; see :meth:`OpenPIServer.metadata`).
+2. Then, per request, the client sends one binary msgpack-numpy observation and the
+   server answers one binary msgpack-numpy dict with ``actions`` (``(H, D_out)``
+   float64) and ``server_timing`` (``infer_ms``, and ``prev_total_ms`` of the previous
+   round trip from the second reply on), plus ``policy_timing`` and ``xinfer/*``
+   extras (status, robot id, budget, per-stage timings, image mask, emulated flag).
+3. Errors are a *text* frame (openpi's client raises ``RuntimeError`` with its text).
+   openpi's server sends a traceback and closes with 1011; here an invalid message,
+   an invalid observation, or a request the engine refused, shed or failed gets one
+   readable line (``<kind>: <detail>``) and the connection **stays open** for the next
+   observation. Only an unexpected server fault sends the traceback and closes (1011),
+   as openpi does; a frame above the size bound is closed by the WebSocket layer (1009).
+4. ``GET /healthz`` on the same port answers ``200 OK`` (no key needed); ``GET /stats``
+   answers JSON counters per robot (key needed when one is configured).
+
+Each connection is one robot: its id comes from the URL path
+(``ws://host:port/<robot_id>``), else from ``xinfer/robot_id`` in its first
+observation, else ``openpi-<n>``. With an allowlist, only listed ids are served; an id
+is served by one connection at a time. Every request goes to the engine under that id
+with its own budget, so openpi clients and ROS robots share one scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import http
+import itertools
+import json
+import logging
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import websockets
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.frames import CloseCode
+from websockets.http11 import Request, Response
+
+from xinfer_ros.openpi.codec import CodecError, packb, unpackb
+from xinfer_ros.openpi.layouts import (
+    BUILTIN_LAYOUTS,
+    MappedObservation,
+    ModelSpec,
+    ObservationError,
+    ObservationLayout,
+    map_observation,
+)
+from xinfer_ros.openpi.options import XINFER_KEYS, RequestOptions, parse_options, valid_robot_id
+
+__all__ = ["OpenPIServer", "ServerConfig", "ServerThread"]
+
+_LOG = logging.getLogger("xinfer_ros.openpi")
+
+#: Robots whose counters are kept; the oldest are dropped beyond it, so that a server
+#: with many short-lived auto-named connections does not grow without bound.
+_MAX_ROBOT_COUNTERS = 4096
+
+#: Status names of :class:`~xinfer_ros.engine.types.Status`, as sent to clients.
+_STATUS_NAMES = {0: "ok", 1: "rejected", 2: "shed", 3: "error"}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Configuration of the openpi endpoint.
+
+    Attributes:
+        host: bind address; loopback unless deliberately opened.
+        port: TCP port (0: any free port, see :attr:`OpenPIServer.port`).
+        layout: observation layout, None to detect LIBERO/ALOHA per observation.
+        default_budget_ms: budget of a request without ``xinfer/budget_ms`` (T_E).
+        max_budget_ms: largest accepted budget.
+        default_prompt: instruction when an observation has none (None: required).
+        api_key: required ``Authorization: Api-Key <key>`` header (None: no key).
+        allowlist: robot ids served (None: any valid id).
+        reserved_ids: ids openpi clients may not take (e.g. the ROS robots sharing the
+            engine: the engine sheds a robot's older request when a newer one arrives).
+        max_message_bytes: largest accepted WebSocket message.
+        max_connections: concurrent connections (more are refused with HTTP 503).
+        request_timeout_s: longest wait for the engine before the request is cancelled.
+        cpu_workers: threads decoding and resizing large observations off the event loop.
+        inline_prepare_bytes: messages up to this size are decoded and mapped on the
+            event loop itself: a thread hop costs more than their sub-millisecond work.
+        model_name: model preset name (reported in the metadata).
+        metadata: extra entries of the metadata message.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    layout: ObservationLayout | None = None
+    default_budget_ms: float = 180.0
+    max_budget_ms: float = 10_000.0
+    default_prompt: str | None = None
+    api_key: str | None = None
+    allowlist: tuple[str, ...] | None = None
+    reserved_ids: tuple[str, ...] = ()
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_connections: int = 64
+    request_timeout_s: float = 30.0
+    cpu_workers: int = 2
+    inline_prepare_bytes: int = 1024 * 1024
+    model_name: str = "tiny"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if not 0 < self.default_budget_ms <= self.max_budget_ms:
+            raise ValueError("need 0 < default_budget_ms <= max_budget_ms")
+        if self.max_message_bytes < 1024:
+            raise ValueError("max_message_bytes must be >= 1024")
+        if self.max_connections < 1 or self.cpu_workers < 1:
+            raise ValueError("max_connections and cpu_workers must be >= 1")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must be non-empty when given")
+        for robot in self.allowlist or ():
+            why = valid_robot_id(robot)
+            if why is not None:
+                raise ValueError(f"allowlist entry {robot!r}: {why}")
+
+
+class _ClientError(Exception):
+    """A request the client can fix; answered with a text frame, connection kept.
+
+    Attributes:
+        kind: short machine-readable category (first word of the reply).
+        close: the connection cannot continue (reply, then close with 1008).
+    """
+
+    def __init__(self, kind: str, detail: str, *, close: bool = False) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.close = close
+
+    def text(self) -> str:
+        tail = "" if self.close else " (the connection stays open)"
+        return f"{self.kind}: {self} [xinfer_ros openpi server]{tail}"
+
+
+@dataclass
+class _Session:
+    """Per-connection state (owned by the connection's handler task)."""
+
+    number: int
+    robot_id: str | None = None
+    seq: int = 0
+    prev_total_ms: float | None = None
+    masked_logged: bool = False
+
+
+@dataclass
+class _RobotCounters:
+    requests: int = 0
+    ok: int = 0
+    errors: int = 0
+    connections: int = 0
+
+
+class OpenPIServer:
+    """Serve openpi clients from a shared, started :class:`StageEngine`.
+
+    Args:
+        engine: the engine (thread-safe ``submit``/``cancel``); not closed here.
+        model: what the served model takes and returns.
+        config: endpoint configuration.
+
+    Use within one asyncio loop: ``await start()``, then ``await aclose()``; or run it
+    on its own thread with :class:`ServerThread`.
+    """
+
+    def __init__(self, engine: Any, model: ModelSpec, config: ServerConfig | None = None) -> None:
+        self.engine = engine
+        self.model = model
+        self.config = config if config is not None else ServerConfig()
+        self._server: Server | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._active: set[str] = set()
+        self._connections = 0
+        self._robots: dict[str, _RobotCounters] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> int:
+        """Bind and start accepting connections; return the bound port."""
+        cfg = self.config
+        self._pool = ThreadPoolExecutor(cfg.cpu_workers, thread_name_prefix="openpi-cpu")
+        # compression=None as openpi (images do not deflate well; it costs CPU); a small
+        # max_queue bounds the frames buffered per connection beyond max_size each.
+        self._server = await serve(
+            self._handler, cfg.host, cfg.port, compression=None,
+            max_size=cfg.max_message_bytes, max_queue=4,
+            process_request=self._process_request, logger=_LOG)
+        port = self.port
+        _LOG.info("openpi endpoint on ws://%s:%d (policy %s, backend %s%s)", cfg.host, port,
+                  self.engine.policy.name, self.engine.backend.name,
+                  ", EMULATED" if self.engine.backend.emulated else "")
+        return port
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (after :meth:`start`)."""
+        if self._server is None:
+            raise RuntimeError("server not started")
+        return int(next(iter(self._server.sockets)).getsockname()[1])
+
+    async def aclose(self) -> None:
+        """Close every connection (1001) and stop listening; the engine stays up."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    # -- introspection ----------------------------------------------------------------------
+    def metadata(self, robot_id: str | None) -> dict[str, Any]:
+        """The metadata message sent on connect (msgpack-ready)."""
+        cfg = self.config
+        backend = self.engine.backend
+        return {
+            "server": "xinfer_ros", "protocol": "openpi-websocket/msgpack-numpy",
+            "robot_id": robot_id, "policy": self.engine.policy.name,
+            "backend": backend.name, "emulated": bool(backend.emulated),
+            "model": cfg.model_name, **self.model.to_dict(),
+            "layout": cfg.layout.to_dict() if cfg.layout is not None else "auto",
+            "default_budget_ms": cfg.default_budget_ms, "max_budget_ms": cfg.max_budget_ms,
+            "xinfer_keys": list(XINFER_KEYS), **cfg.metadata,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Counters per robot and the engine's snapshot (thread-safe)."""
+        with self._lock:
+            robots = {k: vars(v).copy() for k, v in self._robots.items()}
+            connections = self._connections
+        return {"connections": connections, "robots": robots, "engine": self.engine.stats()}
+
+    # -- handshake ----------------------------------------------------------------------------
+    def _authorized(self, request: Request) -> bool:
+        key = self.config.api_key
+        if key is None:
+            return True
+        header = request.headers.get("Authorization", "")
+        return hmac.compare_digest(header.encode(), f"Api-Key {key}".encode())
+
+    def _path_robot(self, path: str) -> str | None:
+        name = unquote(urlsplit(path).path).strip("/")
+        return name or None
+
+    def _process_request(self, connection: ServerConnection,
+                         request: Request) -> Response | None:
+        path = urlsplit(request.path).path
+        if path == "/healthz":
+            return connection.respond(http.HTTPStatus.OK, "OK\n")
+        if not self._authorized(request):
+            return connection.respond(http.HTTPStatus.UNAUTHORIZED,
+                                      "missing or wrong 'Authorization: Api-Key <key>' header\n")
+        if path == "/stats":
+            return connection.respond(http.HTTPStatus.OK, json.dumps(self.stats()) + "\n")
+        robot = self._path_robot(request.path)
+        if robot is not None:
+            why = self._refusal(robot)
+            if why is not None:
+                status, text = why
+                return connection.respond(status, text + "\n")
+        with self._lock:
+            full = self._connections >= self.config.max_connections
+        if full:
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE,
+                                      f"{self.config.max_connections} connections already\n")
+        return None
+
+    def _refusal(self, robot: str) -> tuple[http.HTTPStatus, str] | None:
+        """Why ``robot`` cannot be served now (status, text), or None."""
+        why = valid_robot_id(robot)
+        if why is not None:
+            return http.HTTPStatus.BAD_REQUEST, f"robot id: {why}"
+        if robot in self.config.reserved_ids:
+            return http.HTTPStatus.FORBIDDEN, f"robot id {robot!r} is reserved (a ROS robot)"
+        allow = self.config.allowlist
+        if allow is not None and robot not in allow:
+            return http.HTTPStatus.FORBIDDEN, f"robot {robot!r} is not on the allowlist"
+        with self._lock:
+            if robot in self._active:
+                return http.HTTPStatus.CONFLICT, f"robot {robot!r} is already connected"
+        return None
+
+    # -- connection -----------------------------------------------------------------------------
+    def _claim(self, session: _Session, robot: str) -> None:
+        """Bind ``robot`` to the connection (raises :class:`_ClientError` when refused)."""
+        why = self._refusal(robot)
+        if why is not None:
+            raise _ClientError("forbidden", why[1], close=True)
+        with self._lock:
+            self._active.add(robot)
+            self._counters(robot).connections += 1
+        session.robot_id = robot
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        session = _Session(next(self._numbers))
+        with self._lock:
+            self._connections += 1
+        try:
+            path_robot = self._path_robot(ws.request.path) if ws.request is not None else None
+            if path_robot is not None:
+                try:
+                    self._claim(session, path_robot)
+                except _ClientError as exc:  # lost a race with another connection
+                    await ws.close(CloseCode.POLICY_VIOLATION, str(exc)[:120])
+                    return
+            if await _send_quietly(ws, packb(self.metadata(session.robot_id))):
+                await self._serve(ws, session)
+        finally:
+            with self._lock:
+                self._connections -= 1
+                if session.robot_id is not None:
+                    self._active.discard(session.robot_id)
+            if session.robot_id is not None:
+                self.engine.cancel(session.robot_id, "openpi client disconnected")
+
+    async def _serve(self, ws: ServerConnection, session: _Session) -> None:
+        """Answer observations one at a time until the client goes away."""
+        while True:
+            try:
+                message = await ws.recv()
+            except websockets.ConnectionClosed:
+                _LOG.info("openpi connection %d (%s) closed", session.number, session.robot_id)
+                return
+            start = time.monotonic()
+            try:
+                reply: bytes | str = await self._infer(session, message)
+            except _ClientError as exc:
+                reply = exc.text()
+                self._count(session, ok=False)
+                if exc.close:
+                    await _send_quietly(ws, reply)
+                    await ws.close(CloseCode.POLICY_VIOLATION, exc.kind)
+                    return
+            except Exception:
+                # Unexpected: do as openpi does (traceback, then close 1011).
+                _LOG.exception("openpi connection %d: internal error", session.number)
+                await _send_quietly(ws, traceback.format_exc())
+                await ws.close(CloseCode.INTERNAL_ERROR,
+                               "Internal server error. Traceback included in previous frame.")
+                return
+            if not await _send_quietly(ws, reply):
+                return
+            session.prev_total_ms = (time.monotonic() - start) * 1e3
+
+    def _count(self, session: _Session, *, ok: bool) -> None:
+        robot = session.robot_id if session.robot_id is not None else "(unnamed)"
+        with self._lock:
+            counters = self._counters(robot)
+            counters.requests += 1
+            counters.ok += int(ok)
+            counters.errors += int(not ok)
+
+    def _counters(self, robot: str) -> _RobotCounters:
+        """The robot's counters (caller holds the lock)."""
+        counters = self._robots.get(robot)
+        if counters is None:
+            if len(self._robots) >= _MAX_ROBOT_COUNTERS:
+                del self._robots[next(iter(self._robots))]
+            counters = self._robots[robot] = _RobotCounters()
+        return counters
+
+    # -- one request ------------------------------------------------------------------------------
+    def _prepare(self, message: bytes) -> tuple[MappedObservation, RequestOptions]:
+        """Decode, map and validate (on the loop, or the CPU pool for big messages)."""
+        try:
+            obs = unpackb(message)
+        except CodecError as exc:
+            raise _ClientError("invalid_message", str(exc)) from exc
+        try:
+            mapped = map_observation(obs, self.config.layout, self.model,
+                                     self.config.default_prompt)
+            options = parse_options(
+                obs, default_budget_ms=self.config.default_budget_ms,
+                max_budget_ms=self.config.max_budget_ms, horizon=self.model.horizon,
+                action_dim=self.model.action_dim, out_dim=self._out_dim(mapped.layout))
+        except ObservationError as exc:
+            raise _ClientError("invalid_observation", str(exc)) from exc
+        return mapped, options
+
+    def _out_dim(self, layout_name: str) -> int:
+        layout = self.config.layout or BUILTIN_LAYOUTS.get(layout_name)
+        want = layout.action_dim if layout is not None else None
+        return min(want or self.model.action_dim, self.model.action_dim)
+
+    def _bind_robot(self, session: _Session, requested: str | None) -> str:
+        if session.robot_id is not None:
+            if requested is not None and requested != session.robot_id:
+                raise _ClientError("invalid_observation",
+                                   f"xinfer/robot_id {requested!r} differs from this "
+                                   f"connection's robot {session.robot_id!r}")
+            return session.robot_id
+        if requested is None:
+            if self.config.allowlist is not None:
+                raise _ClientError("forbidden", "this server serves an allowlist: name the "
+                                   "robot in the URL path or in xinfer/robot_id", close=True)
+            requested = f"openpi-{session.number}"
+        self._claim(session, requested)
+        return requested
+
+    async def _infer(self, session: _Session, message: bytes | str) -> bytes:
+        if isinstance(message, str):
+            raise _ClientError("invalid_message", "expected a binary msgpack-numpy frame, got "
+                                                  "a text frame")
+        t0 = time.monotonic()
+        if len(message) <= self.config.inline_prepare_bytes:
+            mapped, options = self._prepare(message)
+        else:  # big images to resize: keep the loop serving the other robots meanwhile
+            loop = asyncio.get_running_loop()
+            mapped, options = await loop.run_in_executor(self._pool, self._prepare, message)
+        robot = self._bind_robot(session, options.robot_id)
+        if not session.masked_logged and not all(mapped.image_mask):
+            session.masked_logged = True
+            _LOG.info("robot %s (%s layout): cameras %s masked out (zero image)", robot,
+                      mapped.layout, [i for i, m in enumerate(mapped.image_mask) if not m])
+        session.seq += 1
+        inputs: dict[str, Any] = {
+            "images": mapped.images, "instruction": mapped.prompt, "state": mapped.state,
+            "seed": options.seed if options.seed is not None else session.seq}
+        if options.prev_chunk is not None:
+            inputs["prev_chunk"] = options.prev_chunk
+            inputs["d"] = options.commit_steps
+        future = self.engine.submit(inputs, options.budget_ms, robot)
+        try:
+            # shield: a timeout must not cancel the engine's future (the engine resolves
+            # it later); the robot's request is cancelled through the engine instead.
+            result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
+                                            self.config.request_timeout_s)
+        except asyncio.TimeoutError as exc:  # not the builtin before Python 3.11
+            self.engine.cancel(robot, "openpi request timed out")
+            raise _ClientError("timeout", f"no result within {self.config.request_timeout_s} "
+                                          "s") from exc
+        status = _STATUS_NAMES.get(int(result.status), str(result.status))
+        if status != "ok" or result.actions is None:
+            raise _ClientError(status, result.reason or "no actions")
+        infer_ms = (time.monotonic() - t0) * 1e3
+        self._count(session, ok=True)
+        return packb(self._response(session, mapped, options, result, infer_ms))
+
+    def _response(self, session: _Session, mapped: MappedObservation, options: RequestOptions,
+                  result: Any, infer_ms: float) -> dict[str, Any]:
+        actions = np.asarray(result.actions, dtype=np.float64)[:, :self._out_dim(mapped.layout)]
+        timing: dict[str, float] = {"infer_ms": infer_ms}
+        if session.prev_total_ms is not None:
+            timing["prev_total_ms"] = session.prev_total_ms
+        stage = {k: float(v) for k, v in result.timings.to_dict().items() if np.isfinite(v)}
+        return {
+            "actions": np.ascontiguousarray(actions),
+            "server_timing": timing,
+            "policy_timing": {"infer_ms": float(result.latency_ms)},
+            "xinfer/status": "ok", "xinfer/robot_id": session.robot_id,
+            "xinfer/request_id": int(result.request_id), "xinfer/seq": session.seq,
+            "xinfer/budget_ms": options.budget_ms, "xinfer/timings": stage,
+            "xinfer/image_mask": list(mapped.image_mask), "xinfer/layout": mapped.layout,
+            "xinfer/state_dim_in": mapped.state_dim_in,
+            "xinfer/emulated": bool(result.emulated),
+        }
+
+
+async def _send_quietly(ws: ServerConnection, data: bytes | str) -> bool:
+    """Send; False when the client is already gone (nothing else to do then)."""
+    try:
+        await ws.send(data)
+    except websockets.ConnectionClosed:
+        return False
+    return True
+
+
+class ServerThread:
+    """Run an :class:`OpenPIServer` on its own thread and event loop.
+
+    For hosts that are not asyncio programs: a ROS node, tests, benchmarks.
+
+    Args:
+        server: the server (not started).
+    """
+
+    def __init__(self, server: OpenPIServer) -> None:
+        self.server = server
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 10.0) -> int:
+        """Start the thread, wait until the port is bound, and return it.
+
+        Raises:
+            RuntimeError: when the server failed to start (e.g. the port is taken).
+        """
+        self._thread = threading.Thread(target=self._run, name="openpi-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"openpi server did not start within {timeout} s")
+        if self._error is not None:
+            raise RuntimeError(f"openpi server failed to start: {self._error}") from self._error
+        return self.port
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        try:
+            self.port = await self.server.start()
+        except OSError as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.server.aclose()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop serving and join the thread (the engine is left running)."""
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop already finished
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
