@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "stream_observations"]
 
 BUDGET_MS = 400.0
 PERIOD_S = 0.180
@@ -78,16 +78,63 @@ def _in_process(robots: int, duration: float, warmup: float) -> list[float]:
     return lat
 
 
-def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
-                 workdir: Path) -> list[float]:
+def stream_observations(names: list[str], camera_rate: float, seconds: float) -> None:
+    """Publish every robot's cameras and joint states at ``camera_rate`` (own process).
+
+    Robots stream from their own processes in a real fleet; publishing here, apart
+    from the process that times requests, keeps image serialization out of the
+    measured latency.
+    """
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image, JointState
 
     from xinfer_ros.model.config import load_preset
-    from xinfer_ros.msg import ActionChunk, PolicyRequest
     from xinfer_ros.nodes.image_conversion import rgb_to_image_fields
+
+    shapes = [(c.height, c.width) for c in load_preset("tiny").cameras]
+    frames = [rgb_to_image_fields(np.random.default_rng(i).integers(
+        0, 256, (h, w, 3), dtype=np.uint8)) for i, (h, w) in enumerate(shapes)]
+    rclpy.init()
+    node = rclpy.create_node("transport_bench_cameras")
+    cams = [(node.create_publisher(Image, f"/{n}/camera_{c}/image_raw",
+                                   qos_profile_sensor_data), frames[c])
+            for n in names for c in range(len(shapes))]
+    joints = [node.create_publisher(JointState, f"/{n}/joint_states", qos_profile_sensor_data)
+              for n in names]
+    turn = [0]
+
+    def publish_next() -> None:
+        # One frame per tick, spread over the period, as robot_sim does: bursts of
+        # large frames overflow the shared-memory transport and best-effort frames drop.
+        pub, fields = cams[turn[0] % len(cams)]
+        turn[0] += 1
+        msg = Image(**fields)
+        msg.header.stamp = node.get_clock().now().to_msg()
+        pub.publish(msg)
+
+    def publish_joints() -> None:
+        stamp = node.get_clock().now().to_msg()
+        for pub in joints:
+            js = JointState(position=[0.0] * 14)
+            js.header.stamp = stamp
+            pub.publish(js)
+
+    node.create_timer(1.0 / (camera_rate * len(cams)), publish_next)
+    node.create_timer(1.0 / camera_rate, publish_joints)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and rclpy.ok():
+        rclpy.spin_once(node, timeout_sec=0.05)
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
+                 workdir: Path) -> list[float]:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from xinfer_ros.msg import ActionChunk, PolicyRequest
 
     names = [f"bench_{i}" for i in range(robots)]
     params = workdir / f"server_{robots}.yaml"
@@ -97,22 +144,20 @@ def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float
         [sys.executable, "-m", "xinfer_ros.nodes.inference_server", "--ros-args",
          "--params-file", str(params)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=dict(os.environ))
-    shapes = [(c.height, c.width) for c in load_preset("tiny").cameras]
-    frames = [rgb_to_image_fields(np.random.default_rng(i).integers(
-        0, 256, (h, w, 3), dtype=np.uint8)) for i, (h, w) in enumerate(shapes)]
+    streamer = subprocess.Popen(
+        [sys.executable, "-m", "xinfer_ros.cli.bench_transport", "--stream",
+         str(camera_rate), str(duration + 90.0), *names],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
     rclpy.init()
     node = rclpy.create_node("transport_bench")
     lat: list[float] = []
+    split: list[tuple[float, float]] = []  # (wire ms, server overhead ms) per response
+    rejected: list[str] = []
     pending: dict[tuple[str, int], float] = {}
     next_send = {n: 0.0 for n in names}
     seqs = {n: 0 for n in names}
-    pubs = {}
-    for n in names:
-        pubs[n] = (
-            [node.create_publisher(Image, f"/{n}/camera_{c}/image_raw", qos_profile_sensor_data)
-             for c in range(len(shapes))],
-            node.create_publisher(JointState, f"/{n}/joint_states", qos_profile_sensor_data),
-            node.create_publisher(PolicyRequest, f"/{n}/policy_request", 10))
+    pubs = {n: node.create_publisher(PolicyRequest, f"/{n}/policy_request", 10)
+            for n in names}
 
     t_start = time.monotonic()
 
@@ -123,32 +168,26 @@ def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float
         now = time.monotonic()
         if msg.status == ActionChunk.STATUS_OK and sent >= t_start + warmup:
             lat.append(now - sent)
+            t = msg.timing
+            engine_ms = t.queue_ms + t.vit_ms + t.prefill_ms + t.action_ms + t.output_ms
+            split.append(((now - sent) * 1e3 - t.server_total_ms, t.server_total_ms - engine_ms))
+        elif msg.status != ActionChunk.STATUS_OK:
+            rejected.append(msg.reason)
         next_send[name] = max(sent + PERIOD_S, now)  # Eq. 1
 
     for n in names:
         node.create_subscription(ActionChunk, f"/{n}/action_chunk",
                                  lambda m, n=n: on_chunk(n, m), 10)
 
-    def observe() -> None:
-        stamp = node.get_clock().now().to_msg()
-        for n in names:
-            cams, joints, _ = pubs[n]
-            for pub, fields in zip(cams, frames, strict=True):
-                msg = Image(**fields)
-                msg.header.stamp = stamp
-                pub.publish(msg)
-            js = JointState(position=[0.0] * 14)
-            js.header.stamp = stamp
-            joints.publish(js)
-
-    node.create_timer(1.0 / camera_rate, observe)
     spinner = SingleThreadedExecutor()
     spinner.add_node(node)
     # Wait for the server to subscribe before the clock starts.
     end = time.monotonic() + 60.0
-    while time.monotonic() < end and pubs[names[-1]][2].get_subscription_count() == 0:
+    while time.monotonic() < end and pubs[names[-1]].get_subscription_count() == 0:
         spinner.spin_once(timeout_sec=0.05)
-    spinner.spin_once(timeout_sec=0.5)
+    settle = time.monotonic() + 1.0  # let camera frames reach the server
+    while time.monotonic() < settle:
+        spinner.spin_once(timeout_sec=0.05)
     t_start = time.monotonic()
     stop = t_start + duration
     for i, n in enumerate(names):
@@ -166,13 +205,19 @@ def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float
                                     commit_steps=8, keyframe_spacing_s=0.03)
                 req.header.stamp = node.get_clock().now().to_msg()
                 pending[(n, seqs[n])] = time.monotonic()
-                pubs[n][2].publish(req)
+                pubs[n].publish(req)
         spinner.spin_once(timeout_sec=0.002)
     spinner.shutdown()
     node.destroy_node()
     rclpy.shutdown()
-    server.terminate()
-    server.wait(timeout=20)
+    for proc in (server, streamer):
+        proc.terminate()
+        proc.wait(timeout=20)
+    if split:
+        wire, over = np.median(np.asarray(split), axis=0)
+        print(f"  {robots} robots via ROS: median wire (DDS both ways) {wire:.2f} ms, "
+              f"server outside the engine {over:.2f} ms; {len(rejected)} non-OK"
+              + (f" (e.g. {rejected[0]})" if rejected else ""))
     return lat
 
 
@@ -200,3 +245,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps({"emulated": True, "rows": rows}, indent=2))
     return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == "--stream":
+        stream_observations(sys.argv[4:], float(sys.argv[2]), float(sys.argv[3]))

@@ -113,7 +113,11 @@ class RobotSim(Node):
         self._budget_pub = self.create_publisher(ResponseBudget, "budget", BUDGET_QOS)
         self.create_subscription(Float64MultiArray, "commands", self._on_command, 10)
         self.create_subscription(ActionChunk, "action_chunk", self._on_chunk, 10)
-        self.create_timer(1.0 / p["camera_rate_hz"], self._publish_images)
+        # Cameras publish round-robin, spread over the frame period: a burst of
+        # several large frames overflows Fast DDS's shared-memory segment (512 KiB by
+        # default) and best-effort frames are then lost.
+        self._next_cam = 0
+        self.create_timer(1.0 / (p["camera_rate_hz"] * len(widths)), self._publish_image)
         self.create_timer(1.0 / p["state_rate_hz"], self._publish_state)
         self._publish_budget()
 
@@ -145,13 +149,13 @@ class RobotSim(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         self._state_pub.publish(msg)
 
-    def _publish_images(self) -> None:
-        stamp = self.get_clock().now().to_msg()
-        for cam, pub in enumerate(self._cams):
-            msg = Image(**rgb_to_image_fields(self._renderer.render(cam, self._joints)))
-            msg.header.stamp = stamp
-            msg.header.frame_id = f"camera_{cam}"
-            pub.publish(msg)
+    def _publish_image(self) -> None:
+        cam = self._next_cam
+        self._next_cam = (cam + 1) % len(self._cams)
+        msg = Image(**rgb_to_image_fields(self._renderer.render(cam, self._joints)))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.frame_id = f"camera_{cam}"
+        self._cams[cam].publish(msg)
 
 
 def main(argv: list[str] | None = None) -> int:
