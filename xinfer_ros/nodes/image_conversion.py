@@ -8,6 +8,7 @@ RGB, the layout the model's preparation expects.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import numpy as np
@@ -80,13 +81,23 @@ def _numpy_to_rgb(msg: ImageLike) -> npt.NDArray[np.uint8]:
     return np.ascontiguousarray(pixels[:, :, :3])
 
 
-def _cv_bridge_to_rgb(msg: ImageLike) -> npt.NDArray[np.uint8] | None:
+@functools.cache
+def _cv_bridge() -> Any | None:
+    # Resolved once: a failed import is not cached by Python and would search
+    # sys.path again for every frame.
     try:
         from cv_bridge import CvBridge
     except ImportError:
         return None
+    return CvBridge()
+
+
+def _cv_bridge_to_rgb(msg: ImageLike) -> npt.NDArray[np.uint8] | None:
+    bridge = _cv_bridge()
+    if bridge is None:
+        return None
     try:
-        out = CvBridge().imgmsg_to_cv2(msg, desired_encoding="rgb8")
+        out = bridge.imgmsg_to_cv2(msg, desired_encoding="rgb8")
     except Exception as exc:  # cv_bridge raises its own CvBridgeError
         raise ImageConversionError(f"cv_bridge: {exc}") from exc
     return np.asarray(out, dtype=np.uint8)
