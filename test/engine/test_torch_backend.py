@@ -1,0 +1,56 @@
+"""The torch backend with the tiny preset (CPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from xinfer_ros.engine import EngineConfig, StageEngine, Status, make_backend
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def backend():  # type: ignore[no-untyped-def]
+    return make_backend("torch", model="tiny", device="cpu", threads=1)
+
+
+def test_tiny_model_engine_run_returns_actions(backend) -> None:  # type: ignore[no-untyped-def]
+    engine = StageEngine(backend, "xinfer", EngineConfig(slots=(2, 2, 2)))
+    with engine:
+        first = engine.submit(backend.example_inputs(0, None), 2000.0, "r0")
+        second = engine.submit(backend.example_inputs(1, None), 2000.0, "r1")
+        r0, r1 = first.result(60), second.result(60)
+        rtc = engine.submit(backend.example_inputs(0, r0.actions), 2000.0, "r0").result(60)
+        bad_inputs = dict(backend.example_inputs(2, None))
+        bad_inputs["images"] = bad_inputs["images"][:1]
+        bad = engine.submit(bad_inputs, 2000.0, "r2").result(60)
+    for r in (r0, r1, rtc):
+        assert r.status is Status.OK, r.reason
+        assert not r.emulated
+        assert r.actions is not None and r.actions.shape == (16, 14)
+        assert np.all(np.isfinite(r.actions))
+    # RTC: the committed prefix is the previous chunk's aligned keyframes, bit for bit.
+    assert rtc.actions is not None and r0.actions is not None
+    assert np.array_equal(rtc.actions[:8], r0.actions[8:16])
+    assert bad.status is Status.REJECTED and "images" in bad.reason
+
+
+def test_action_worker_process_matches_in_thread_action(backend) -> None:  # type: ignore[no-untyped-def]
+    proc_backend = make_backend("torch", model="tiny", device="cpu", threads=1,
+                                action_processes=1)
+    try:
+        results = []
+        for be in (backend, proc_backend):
+            with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
+                first = engine.submit(be.example_inputs(3, None), 5000.0, "r").result(60)
+                rtc = engine.submit(be.example_inputs(3, first.actions), 5000.0, "r").result(60)
+            assert first.ok and rtc.ok, (first.reason, rtc.reason)
+            results.append((first.actions, rtc.actions))
+        (a0, b0), (a1, b1) = results
+        assert np.array_equal(a0, a1) and np.array_equal(b0, b1)
+    finally:
+        proc_backend.close()

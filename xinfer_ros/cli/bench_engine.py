@@ -1,0 +1,276 @@
+"""``xinfer-bench engine``: closed-loop engine benchmark (async / serial / lockstep).
+
+In-process robots (Eq. 1, T_E = 180 ms) drive the stage engine with budgets from the
+simulator's workloads. Reports throughput, latency percentiles, SLO attainment,
+goodput, per-stage server times, and the remaining-time prediction error of running
+stages (App. C.2). With ``--backend emulated`` every line says it is emulation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.constants import DEFAULT_SLOTS
+from xinfer_ros.core.metrics import summarize
+from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
+from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
+from xinfer_ros.engine.clock import Clock
+from xinfer_ros.engine.closed_loop import ClosedLoopRun, RobotPlan, run_closed_loop
+from xinfer_ros.engine.engine import StageEngine
+from xinfer_ros.engine.policies import policy_names
+from xinfer_ros.engine.types import (
+    TABLE6,
+    EngineConfig,
+    ExecMode,
+    Overflow,
+    ablation_config,
+    mode_config,
+)
+
+__all__ = [
+    "add_arguments",
+    "build_engine",
+    "run",
+    "run_benchmark",
+    "simulate_same",
+    "stage_summary",
+]
+
+#: Slots of the torch backend on a CPU (one intra-op thread per lane): one ViT, one
+#: Prefill and two Action lanes fit a 2-core machine best in our runs (the tiny
+#: model's Action dominates; more lanes only time-share the cores).
+CPU_SLOTS: tuple[int, int, int] = (1, 1, 2)
+
+
+def _triple(text: str) -> tuple[int, int, int]:
+    parts = [int(x) for x in text.replace(" ", "").split(",")]
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"expected V,P,A counts, got {text!r}")
+    return (parts[0], parts[1], parts[2])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``engine`` sub-command's options."""
+    from xinfer_ros.sim.workloads import WORKLOADS
+
+    parser.add_argument("--backend", choices=BACKENDS, default="emulated")
+    parser.add_argument("--model", default="tiny", help="model preset (torch backend)")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default=None, help="parameter dtype (preset default)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per CPU lane")
+    parser.add_argument("--action-processes", type=int, default=0,
+                        help="torch on CPU: run Action in this many worker processes "
+                             "(0: in lane threads)")
+    parser.add_argument("--robots", type=int, default=8)
+    parser.add_argument("--engine", choices=[m.value for m in ExecMode], default="async")
+    parser.add_argument("--ablation", choices=list(TABLE6), default=None,
+                        help="Table 6 switch set (overrides --engine's switches)")
+    parser.add_argument("--policy", choices=policy_names(), default="xinfer")
+    parser.add_argument("--workload", choices=WORKLOADS, default="phases")
+    parser.add_argument("--budgets-ms", type=float, nargs="+", default=None,
+                        help="budgets of the uniform/custom workloads")
+    parser.add_argument("--duration", type=float, default=60.0, help="last send time (s)")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="measurement starts here (s); default min(30, duration/4)")
+    parser.add_argument("--slots", type=_triple, default=None,
+                        help="V,P,A slots (default 4,4,6; torch on CPU 1,1,2)")
+    parser.add_argument("--rate-table", type=Path, default=None,
+                        help="rate table for the predictor and the emulated device")
+    parser.add_argument("--max-live", type=int, default=None,
+                        help="backpressure bound (default 2 x robots + 8)")
+    parser.add_argument("--overflow", choices=[o.value for o in Overflow], default="reject")
+    parser.add_argument("--cpu-workers", type=int, default=2)
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="emulated only: engine seconds per wall second")
+    parser.add_argument("--noise", type=float, default=0.0,
+                        help="emulated only: log-normal sigma of unit work")
+    parser.add_argument("--prepare-ms", type=float, default=1.0,
+                        help="emulated only: CPU preparation time (the simulator's cpu_prep)")
+    parser.add_argument("--tick-ms", type=float, default=2.0, help="policy tick period (ms)")
+    parser.add_argument("--compare-sim", action="store_true",
+                        help="also run the simulator on the same policy, workload, table, "
+                             "seed and slots, and report its attainment")
+    parser.add_argument("--link-ms", type=float, default=2.0,
+                        help="uplink and downlink delay each (ms); delta = 2 x this")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="write the report here")
+
+
+def build_engine(args: argparse.Namespace, backend: Backend | None = None
+                 ) -> tuple[StageEngine, Backend, RateTable]:
+    """Backend, engine config and policy from parsed arguments (engine not started).
+
+    Args:
+        args: parsed ``engine`` options.
+        backend: a prebuilt torch backend to reuse (building large models once).
+    """
+    table = load_rate_table(args.rate_table) if args.rate_table else default_rate_table()
+    clock = Clock(args.time_scale)
+    if args.backend == "emulated":
+        # The emulated device is cheap and bound to this run's clock: always fresh.
+        backend = make_backend("emulated", table=table, clock=clock, noise=args.noise,
+                               seed=args.seed, prepare_s=args.prepare_ms * 1e-3)
+    elif backend is None:
+        if args.time_scale != 1.0:
+            raise SystemExit("--time-scale needs --backend emulated")
+        backend = make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
+                               threads=args.threads,
+                               action_processes=getattr(args, "action_processes", 0))
+    on_cpu = args.backend == "torch" and not str(args.device).startswith("cuda")
+    slots = args.slots or (CPU_SLOTS if on_cpu else DEFAULT_SLOTS)
+    max_live = args.max_live or 2 * args.robots + 8
+    base = EngineConfig(slots=slots, max_live=max_live, overflow=Overflow(args.overflow),
+                        cpu_workers=args.cpu_workers, tick_s=args.tick_ms * 1e-3)
+    config = (ablation_config(args.ablation, base) if getattr(args, "ablation", None)
+              else mode_config(args.engine, base))
+    engine = StageEngine(backend, args.policy, config, rate_table=table, clock=clock)
+    return engine, backend, table
+
+
+def stage_summary(run: ClosedLoopRun, window: tuple[float, float]) -> dict[str, dict[str, float]]:
+    """Mean / P50 / P95 of each per-stage server time (ms) over OK requests in ``window``."""
+    rows = [s.result.timings for s in run.sent
+            if s.result is not None and s.result.ok and window[0] <= s.send_time < window[1]]
+    out: dict[str, dict[str, float]] = {}
+    for name in ("queue_ms", "prepare_ms", "vit_ms", "prefill_ms", "action_ms", "output_ms",
+                 "total_ms"):
+        vals = np.array([getattr(t, name) for t in rows], dtype=float)
+        vals = vals[np.isfinite(vals)]
+        key = name.removesuffix("_ms")
+        out[key] = ({"mean": float(vals.mean()), "p50": float(np.percentile(vals, 50)),
+                     "p95": float(np.percentile(vals, 95))} if vals.size else
+                    {"mean": math.nan, "p50": math.nan, "p95": math.nan})
+    return out
+
+
+def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> dict[str, Any]:
+    """Run one closed-loop benchmark and return the JSON-ready report.
+
+    Args:
+        args: parsed ``engine`` options.
+        backend: a prebuilt torch backend to reuse (it is not closed afterwards).
+    """
+    from xinfer_ros.sim.workloads import build_workload
+
+    duration = float(args.duration)
+    warmup = float(args.warmup) if args.warmup is not None else min(30.0, duration / 4)
+    window = (warmup, duration)
+    workload = build_workload(args.workload, args.robots, args.seed, budgets_ms=args.budgets_ms,
+                              duration=duration, window=window)
+    owned = backend is None
+    engine, backend, table = build_engine(args, backend)
+    plans = [RobotPlan(i, spec.start, spec.budgets, spec.max_requests)
+             for i, spec in enumerate(workload.robots)]
+    link = args.link_ms * 1e-3
+    engine.start()
+    try:
+        engine.audit.keep_from = engine.clock.now() + warmup
+        run = run_closed_loop(engine, plans, backend.example_inputs, duration, link_up=link,
+                              link_down=link)
+    finally:
+        engine.close(drain_timeout=2.0)
+        if owned:
+            backend.close()
+    metrics = summarize(run.records(), window)
+    statuses: dict[str, int] = {}
+    for s in run.sent:
+        key = s.result.status.name if s.result is not None else "UNANSWERED"
+        statuses[key] = statuses.get(key, 0) + 1
+    report: dict[str, Any] = {
+        "benchmark": "engine",
+        "emulated": backend.emulated,
+        "notice": EMULATION_NOTICE if backend.emulated else "",
+        "backend": backend.describe(),
+        "engine": args.engine if not getattr(args, "ablation", None) else args.ablation,
+        "config": engine.config.to_dict(),
+        "policy": args.policy,
+        "workload": args.workload,
+        "robots": len(plans),
+        "duration_s": duration,
+        "window_s": list(window),
+        "rate_table": str(args.rate_table) if args.rate_table else "default",
+        "rate_table_provenance": table.provenance,
+        "time_scale": args.time_scale,
+        "host": platform.node(),
+        "metrics": metrics.to_dict(),
+        "stage_ms": stage_summary(run, window),
+        "prediction": engine.audit.summary(),
+        "statuses": statuses,
+        "dispatcher": {k: engine.stats()[k] for k in ("decisions", "decision_ms_total")},
+    }
+    if args.compare_sim:
+        report["simulator"] = simulate_same(args, engine.config.effective_slots, window)
+    return report
+
+
+def simulate_same(args: argparse.Namespace, slots: tuple[int, int, int],
+                  window: tuple[float, float]) -> dict[str, Any]:
+    """The simulator's metrics for the same policy, workload, seed, table and slots."""
+    from xinfer_ros.sim.engine_loop import SimConfig, simulate
+
+    cfg = SimConfig(policy=args.policy, robots=args.robots, workload=args.workload,
+                    seed=args.seed, duration=float(args.duration), window=window,
+                    rate_table=str(args.rate_table) if args.rate_table else None,
+                    noise=args.noise, cpu_prep=args.prepare_ms * 1e-3,
+                    link_up=args.link_ms * 1e-3, link_down=args.link_ms * 1e-3,
+                    tick=args.tick_ms * 1e-3, slots=slots,
+                    budgets_ms=tuple(args.budgets_ms) if args.budgets_ms else None)
+    return {"config": "xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
+            "metrics": simulate(cfg).metrics.to_dict()}
+
+
+def _fmt(report: dict[str, Any]) -> str:
+    m = report["metrics"]
+    pred = report["prediction"]
+    st = report["stage_ms"]
+    prefix = f"{EMULATION_NOTICE} " if report["emulated"] else ""
+    lines = [
+        f"{prefix}engine={report['engine']} policy={report['policy']} "
+        f"backend={report['backend']['backend']} robots={report['robots']} "
+        f"workload={report['workload']} window={report['window_s']}",
+        f"{prefix}throughput={m['throughput_rps']:.2f} req/s goodput={m['goodput_rps']:.2f} "
+        f"attainment={m['attainment'] * 100:.1f}% P50/P95/P99={m['latency_p50_ms']:.1f}/"
+        f"{m['latency_p95_ms']:.1f}/{m['latency_p99_ms']:.1f} ms requests={m['requests']} "
+        f"errors={m['errors']}",
+        f"{prefix}stage means (ms): " + " ".join(
+            f"{k}={v['mean']:.2f}" for k, v in st.items()),
+    ]
+    if pred.get("samples"):
+        lines.append(f"{prefix}running-stage prediction: samples={pred['samples']} "
+                     f"MAE={pred['mae_ms']:.2f} ms mean error={pred['mean_error_ms']:+.2f} ms "
+                     f"mean stage={pred['mean_stage_duration_ms']:.2f} ms "
+                     f"(MAE/mean={pred['mae_rel_mean_stage'] * 100:.1f}%)")
+    disp = report["dispatcher"]
+    lines.append(f"{prefix}statuses: {report['statuses']} decisions={disp['decisions']} "
+                 f"({disp['decision_ms_total'] / max(disp['decisions'], 1) * 1e3:.0f} us each, "
+                 f"{disp['decision_ms_total'] / 1e3 / report['duration_s'] * 100:.1f}% of the run)")
+    sim = report.get("simulator")
+    if sim is not None:
+        sm = sim["metrics"]
+        lines.append(f"{prefix}simulator (same policy/workload/seed): attainment="
+                     f"{sm['attainment'] * 100:.1f}% throughput={sm['throughput_rps']:.2f} "
+                     f"P50={sm['latency_p50_ms']:.1f} ms; engine - simulator = "
+                     f"{(m['attainment'] - sm['attainment']) * 100:+.1f} points")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``xinfer-bench engine``."""
+    if args.robots < 1 or args.duration <= 0:
+        print("robots must be >= 1 and duration > 0", file=sys.stderr)
+        return 2
+    report = run_benchmark(args)
+    print(_fmt(report))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,102 @@
+"""``xinfer-calibrate``: measure a backend and write a rate-table file (App. C.1).
+
+Example::
+
+    xinfer-calibrate --backend torch --model tiny --out config/rate_table_cpu_tiny.json
+
+The defaults (bounds 2,2,2; combinations of up to 4 units; one 0.5 s window each) take
+about a minute for ``tiny`` on a 2-core CPU; ``--max-units``, ``--repeats`` and
+``--window`` measure more. The file is the format ``xinfer_ros.core.rate_table``
+reads; it is validated by reading it back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from xinfer_ros.core.rate_table import load_rate_table, write_rate_table
+from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, make_backend
+from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
+
+__all__ = ["build_parser", "main"]
+
+
+def _triple(text: str) -> tuple[int, int, int]:
+    parts = [int(x) for x in text.replace(" ", "").split(",")]
+    if len(parts) != 3 or min(parts) < 0:
+        raise argparse.ArgumentTypeError(f"expected V,P,A counts >= 0, got {text!r}")
+    return (parts[0], parts[1], parts[2])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    p = argparse.ArgumentParser(prog="xinfer-calibrate", description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=BACKENDS, default="torch")
+    p.add_argument("--model", default="tiny", help="model preset or YAML path (torch)")
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default=None, help="parameter dtype (preset default)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per CPU lane")
+    p.add_argument("--action-processes", type=int, default=0,
+                   help="CPU: run Action in this many worker processes (as the engine will)")
+    p.add_argument("--rate-table", type=Path, default=None,
+                   help="emulated backend: the table it emulates (default: shipped)")
+    p.add_argument("--out", type=Path, required=True, help="rate-table JSON to write")
+    p.add_argument("--bounds", type=_triple, default=(2, 2, 2),
+                   help="lookup bounds c = other units per stage (V,P,A)")
+    p.add_argument("--max-units", type=int, default=4,
+                   help="largest number of concurrent units in a combination")
+    p.add_argument("--window", type=float, default=0.5, help="seconds measured per combination")
+    p.add_argument("--warmup", type=float, default=0.15, help="seconds discarded per combination")
+    p.add_argument("--repeats", type=int, default=1, help="repetitions per combination")
+    p.add_argument("--iso-repeats", type=int, default=8, help="isolated units per stage")
+    p.add_argument("--reference-units", type=int, default=3,
+                   help="isolated reference units per stage before each combination (0: off)")
+    p.add_argument("--json-summary", type=Path, default=None,
+                   help="also write the raw measurements here")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the calibration; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    if args.backend == "emulated":
+        table = load_rate_table(args.rate_table) if args.rate_table else None
+        backend = make_backend("emulated", table=table)
+        describe = f"{EMULATION_NOTICE} (calibrating the emulator itself)"
+        print(describe)
+    else:
+        backend = make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
+                               threads=args.threads, action_processes=args.action_processes)
+        info = backend.describe()
+        describe = (f"model={info.get('model')} device={info.get('device')} "
+                    f"dtype={info.get('dtype')} threads/lane={info.get('threads_per_lane')} "
+                    f"gpu={info.get('gpu', '-')}")
+    settings = CalibrationSettings(bounds=args.bounds, max_units=args.max_units,
+                                   window_s=args.window, warmup_s=args.warmup,
+                                   repeats=args.repeats, iso_repeats=args.iso_repeats,
+                                   reference_units=args.reference_units)
+    prefix = f"{EMULATION_NOTICE} " if backend.emulated else ""
+    result = calibrate(backend, settings, describe=describe,
+                       progress=lambda line: print(prefix + line, flush=True))
+    backend.close()
+    path = write_rate_table(result.table, args.out)
+    load_rate_table(path)
+    t = result.table
+    print(f"{prefix}wrote {path} in {result.elapsed_s:.1f} s: W_ms="
+          f"{[round(w * 1e3, 3) for w in t.work]} h_ms={[round(h * 1e3, 3) for h in t.overhead]} "
+          f"h_out_ms={t.h_out * 1e3:.3f} bounds={list(t.bounds)}")
+    if args.json_summary is not None:
+        args.json_summary.write_text(json.dumps({
+            "isolated_ms": result.isolated_ms,
+            "measured_ms": {",".join(map(str, n)): row for n, row in result.measured.items()},
+            "elapsed_s": result.elapsed_s, "table": str(path)}, indent=1) + "\n",
+            encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

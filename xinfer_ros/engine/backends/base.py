@@ -1,0 +1,97 @@
+"""The backend interface: what the engine needs from a model implementation.
+
+A backend owns the weights (or their emulation) and executes one request's stages on
+private per-request state. The engine calls, per request::
+
+    state = backend.prepare(inputs, request_id, robot_id)   # CPU pool; InputError = reject
+    backend.run_stage(Stage.VIT, state, lane)                # context lane
+    backend.run_stage(Stage.PREFILL, state, lane)            # context lane
+    backend.run_stage(Stage.ACTION, state, lane)             # action lane
+    actions = backend.finish(state)                          # CPU pool: (H, D) float64
+    backend.release(state)                                   # always, also on failure
+
+Stages of different requests may interleave arbitrarily; a backend must keep request
+state private and weights read-only.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.stages import Stage
+from xinfer_ros.engine.lanes import LaneInfo
+
+__all__ = ["Backend", "InputValidationError", "StateFactory"]
+
+#: ``fresh(stage) -> state`` ready to run ``stage`` (calibration loops).
+StateFactory = Callable[[Stage], Any]
+
+
+class InputValidationError(ValueError):
+    """Request inputs are malformed; the request is rejected with this reason.
+
+    Attributes:
+        field: name of the offending field.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class Backend(ABC):
+    """Model implementation behind the engine.
+
+    Attributes:
+        name: backend name (``torch``, ``emulated``).
+        emulated: True when outputs are placeholders and timings come from a table.
+        action_shape: ``(H, D)`` of a returned chunk.
+        device: device string (``cpu``, ``cuda``, ``emulated``).
+    """
+
+    name: str = ""
+    emulated: bool = False
+    action_shape: tuple[int, int] = (16, 14)
+    device: str = "cpu"
+
+    def lane_setup(self, lane: LaneInfo) -> None:  # noqa: B027 - optional hook
+        """Per-lane-thread initialisation (CUDA streams, intra-op thread counts)."""
+
+    @abstractmethod
+    def prepare(self, inputs: Any, request_id: int, robot_id: str) -> Any:
+        """Validate and convert raw inputs on the CPU; return private request state.
+
+        Raises:
+            InputValidationError: (or the model's ``InputError``) naming the field.
+        """
+
+    @abstractmethod
+    def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
+        """Run one non-preemptive stage unit to completion (blocking the lane)."""
+
+    @abstractmethod
+    def finish(self, state: Any) -> np.ndarray:
+        """CPU output processing after Action: the ``(H, D)`` chunk in robot units."""
+
+    def release(self, state: Any) -> None:  # noqa: B027 - optional hook
+        """Drop device memory held by ``state`` (called exactly once per prepared state)."""
+
+    @abstractmethod
+    def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> Any:
+        """Valid inputs for benchmarks: fixed per robot, RTC from ``previous`` if given."""
+
+    @abstractmethod
+    def state_factory(self) -> StateFactory:
+        """A factory of states ready to run a given stage (for calibration loops)."""
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description for reports."""
+        return {"backend": self.name, "emulated": self.emulated, "device": self.device,
+                "action_shape": list(self.action_shape)}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the backend's resources."""

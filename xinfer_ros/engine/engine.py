@@ -1,0 +1,709 @@
+"""The asynchronous stage engine (paper §4.2, §5, §6.4).
+
+Request path: CPU preparation → ViT → Prefill → Action → CPU output. A single
+dispatcher thread owns the scheduling policy (policies are not thread-safe) and reacts
+to events: a prepared request (``add_request``), a unit completion (``complete``), a
+cancellation, a policy switch, and periodic ticks. After each batch of events it calls
+``schedule`` once and hands every launch to a lane. Each unit advances on its own
+completion event; there is no round barrier unless the ``round_barrier`` switch asks
+for one.
+
+Bounds: at most ``max_live`` requests hold state at any time (``submit`` refuses or
+sheds beyond it, there is no unbounded queue), and at most ``slots[s]`` units of
+stage ``s`` run. Failures stay local: a request whose inputs fail validation is
+rejected, a request whose stage raises fails with the exception text, and its slot is
+released for the others.
+
+Thread-safety: :meth:`StageEngine.submit`, :meth:`cancel`, :meth:`set_policy`,
+:meth:`stats` and :meth:`close` may be called from any thread (e.g. ROS callbacks).
+Result callbacks run on engine threads and must return quickly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.errors import XInferError
+from xinfer_ros.core.policy import Launch, Policy
+from xinfer_ros.core.rate_table import RateTable, default_rate_table
+from xinfer_ros.core.request import Request
+from xinfer_ros.core.stages import Stage
+from xinfer_ros.engine.backends.base import Backend, InputValidationError
+from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
+from xinfer_ros.engine.clock import Clock
+from xinfer_ros.engine.lanes import (
+    ACTION_GROUP,
+    CONTEXT_GROUP,
+    CPU_GROUP,
+    LaneGroup,
+    SharedExclusiveGate,
+    current_lane,
+    group_of,
+)
+from xinfer_ros.engine.policies import make_policy
+from xinfer_ros.engine.prediction import PredictionAudit
+from xinfer_ros.engine.types import EngineConfig, EngineResult, Overflow, StageTimings, Status
+
+__all__ = ["ResultCallback", "StageEngine"]
+
+_LOG = logging.getLogger("xinfer_ros.engine")
+
+#: ``callback(result)`` invoked once per submitted request.
+ResultCallback = Callable[[EngineResult], None]
+
+#: Policies whose decisions change only on events, never with the passage of time
+#: (as in the simulator); others get periodic ticks while ready work waits.
+_TIME_INVARIANT = frozenset({"fifo", "edf"})
+
+_STAGE_FIELD = {Stage.VIT: "vit_ms", Stage.PREFILL: "prefill_ms", Stage.ACTION: "action_ms"}
+
+
+@dataclass(eq=False)
+class _Live:
+    """Engine-side record of one live request (dispatcher-owned after submit)."""
+
+    rid: int
+    robot_id: str
+    budget: float
+    inputs: Any
+    callback: ResultCallback | None
+    future: Future[EngineResult]
+    submitted: float
+    state: Any = None
+    request: Request | None = None
+    policy: Policy | None = None
+    running: Stage | None = None
+    in_output: bool = False
+    model_started: bool = False
+    ready_since: float = math.nan
+    drop: tuple[Status, str] | None = None
+    timings: StageTimings = field(default_factory=StageTimings)
+
+
+class StageEngine:
+    """Serve VLA requests through a policy-driven, lane-based stage pipeline.
+
+    Args:
+        backend: model implementation (emulated or torch).
+        policy: registry name (``xinfer``, ``fifo``, ``edf``, ``slack_gate``) or a policy
+            object built with matching ``slots``.
+        config: engine switches and bounds.
+        rate_table: the predictor's table (default: the shipped one). The emulated
+            backend should be built on the same table.
+        clock: engine clock (time-compressed only with the emulated backend).
+        policy_kwargs: extra constructor arguments for a policy given by name.
+
+    Example (a ROS node)::
+
+        engine = StageEngine(make_backend("torch", model="tiny"), "xinfer")
+        engine.start()
+        engine.submit(inputs, budget_ms=90.0, robot_id="r1", callback=publish_chunk)
+        engine.cancel("r1")               # robot left: cancelled at the next boundary
+        engine.set_policy("edf")          # live requests keep running under the old one
+        engine.close()
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        policy: str | Policy = "xinfer",
+        config: EngineConfig | None = None,
+        *,
+        rate_table: RateTable | None = None,
+        clock: Clock | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.config = config if config is not None else EngineConfig()
+        self.rate_table = rate_table if rate_table is not None else default_rate_table()
+        self.clock = clock if clock is not None else Clock()
+        if self.clock.scale != 1.0 and not backend.emulated:
+            raise ValueError("a time-compressed clock needs the emulated backend")
+        bind = getattr(backend, "bind_clock", None)
+        if callable(bind):
+            bind(self.clock)
+        self._policy_kwargs = dict(policy_kwargs or {})
+        self.policy: Policy = self._build_policy(policy)
+        #: Old policies still serving their live requests after a switch.
+        self._draining: list[Policy] = []
+        self.audit = PredictionAudit(self.config.sample_period_s)
+        self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._live: dict[int, _Live] = {}
+        self._by_robot: dict[str, set[int]] = {}
+        self._ids = itertools.count(1)
+        self._last_arrival = -math.inf
+        self._counts: dict[str, int] = {s.name: 0 for s in Status}
+        # Dispatcher-owned execution state.
+        self._running = [0, 0, 0]
+        self._group_running = {CONTEXT_GROUP: 0, ACTION_GROUP: 0}
+        self._round_units = 0
+        self._round_cohort: set[int] = set()
+        #: Cohort members whose Prefill has not started: the round's Context is unfinished.
+        self._round_pending: set[int] = set()
+        self._gate = SharedExclusiveGate(enabled=not self.config.cpu_overlap)
+        # Lanes are sized for the configured slots even when intra-stage concurrency is
+        # off, so that set_switches can turn it on at run time.
+        slots = self.config.slots
+        setup = backend.lane_setup
+        self._lanes = {
+            CONTEXT_GROUP: LaneGroup(CONTEXT_GROUP, slots[0] + slots[1], setup),
+            ACTION_GROUP: LaneGroup(ACTION_GROUP, slots[2], setup),
+            CPU_GROUP: LaneGroup(CPU_GROUP, self.config.cpu_workers, setup),
+        }
+        self._thread: threading.Thread | None = None
+        #: Policy decisions made and wall seconds spent in them (dispatcher cost).
+        self._decisions = 0
+        self._decide_s = 0.0
+        self._closed = False
+        self._stopped = threading.Event()
+
+    # -- construction helpers -----------------------------------------------------------
+    def _build_policy(self, policy: str | Policy, **kwargs: Any) -> Policy:
+        if isinstance(policy, Policy):
+            if tuple(policy.slots) != self.config.effective_slots:
+                policy.set_slots(self.config.effective_slots)
+            return policy
+        args = {**self._policy_kwargs, **kwargs}
+        args.setdefault("slots", self.config.effective_slots)
+        args.setdefault("rate_table", self.rate_table)
+        return make_policy(policy, **args)
+
+    def _note(self, msg: str, *args: Any, level: int = logging.INFO,
+              exc_info: bool = False) -> None:
+        """Log through the engine logger; emulated runs say so on every line."""
+        prefix = f"{EMULATION_NOTICE} " if self.backend.emulated else ""
+        _LOG.log(level, prefix + msg, *args, exc_info=exc_info)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> StageEngine:
+        """Start the dispatcher thread (idempotent); returns self."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._dispatch_loop, name="xinfer-dispatch",
+                                            daemon=True)
+            self._thread.start()
+            self._note("engine started: policy=%s slots=%s config=%s", self.policy.name,
+                       self.config.effective_slots, self.config.to_dict())
+        return self
+
+    def __enter__(self) -> StageEngine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, drain_timeout: float = 5.0) -> None:
+        """Stop accepting work, drain live requests, shed the rest, stop all threads.
+
+        Args:
+            drain_timeout: engine seconds to wait for live requests to finish.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        deadline = self.clock.now() + drain_timeout
+        while self.live_count() and self.clock.now() < deadline and self._thread is not None:
+            self.clock.sleep(0.005)
+        if self._thread is not None:
+            self._events.put(("stop",))
+            self._thread.join(timeout=10.0)
+        for lane in self._lanes.values():
+            lane.shutdown(wait=True)
+        with self._lock:
+            left = list(self._live.values())
+        for live in left:
+            self._finish(live, Status.SHED, "engine stopped")
+        self._note("engine closed: %s", self._counts)
+
+    # -- public API -------------------------------------------------------------------------
+    def submit(
+        self,
+        request_inputs: Any,
+        budget_ms: float,
+        robot_id: str,
+        callback: ResultCallback | None = None,
+    ) -> Future[EngineResult]:
+        """Submit one request; thread-safe.
+
+        Args:
+            request_inputs: backend inputs (torch: mapping with ``images``,
+                ``instruction``, ``state``, optional ``prev_chunk``, ``d``, ...).
+            budget_ms: response-time budget b_j in ms (> 0).
+            robot_id: the sending robot.
+            callback: called once with the :class:`EngineResult` (on an engine thread,
+                or on the caller's thread for an immediate refusal).
+
+        Returns:
+            A future resolved with the same result.
+        """
+        fut: Future[EngineResult] = Future()
+        now = self.clock.now()
+        robot = str(robot_id)
+        budget = _budget_seconds(budget_ms)
+        refuse: str | None = None
+        shed: list[_Live] = []
+        with self._lock:
+            rid = next(self._ids)
+            live = _Live(rid, robot, budget if budget is not None else math.nan, request_inputs,
+                         callback, fut, now)
+            if self._closed:
+                refuse = "engine is closed"
+            elif budget is None:
+                refuse = f"budget_ms must be a finite number > 0, got {budget_ms!r}"
+            else:
+                # The robot's older request is superseded only if this one is accepted.
+                older = ([self._live[r] for r in self._by_robot.get(robot, ())]
+                         if self.config.supersede else [])
+                if len(self._live) - len(older) >= self.config.max_live:
+                    victim = self._pick_victim() if (
+                        self.config.overflow is Overflow.SHED_OLDEST) else None
+                    if victim is None:
+                        refuse = (f"backpressure: {len(self._live)} live requests "
+                                  f"(max_live={self.config.max_live})")
+                    else:
+                        self._detach(victim)
+                        victim.drop = (Status.SHED, f"shed by backpressure (max_live="
+                                                    f"{self.config.max_live})")
+                        shed.append(victim)
+                if refuse is None:
+                    for old_live in older:
+                        if old_live not in shed:
+                            self._detach(old_live)
+                            shed.append(old_live)
+                    self._live[rid] = live
+                    self._by_robot.setdefault(robot, set()).add(rid)
+        for old_live in shed:
+            if old_live.drop is None:
+                old_live.drop = (Status.SHED, f"superseded by a newer request of robot {robot}")
+            self._events.put(("drop", old_live))
+        if refuse is not None:
+            self._finish(live, Status.REJECTED, refuse)
+            return fut
+        self._lanes[CPU_GROUP].submit(self._prepare_task, live)
+        return fut
+
+    def cancel(self, robot_id: str, reason: str = "robot gone") -> None:
+        """Cancel a robot's live requests at their next stage boundary (thread-safe)."""
+        self._events.put(("cancel", str(robot_id), reason))
+
+    def set_policy(self, policy: str | Policy, **kwargs: Any) -> Future[str]:
+        """Switch the policy at run time without dropping live requests.
+
+        New requests go to the new policy; requests already admitted finish under the
+        old one, which keeps dispatching them within the shared physical slots.
+
+        Returns:
+            A future resolved with the new policy's name once the switch took effect.
+        """
+        fut: Future[str] = Future()
+        try:
+            new = self._build_policy(policy, **kwargs)
+        except (ValueError, TypeError) as exc:
+            fut.set_exception(exc)
+            return fut
+        self._events.put(("policy", new, fut))
+        return fut
+
+    def set_switches(self, *, intra_stage: bool | None = None, cpu_overlap: bool | None = None,
+                     round_barrier: bool | None = None,
+                     cross_stage: bool | None = None) -> Future[EngineConfig]:
+        """Change the §6.4 ablation switches at run time (None keeps a switch).
+
+        Units already running finish normally; the new switches apply from the next
+        decision. Lanes keep the thread counts of the configured ``slots``.
+
+        Returns:
+            A future resolved with the new configuration once applied.
+        """
+        changes = {k: v for k, v in (("intra_stage", intra_stage), ("cpu_overlap", cpu_overlap),
+                                     ("round_barrier", round_barrier),
+                                     ("cross_stage", cross_stage)) if v is not None}
+        fut: Future[EngineConfig] = Future()
+        self._events.put(("switches", changes, fut))
+        return fut
+
+    def live_count(self) -> int:
+        """Requests currently holding engine state."""
+        with self._lock:
+            return len(self._live)
+
+    def stats(self) -> dict[str, Any]:
+        """Snapshot for diagnostics (thread-safe, approximate while running)."""
+        with self._lock:
+            return {"emulated": self.backend.emulated, "policy": self.policy.name,
+                    "live": len(self._live), "results": dict(self._counts),
+                    "running": list(self._running), "slots": list(self.config.effective_slots),
+                    "draining_policies": len(self._draining), "decisions": self._decisions,
+                    "decision_ms_total": self._decide_s * 1e3}
+
+    # -- submit helpers (caller holds the lock) -----------------------------------------------
+    def _detach(self, live: _Live) -> None:
+        """Stop counting ``live`` against the bound; the dispatcher finishes it."""
+        self._live.pop(live.rid, None)
+        ids = self._by_robot.get(live.robot_id)
+        if ids is not None:
+            ids.discard(live.rid)
+            if not ids:
+                del self._by_robot[live.robot_id]
+
+    def _pick_victim(self) -> _Live | None:
+        waiting = [lv for lv in self._live.values() if not lv.model_started and lv.drop is None]
+        return min(waiting, key=lambda lv: (lv.submitted, lv.rid)) if waiting else None
+
+    # -- CPU work -----------------------------------------------------------------------------
+    def _prepare_task(self, live: _Live) -> None:
+        state, error = None, None
+        with self._gate.exclusive():
+            t1 = self.clock.now()
+            try:
+                state = self.backend.prepare(live.inputs, live.rid, live.robot_id)
+            except (InputValidationError, ValueError, TypeError) as exc:
+                error = (Status.REJECTED, f"invalid request: {exc}")
+            except Exception as exc:  # a faulty request fails alone
+                error = (Status.ERROR, f"prepare raised {type(exc).__name__}: {exc}")
+        t2 = self.clock.now()
+        live.inputs = None  # the raw images are no longer needed
+        live.timings.queue_ms += (t1 - live.submitted) * 1e3
+        live.timings.prepare_ms = (t2 - t1) * 1e3
+        self._events.put(("prepared", live, state, error))
+
+    def _output_task(self, live: _Live) -> None:
+        t0 = self.clock.now()
+        actions, error = None, None
+        with self._gate.exclusive():
+            t1 = self.clock.now()
+            try:
+                actions = self.backend.finish(live.state)
+            except Exception as exc:  # a faulty request fails alone
+                error = f"output raised {type(exc).__name__}: {exc}"
+        t2 = self.clock.now()
+        live.timings.queue_ms += (t1 - t0) * 1e3
+        live.timings.output_ms = (t2 - t1) * 1e3
+        self._events.put(("output", live, actions, error))
+
+    def _unit_task(self, live: _Live, stage: Stage, issued: float) -> None:
+        error: BaseException | None = None
+        lane = current_lane()
+        if lane is not None:
+            lane.issued_at = issued
+        with self._gate.shared():
+            t0 = self.clock.now()
+            try:
+                self.backend.run_stage(stage, live.state, lane)
+            except Exception as exc:  # a faulty request fails alone
+                error = exc
+            t1 = self.clock.now()
+        self._events.put(("unit", live, stage, t0, t1, error))
+
+    # -- dispatcher ---------------------------------------------------------------------------
+    def _dispatch_loop(self) -> None:
+        tick = self.config.tick_s
+        next_tick = math.inf
+        try:
+            while True:
+                try:
+                    wait = (None if next_tick == math.inf
+                            else self.clock.wall(next_tick - self.clock.now()))
+                    ev = self._events.get(timeout=wait)
+                    batch = [ev]
+                    while True:
+                        try:
+                            batch.append(self._events.get_nowait())
+                        except queue.Empty:
+                            break
+                except queue.Empty:
+                    batch = []
+                if any(e[0] == "stop" for e in batch):
+                    break
+                for ev in batch:
+                    self._handle_safely(ev)
+                now = self.clock.now()
+                t_cpu = time.perf_counter()
+                try:
+                    self._decide(now)
+                except Exception:  # a policy bug must not stop serving; retried next tick
+                    self._note("policy decision failed", level=logging.ERROR, exc_info=True)
+                self._decisions += 1
+                self._decide_s += time.perf_counter() - t_cpu
+                # Tick only while a time-dependent policy leaves ready work beside free
+                # slots (its slack checks may pass later); otherwise events suffice.
+                if not self._needs_tick():
+                    next_tick = math.inf
+                elif next_tick == math.inf or now >= next_tick:
+                    next_tick = now + tick
+        except Exception:  # pragma: no cover - a bug; never leave callers hanging silently
+            self._note("dispatcher crashed", level=logging.ERROR, exc_info=True)
+            raise
+        finally:
+            self._stopped.set()
+
+    def _needs_tick(self) -> bool:
+        slots = self.config.effective_slots
+        for policy in (*self._draining, self.policy):
+            if not getattr(policy, "time_dependent", policy.name not in _TIME_INVARIANT):
+                continue
+            for s in range(3):
+                if self._running[s] < slots[s] and policy.ready_queue(s):
+                    return True
+        return False
+
+    def _handle_safely(self, ev: tuple[Any, ...]) -> None:
+        """Handle one event; an internal error fails the request it concerns, not the engine."""
+        try:
+            self._handle(ev)
+        except Exception as exc:  # the dispatcher must survive any single request
+            self._note("internal error handling %s event", ev[0], level=logging.ERROR,
+                       exc_info=True)
+            live = ev[1] if len(ev) > 1 and isinstance(ev[1], _Live) else None
+            if live is not None:
+                self._remove_from_policy(live, self.clock.now())
+                self._finish(live, Status.ERROR, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _handle(self, ev: tuple[Any, ...]) -> None:
+        kind = ev[0]
+        if kind == "prepared":
+            self._on_prepared(ev[1], ev[2], ev[3])
+        elif kind == "unit":
+            self._on_unit(ev[1], ev[2], ev[3], ev[4], ev[5])
+        elif kind == "output":
+            self._on_output(ev[1], ev[2], ev[3])
+        elif kind == "drop":
+            self._on_drop(ev[1])
+        elif kind == "cancel":
+            self._on_cancel(ev[1], ev[2])
+        elif kind == "policy":
+            self._on_policy(ev[1], ev[2])
+        elif kind == "switches":
+            self._on_switches(ev[1], ev[2])
+
+    def _on_prepared(self, live: _Live, state: Any, error: tuple[Status, str] | None) -> None:
+        live.state = state
+        if error is not None:
+            self._finish(live, error[0], error[1])
+            return
+        if live.drop is not None:
+            self._finish(live, *live.drop)
+            return
+        now = self.clock.now()
+        # Arrivals reach the forecaster in order even when two CPU workers finish
+        # preparation out of order.
+        arrival = max(live.submitted, self._last_arrival)
+        self._last_arrival = arrival
+        try:
+            req = Request(request_id=live.rid, robot_id=live.robot_id, arrival=arrival,
+                          budget=live.budget, payload=live)
+            self.policy.add_request(req, now)
+        except XInferError as exc:
+            self._finish(live, Status.REJECTED, f"invalid request: {exc}")
+            return
+        live.request, live.policy, live.ready_since = req, self.policy, now
+
+    def _on_unit(self, live: _Live, stage: Stage, t0: float, t1: float,
+                 error: BaseException | None) -> None:
+        now = self.clock.now()
+        self._running[stage] -= 1
+        self._group_running[group_of(stage)] -= 1
+        if self.config.round_barrier and self._round_units > 0:
+            self._round_units -= 1
+        live.running = None
+        setattr(live.timings, _STAGE_FIELD[stage], (t1 - t0) * 1e3)
+        policy = live.policy
+        assert policy is not None
+        if error is not None:
+            self._remove_from_policy(live, now)
+            self._note("request %d (%s): %s raised %s: %s", live.rid, live.robot_id,
+                       stage.name, type(error).__name__, error, level=logging.WARNING)
+            self._finish(live, Status.ERROR,
+                         f"{stage.name.lower()} stage raised {type(error).__name__}: {error}")
+            return
+        if live.drop is not None:
+            self._remove_from_policy(live, now)
+            self._finish(live, *live.drop)
+            return
+        policy.complete(live.rid, stage, now)
+        if stage is not Stage.ACTION:
+            self.audit.observe_end(live.rid, stage, now)
+            live.ready_since = now
+            return
+        live.in_output = True
+        self._lanes[CPU_GROUP].submit(self._output_task, live)
+
+    def _on_output(self, live: _Live, actions: np.ndarray | None, error: str | None) -> None:
+        now = self.clock.now()
+        live.in_output = False
+        if error is not None:
+            self.audit.drop(live.rid)
+            self._finish(live, Status.ERROR, error)
+            return
+        self.audit.observe_end(live.rid, Stage.ACTION, now)
+        if live.drop is not None:
+            self._finish(live, *live.drop)
+            return
+        self._finish(live, Status.OK, "", actions)
+
+    def _on_drop(self, live: _Live) -> None:
+        """A request detached by ``submit`` (superseded or shed by backpressure)."""
+        if live.future.done():
+            return
+        if live.state is None and live.request is None:
+            return  # still preparing: finished when preparation reports back
+        if live.running is None and not live.in_output and live.request is not None:
+            self._remove_from_policy(live, self.clock.now())
+            self._finish(live, *(live.drop or (Status.SHED, "dropped")))
+        # else: running or in output: finished at its next stage boundary
+
+    def _on_cancel(self, robot_id: str, reason: str) -> None:
+        with self._lock:
+            lives = [self._live[r] for r in self._by_robot.get(robot_id, ())]
+            for live in lives:
+                self._detach(live)
+        for live in lives:
+            live.drop = (Status.SHED, f"cancelled: {reason}")
+            self._on_drop(live)
+        if lives:
+            self._note("cancelled %d request(s) of robot %s (%s)", len(lives), robot_id, reason)
+
+    def _on_policy(self, new: Policy, fut: Future[str]) -> None:
+        old = self.policy
+        if old.requests:
+            self._draining.append(old)
+        self.policy = new
+        self._note("policy switched %s -> %s (%d live requests stay with %s)", old.name,
+                   new.name, len(old.requests), old.name)
+        fut.set_result(new.name)
+
+    def _on_switches(self, changes: dict[str, bool], fut: Future[EngineConfig]) -> None:
+        self.config = replace(self.config, **changes)
+        for policy in (*self._draining, self.policy):
+            policy.set_slots(self.config.effective_slots)
+        self._gate.enabled = not self.config.cpu_overlap
+        if not self.config.round_barrier:
+            self._round_units, self._round_pending = 0, set()
+        self._note("switches changed: %s", changes)
+        fut.set_result(self.config)
+
+    def _remove_from_policy(self, live: _Live, now: float) -> None:
+        self.audit.drop(live.rid)
+        policy = live.policy
+        if policy is not None and live.rid in policy.requests:
+            policy.remove_request(live.rid, now)
+
+    # -- decisions ------------------------------------------------------------------------------
+    def _decide(self, now: float) -> None:
+        for old in list(self._draining):
+            if not old.requests:
+                self._draining.remove(old)
+                continue
+            self._launch_all(old, old.schedule(now), now)
+        self._launch_all(self.policy, self.policy.schedule(now), now)
+        if not self._draining:
+            self.audit.maybe_sample(self.policy, now)
+
+    def _launch_all(self, policy: Policy, out: Any, now: float) -> None:
+        opening = (self.config.round_barrier and self._round_units == 0
+                   and not self._round_pending)
+        if opening:
+            self._round_cohort = set()
+        for launch in out.launches:
+            if self._allowed(launch, opening):
+                self._issue(launch, now, opening)
+            else:
+                policy.abort(launch.request_id, now)
+
+    def _allowed(self, launch: Launch, opening: bool) -> bool:
+        """Physical slots plus the ablation gates (serial device, no G, no M, rounds)."""
+        s = launch.stage
+        cfg = self.config
+        if self._running[s] >= cfg.effective_slots[s]:
+            return False
+        group = group_of(s)
+        if cfg.serial_device and sum(self._running):
+            return False
+        if not cfg.cross_stage:
+            other = ACTION_GROUP if group == CONTEXT_GROUP else CONTEXT_GROUP
+            if self._group_running[other]:
+                return False
+        if not cfg.intra_stage and group == CONTEXT_GROUP and self._group_running[group]:
+            return False
+        if cfg.round_barrier and not opening:
+            # Inside a round only the cohort's Context chain continues (ViT -> Prefill);
+            # everything else waits for the barrier.
+            return s is Stage.PREFILL and launch.request_id in self._round_cohort
+        return True
+
+    def _issue(self, launch: Launch, now: float, opening: bool) -> None:
+        live: _Live = launch.request.payload
+        s = launch.stage
+        live.timings.queue_ms += (now - live.ready_since) * 1e3
+        live.running = s
+        live.model_started = True
+        self._running[s] += 1
+        self._group_running[group_of(s)] += 1
+        if self.config.round_barrier:
+            self._round_units += 1
+            if opening and s is Stage.VIT:
+                self._round_cohort.add(live.rid)
+                self._round_pending.add(live.rid)
+            elif s is Stage.PREFILL:
+                self._round_pending.discard(live.rid)
+        self._lanes[group_of(s)].submit(self._unit_task, live, s, now)
+
+    # -- results ----------------------------------------------------------------------------------
+    def _finish(self, live: _Live, status: Status, reason: str,
+                actions: np.ndarray | None = None) -> None:
+        self._round_pending.discard(live.rid)
+        if live.state is not None:
+            try:
+                self.backend.release(live.state)
+            except Exception:  # releasing must not break the dispatcher
+                self._note("release failed for request %d", live.rid, level=logging.ERROR,
+                           exc_info=True)
+            live.state = None
+        self._deliver(live, status, reason, actions)
+
+    def _deliver(self, live: _Live, status: Status, reason: str,
+                 actions: np.ndarray | None = None) -> None:
+        if live.future.done():
+            return
+        now = self.clock.now()
+        with self._lock:
+            self._detach(live)
+            self._counts[status.name] += 1
+        live.timings.total_ms = (now - live.submitted) * 1e3
+        result = EngineResult(
+            request_id=live.rid, robot_id=live.robot_id, status=status, reason=reason,
+            actions=actions, timings=live.timings, budget_ms=live.budget * 1e3,
+            submitted=live.submitted, finished=now, emulated=self.backend.emulated)
+        if status is not Status.OK and status is not Status.SHED:
+            self._note("request %d (%s) %s: %s", live.rid, live.robot_id, status.name, reason,
+                       level=logging.INFO)
+        if live.callback is not None:
+            try:
+                live.callback(result)
+            except Exception:  # a faulty callback must not stop the engine
+                self._note("result callback of request %d raised", live.rid,
+                           level=logging.ERROR, exc_info=True)
+        live.future.set_result(result)
+
+
+def _budget_seconds(budget_ms: Any) -> float | None:
+    """``budget_ms`` in seconds, or None when it is not a finite number > 0."""
+    if isinstance(budget_ms, bool) or not isinstance(budget_ms, (int, float, np.floating,
+                                                                 np.integer)):
+        return None
+    b = float(budget_ms)
+    if not math.isfinite(b) or b <= 0:
+        return None
+    return b * 1e-3

@@ -1,0 +1,121 @@
+"""Causal audit of running-stage remaining-time predictions (paper App. C.2, Eq. 11).
+
+At the first policy decision at least ``period`` after the previous sample, every
+running unit's remaining time is predicted with Eq. 9 from the policy's own progress
+tracker, which integrates only the launches and completions observed before that
+instant, at the decision's final foreseeable load ``n_f``. The fixed ``h_out`` is
+added for Action, whose end is the completion of CPU output processing. When the
+sampled stage's end is observed, the signed error ``e = t_end − t − r̂`` is recorded
+(positive = under-prediction). Nothing here feeds back into scheduling.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.policy import Policy
+from xinfer_ros.core.stages import STAGES, Stage
+
+__all__ = ["PredictionAudit", "PredictionSample"]
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionSample:
+    """One resolved forecast.
+
+    Attributes:
+        request_id: the request.
+        stage: the running stage.
+        t: forecast time (s).
+        predicted: r̂_{j,s}(t) (s).
+        actual: t_end − t (s).
+        duration: the unit's observed duration, issue to end (s).
+    """
+
+    request_id: int
+    stage: Stage
+    t: float
+    predicted: float
+    actual: float
+    duration: float
+
+    @property
+    def error(self) -> float:
+        """Signed error (s); positive means the prediction was too short."""
+        return self.actual - self.predicted
+
+
+class PredictionAudit:
+    """Collects and resolves running-stage forecasts.
+
+    Args:
+        period: minimum spacing between sampling decisions (s); 0 disables sampling.
+        keep_from: forecasts before this time are dropped (warm-up), engine seconds.
+    """
+
+    def __init__(self, period: float = 0.020, keep_from: float = 0.0) -> None:
+        self.period = period
+        self.keep_from = keep_from
+        self._last = -math.inf
+        #: (request_id, stage) -> [(t, predicted, issued)]
+        self._open: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+        self.samples: list[PredictionSample] = []
+
+    def maybe_sample(self, policy: Policy, t: float) -> None:
+        """Sample every running unit of ``policy`` if the period has elapsed."""
+        if self.period <= 0 or t - self._last < self.period or t < self.keep_from:
+            return
+        self._last = t
+        tracker = policy.tracker
+        nf = getattr(policy, "foreseeable_load", None)
+        n = tuple(nf) if nf is not None else tuple(tracker.counts)
+        h_out = tracker.predictor.h_out
+        for unit in tracker.units.values():
+            r = tracker.residual(unit, t, n)
+            if unit.stage is Stage.ACTION:
+                r += h_out
+            key = (unit.request.request_id, int(unit.stage))
+            self._open.setdefault(key, []).append((t, r, unit.issued))
+
+    def observe_end(self, request_id: int, stage: Stage, t_end: float) -> None:
+        """The stage's end was observed at ``t_end``: resolve its forecasts."""
+        for t, r, issued in self._open.pop((request_id, int(stage)), ()):
+            self.samples.append(PredictionSample(request_id, stage, t, r, t_end - t,
+                                                 t_end - issued))
+
+    def drop(self, request_id: int) -> None:
+        """Forget open forecasts of a request that failed or was cancelled."""
+        for s in STAGES:
+            self._open.pop((request_id, int(s)), None)
+
+    def summary(self) -> dict[str, Any]:
+        """MAE (ms), signed mean, and MAE relative to the mean stage duration, per stage."""
+        out: dict[str, Any] = {"samples": len(self.samples)}
+        if not self.samples:
+            return out
+        err = np.array([s.error for s in self.samples]) * 1e3
+        # Each unit's duration counts once, however many forecasts it received.
+        durations: dict[tuple[int, int], float] = {
+            (s.request_id, int(s.stage)): s.duration for s in self.samples}
+        mean_dur = float(np.mean(list(durations.values()))) * 1e3
+        out.update(mae_ms=float(np.mean(np.abs(err))), mean_error_ms=float(np.mean(err)),
+                   p95_abs_error_ms=float(np.percentile(np.abs(err), 95)),
+                   mean_stage_duration_ms=mean_dur,
+                   mae_rel_mean_stage=float(np.mean(np.abs(err))) / mean_dur if mean_dur else
+                   math.nan)
+        per: dict[str, Any] = {}
+        for s in STAGES:
+            sel = [x for x in self.samples if x.stage is s]
+            if not sel:
+                continue
+            e = np.array([x.error for x in sel]) * 1e3
+            d = {(x.request_id, int(x.stage)): x.duration for x in sel}
+            per[s.name.lower()] = {"samples": len(sel), "mae_ms": float(np.mean(np.abs(e))),
+                                   "mean_error_ms": float(np.mean(e)),
+                                   "mean_duration_ms": float(np.mean(list(d.values()))) * 1e3}
+        out["per_stage"] = per
+        return out

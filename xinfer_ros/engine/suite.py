@@ -1,0 +1,145 @@
+"""One-process benchmark suite behind ``scripts/gpu_bench.sh``.
+
+Builds the model once, checks one request end to end, calibrates a rate table on the
+same lanes, then runs the closed-loop engine benchmark for every (robots, engine)
+pair, and writes one JSON report. Building once matters: ``vla-2b`` takes far longer
+to build than one benchmark run. ``--dry-run`` runs the same steps on the CPU with
+the ``tiny`` preset (smoke and calibration with torch) and the emulated backend for
+the benchmarks, for a few seconds each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from xinfer_ros.cli import bench_engine
+from xinfer_ros.core.rate_table import write_rate_table
+from xinfer_ros.engine.backends import EMULATION_NOTICE, Backend, make_backend
+from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
+from xinfer_ros.engine.engine import StageEngine
+from xinfer_ros.engine.types import EngineConfig
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options of the suite."""
+    p = argparse.ArgumentParser(prog="python -m xinfer_ros.engine.suite",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="vla-2b")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--robots", type=int, nargs="+", default=[8, 16, 24])
+    p.add_argument("--engines", nargs="+", default=["async", "serial"])
+    p.add_argument("--workload", default="phases")
+    p.add_argument("--policy", default="xinfer")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds per benchmark run")
+    p.add_argument("--warmup", type=float, default=8.0)
+    p.add_argument("--calib-window", type=float, default=0.5)
+    p.add_argument("--calib-max-units", type=int, default=4)
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--dry-run", action="store_true",
+                   help="CPU, tiny preset, emulated benchmarks, a few seconds each")
+    return p
+
+
+def _smoke(backend: Backend) -> dict[str, Any]:
+    """One request through a fresh engine: status OK and an (H, D) chunk."""
+    with StageEngine(backend, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
+        first = engine.submit(backend.example_inputs(0, None), 10_000.0, "smoke").result(600)
+        if not first.ok:
+            raise SystemExit(f"smoke request failed: {first.status.name} {first.reason}")
+        t0 = time.perf_counter()
+        again = engine.submit(backend.example_inputs(0, first.actions), 10_000.0,
+                              "smoke").result(600)
+        warm_ms = (time.perf_counter() - t0) * 1e3
+    shape = None if again.actions is None else tuple(again.actions.shape)
+    if shape != backend.action_shape:
+        raise SystemExit(f"smoke request returned shape {shape}, want {backend.action_shape}")
+    return {"status": again.status.name, "shape": list(backend.action_shape),
+            "warm_request_ms": warm_ms, "timings_ms": again.timings.to_dict()}
+
+
+def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
+                backend: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench_engine.add_arguments(parser)
+    argv = ["--backend", backend, "--model", ns.model, "--device", ns.device,
+            "--robots", str(robots), "--engine", engine, "--workload", ns.workload,
+            "--policy", ns.policy, "--duration", str(ns.duration), "--warmup", str(ns.warmup),
+            "--rate-table", str(table)]
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the suite; returns the exit status."""
+    ns = build_parser().parse_args(argv)
+    if ns.dry_run:
+        ns.model, ns.device = "tiny", "cpu"
+        ns.duration, ns.warmup = min(ns.duration, 3.0), min(ns.warmup, 1.0)
+        ns.calib_window, ns.calib_max_units = min(ns.calib_window, 0.1), min(ns.calib_max_units, 2)
+    ns.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"dry_run": ns.dry_run, "host": platform.node(),
+                              "python": sys.version.split()[0], "steps": {}}
+    t0 = time.perf_counter()
+    backend = make_backend("torch", model=ns.model, device=ns.device)
+    report["backend"] = backend.describe()
+    report["steps"]["build_s"] = time.perf_counter() - t0
+    print(f"[suite] built {ns.model} on {ns.device} in {report['steps']['build_s']:.1f} s",
+          flush=True)
+    report["smoke"] = _smoke(backend)
+    print(f"[suite] smoke ok: {report['smoke']}", flush=True)
+    t1 = time.perf_counter()
+    bounds = (1, 1, 1) if ns.dry_run else (2, 2, 2)
+    settings = CalibrationSettings(bounds=bounds, max_units=ns.calib_max_units,
+                                   window_s=ns.calib_window, warmup_s=0.1 if ns.dry_run else 0.2,
+                                   iso_repeats=3 if ns.dry_run else 8)
+    calib = calibrate(backend, settings, describe=f"model={ns.model} device={ns.device}",
+                      progress=lambda line: print(f"[calibrate] {line}", flush=True))
+    table_path = write_rate_table(calib.table, ns.out / f"rate_table_{ns.model}_"
+                                  f"{ns.device.replace(':', '')}.json")
+    report["steps"]["calibrate_s"] = time.perf_counter() - t1
+    report["calibration"] = {"table": table_path.name, "isolated_ms": calib.isolated_ms,
+                             "measured_ms": {",".join(map(str, n)): row
+                                             for n, row in calib.measured.items()}}
+    bench_backend = "emulated" if ns.dry_run else "torch"
+    if ns.dry_run:
+        print(f"[suite] {EMULATION_NOTICE} dry run: benchmarks use the emulated backend",
+              flush=True)
+    runs = []
+    for robots in ns.robots:
+        for engine in ns.engines:
+            args = _bench_args(ns, robots, engine, table_path, bench_backend)
+            t2 = time.perf_counter()
+            rep = bench_engine.run_benchmark(args, None if ns.dry_run else backend)
+            rep["wall_s"] = time.perf_counter() - t2
+            runs.append(rep)
+            m = rep["metrics"]
+            print(f"[bench] robots={robots} engine={engine} qps={m['throughput_rps']:.2f} "
+                  f"p50={m['latency_p50_ms']:.1f} p95={m['latency_p95_ms']:.1f} "
+                  f"attain={m['attainment'] * 100:.1f}% pred_mae="
+                  f"{rep['prediction'].get('mae_ms', float('nan')):.2f} ms", flush=True)
+    report["runs"] = runs
+    report["summary"] = [{"robots": r["robots"], "engine": r["engine"],
+                          "throughput_rps": r["metrics"]["throughput_rps"],
+                          "p50_ms": r["metrics"]["latency_p50_ms"],
+                          "p99_ms": r["metrics"]["latency_p99_ms"],
+                          "attainment": r["metrics"]["attainment"],
+                          "prediction_mae_ms": r["prediction"].get("mae_ms")} for r in runs]
+    report["steps"]["total_s"] = time.perf_counter() - t0
+    out = ns.out / "engine_bench.json"
+    out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+    print(f"[suite] wrote {out} and {table_path} in {report['steps']['total_s']:.1f} s",
+          flush=True)
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Value types of the engine's public API: configuration, statuses, results.
+
+Everything here is plain data so that a ROS node can translate it to and from
+messages (``ActionChunk.status`` uses the same four codes as :class:`Status`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum, IntEnum
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.constants import DEFAULT_SLOTS
+
+__all__ = [
+    "TABLE6",
+    "EngineConfig",
+    "EngineResult",
+    "ExecMode",
+    "Overflow",
+    "StageTimings",
+    "Status",
+    "ablation_config",
+    "mode_config",
+]
+
+
+class Status(IntEnum):
+    """Outcome of a request; the values match ``xinfer_ros/ActionChunk`` STATUS_*."""
+
+    OK = 0
+    #: Refused before any model work: failed validation, or backpressure refused it.
+    REJECTED = 1
+    #: Dropped after admission: shed by backpressure, superseded, or its robot cancelled.
+    SHED = 2
+    #: A stage raised; the reason carries the exception text.
+    ERROR = 3
+
+
+class ExecMode(str, Enum):
+    """Execution presets of the engine benchmark (paper §6.4, Table 6).
+
+    ``ASYNC`` is the full engine (M+C+R+G): intra-stage concurrency, CPU overlap,
+    no round barrier, Context/Action overlap. ``SERIAL`` is All-Off: one model unit at
+    a time, CPU work not overlapped, round barrier. ``LOCKSTEP`` keeps M, C and G
+    but restores the round barrier (Robion-like rounds: Context of cohort g overlaps
+    Action of cohort g−1).
+    """
+
+    ASYNC = "async"
+    SERIAL = "serial"
+    LOCKSTEP = "lockstep"
+
+
+class Overflow(str, Enum):
+    """What ``submit`` does when ``max_live`` requests are already live."""
+
+    #: Refuse the new request (status REJECTED, reason names the bound).
+    REJECT = "reject"
+    #: Shed the live request with the earliest deadline that has not started model
+    #: work; refuse the new one when every live request already runs model work.
+    SHED_OLDEST = "shed_oldest"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Run-time configuration of :class:`~xinfer_ros.engine.engine.StageEngine`.
+
+    The four ablation switches follow Appendix B.4: ``intra_stage`` (M),
+    ``cpu_overlap`` (C), ``round_barrier`` (the inverse of R) and ``cross_stage`` (G).
+
+    Attributes:
+        slots: physical execution slots per stage (V, P, A); with ``intra_stage``
+            off every stage gets one slot.
+        max_live: bound on live requests (preparing, queued, running, finishing);
+            ``submit`` beyond it follows ``overflow``.
+        overflow: backpressure behaviour, see :class:`Overflow`.
+        supersede: a robot's new request sheds its still-live older one (a robot has
+            at most one request in flight, Eq. 1).
+        cpu_workers: threads of the CPU pool (preparation and output processing).
+        intra_stage: M: more than one unit of a stage may run at once.
+        cpu_overlap: C: CPU preparation/output may overlap model work.
+        round_barrier: lockstep rounds: no new round starts before every unit of the
+            current round completed (completed responses still return at once).
+        cross_stage: G: Context (ViT/Prefill) and Action lanes may run together.
+        tick_s: period of policy ticks (s), so shrinking slack is noticed.
+        sample_period_s: minimum spacing of running-stage prediction samples
+            (App. C.2), 0 disables sampling.
+    """
+
+    slots: tuple[int, int, int] = DEFAULT_SLOTS
+    max_live: int = 64
+    overflow: Overflow = Overflow.REJECT
+    supersede: bool = True
+    cpu_workers: int = 2
+    intra_stage: bool = True
+    cpu_overlap: bool = True
+    round_barrier: bool = False
+    cross_stage: bool = True
+    tick_s: float = 0.002
+    sample_period_s: float = 0.020
+
+    def __post_init__(self) -> None:
+        if len(self.slots) != 3 or any(int(s) < 1 for s in self.slots):
+            raise ValueError(f"slots must be three counts >= 1, got {self.slots!r}")
+        object.__setattr__(self, "slots", tuple(int(s) for s in self.slots))
+        if self.max_live < 1:
+            raise ValueError(f"max_live must be >= 1, got {self.max_live!r}")
+        if self.cpu_workers < 1:
+            raise ValueError(f"cpu_workers must be >= 1, got {self.cpu_workers!r}")
+        if not (self.tick_s > 0 and math.isfinite(self.tick_s)):
+            raise ValueError(f"tick_s must be > 0, got {self.tick_s!r}")
+        object.__setattr__(self, "overflow", Overflow(self.overflow))
+
+    @property
+    def effective_slots(self) -> tuple[int, int, int]:
+        """Slots after the M switch: one per stage without intra-stage concurrency."""
+        return self.slots if self.intra_stage else (1, 1, 1)
+
+    @property
+    def serial_device(self) -> bool:
+        """True when at most one model unit may run at a time (no M, no G)."""
+        return not self.intra_stage and not self.cross_stage
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        d = asdict(self)
+        d["overflow"] = self.overflow.value
+        d["slots"] = list(self.slots)
+        return d
+
+
+#: Table 6 / App. B.4 configurations: name -> (intra_stage M, cpu_overlap C,
+#: barrier removed R, cross_stage G). All-Off serialises stages and keeps the barrier.
+TABLE6: dict[str, tuple[bool, bool, bool, bool]] = {
+    "all-off": (False, False, False, False),
+    "M": (True, False, False, False),
+    "M+C": (True, True, False, False),
+    "M+R": (True, False, True, False),
+    "M+G": (True, False, False, True),
+    "M+C+R+G": (True, True, True, True),
+}
+
+
+def ablation_config(name: str, base: EngineConfig | None = None) -> EngineConfig:
+    """``base`` with the switches of a Table 6 configuration (see :data:`TABLE6`).
+
+    Raises:
+        ValueError: on an unknown name.
+    """
+    if name not in TABLE6:
+        raise ValueError(f"unknown ablation {name!r}; choose one of {', '.join(TABLE6)}")
+    m, c, r, g = TABLE6[name]
+    cfg = base if base is not None else EngineConfig()
+    return replace(cfg, intra_stage=m, cpu_overlap=c, round_barrier=not r, cross_stage=g)
+
+
+def mode_config(mode: ExecMode | str, base: EngineConfig | None = None) -> EngineConfig:
+    """Return ``base`` (default config) with the switches of a benchmark preset.
+
+    Raises:
+        ValueError: on an unknown mode name.
+    """
+    m = ExecMode(mode)
+    cfg = base if base is not None else EngineConfig()
+    if m is ExecMode.ASYNC:
+        return replace(cfg, intra_stage=True, cpu_overlap=True, round_barrier=False,
+                       cross_stage=True)
+    if m is ExecMode.SERIAL:
+        return replace(cfg, intra_stage=False, cpu_overlap=False, round_barrier=True,
+                       cross_stage=False)
+    return replace(cfg, intra_stage=True, cpu_overlap=True, round_barrier=True,
+                   cross_stage=True)
+
+
+@dataclass
+class StageTimings:
+    """Per-request server timings in milliseconds (NaN when the step did not run).
+
+    ``queue_ms`` sums every wait inside the server: for a CPU worker before
+    preparation and output, and in the ready queues before each model unit.
+    """
+
+    prepare_ms: float = math.nan
+    queue_ms: float = 0.0
+    vit_ms: float = math.nan
+    prefill_ms: float = math.nan
+    action_ms: float = math.nan
+    output_ms: float = math.nan
+    total_ms: float = math.nan
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+@dataclass
+class EngineResult:
+    """What ``submit``'s callback / future receives.
+
+    Attributes:
+        request_id: engine-assigned id.
+        robot_id: the submitting robot.
+        status: outcome.
+        reason: empty for OK, otherwise why not.
+        actions: ``(H, D)`` float64 chunk in robot units when OK, else None.
+        timings: per-stage server timings.
+        budget_ms: the budget the request carried.
+        submitted: engine-clock submit time (s).
+        finished: engine-clock completion time (s).
+        emulated: True when produced by the emulated backend (placeholder actions).
+        meta: backend extras (e.g. seed).
+    """
+
+    request_id: int
+    robot_id: str
+    status: Status
+    reason: str = ""
+    actions: np.ndarray | None = None
+    timings: StageTimings = field(default_factory=StageTimings)
+    budget_ms: float = math.nan
+    submitted: float = math.nan
+    finished: float = math.nan
+    emulated: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the chunk is usable."""
+        return self.status is Status.OK
+
+    @property
+    def latency_ms(self) -> float:
+        """Server latency (submit to completion) in ms."""
+        return (self.finished - self.submitted) * 1e3
