@@ -50,6 +50,12 @@ __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
 
 POLICIES = ("fifo", "edf", "slack_gate", "xinfer")
 
+def _check_slots(value: list[int]) -> str | None:
+    if list(value) == [0] or (len(value) == 3 and min(value) >= 1):
+        return None
+    return f"needs three counts >= 1, or [0], got {list(value)}"
+
+
 PARAMS = [
     ParamSpec("robots", ["robot_1"], "allowlist of robot namespaces served",
               check=lambda v: None if v else "the allowlist is empty"),
@@ -58,7 +64,16 @@ PARAMS = [
     ParamSpec("backend", "torch", "model backend", choices=("torch", "emulated")),
     ParamSpec("device", "cpu", "torch device (cpu, cuda)"),
     ParamSpec("policy", "xinfer", "scheduling policy", choices=POLICIES),
-    ParamSpec("rate_table", "", "rate-table JSON for the predictor (empty: shipped default)"),
+*(spec for backend in ("torch", "emulated") for spec in (
+        ParamSpec(f"{backend}.rate_table", "",
+                  f"rate table for the {backend} backend: a path, or a file name under the "
+                  "package's config/ (empty: the shipped default table)"),
+        ParamSpec(f"{backend}.slots", [0],
+                  f"execution slots [V, P, A] for the {backend} backend ([0]: engine default)",
+                  check=_check_slots))),
+    ParamSpec("torch.action_processes", 0,
+              "CPU only: run Action units in this many worker processes (0: threads)", 0, 16),
+    ParamSpec("torch.guidance", True, "real-time-chunking guidance in the Action stage"),
     ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
     ParamSpec("max_budget_ms", 10_000.0, "largest accepted budget (ms)", 1.0, 3_600_000.0),
     ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
@@ -143,12 +158,16 @@ class InferenceServer(Node):
         from xinfer_ros.engine.engine import StageEngine
         from xinfer_ros.engine.types import EngineConfig
 
-        table = load_rate_table(p["rate_table"]) if p["rate_table"] else default_rate_table()
+        name, slots = p[f"{p['backend']}.rate_table"], list(p[f"{p['backend']}.slots"])
+        table = load_rate_table(_config_path(name)) if name else default_rate_table()
         if p["backend"] == "emulated":
             backend = make_backend("emulated", table=table)
         else:
-            backend = make_backend("torch", model=p["model"], device=p["device"])
-        config = EngineConfig(max_live=p["max_live_requests"])
+            backend = make_backend("torch", model=p["model"], device=p["device"],
+                                   action_processes=p["torch.action_processes"],
+                                   guidance=p["torch.guidance"])
+        config = EngineConfig(max_live=p["max_live_requests"],
+                              **({} if slots == [0] else {"slots": tuple(slots)}))
         return StageEngine(backend, p["policy"], config, rate_table=table)
 
     def close(self) -> None:
@@ -255,6 +274,8 @@ class InferenceServer(Node):
             chunk.status == ActionChunk.STATUS_OK
             and chunk.timing.server_total_ms + DELTA * 1e3 <= chunk.timing.budget_ms)
         chunk.header.stamp = self.get_clock().now().to_msg()
+        if not self.context.ok():
+            return  # shutting down: the engine drains results nobody can receive
         self._chunk_pubs[robot].publish(chunk)
         budget = chunk.timing.budget_ms
         # A rejected request may carry a nonsense budget; it still counts as a miss.
@@ -348,6 +369,18 @@ class InferenceServer(Node):
         response.message = f"policy switched to {name}; live requests keep running"
         self.get_logger().info(response.message)
         return response
+
+
+def _config_path(name: str) -> str:
+    """A path as given, or a bare file name looked up in the shipped config/."""
+    from pathlib import Path
+
+    from xinfer_ros.nodes.plan import default_config
+
+    path = Path(name)
+    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
+        return str(path)
+    return str(default_config().parent / name)
 
 
 def _ms(value: float) -> float:
