@@ -227,3 +227,26 @@ def test_table6_configurations() -> None:
     full = ablation_config("M+C+R+G")
     assert full == mode_config("async")
     assert len(TABLE6) == 6
+
+
+@pytest.mark.parametrize("shed_expired", [True, False])
+def test_requests_past_their_deadline_before_starting_are_shed(shed_expired: bool) -> None:
+    # One slot per stage and 12 simultaneous 60 ms budgets: the queue is far longer
+    # than any budget, so the tail of it can no longer meet a deadline.
+    cfg = EngineConfig(slots=(1, 1, 1), shed_expired=shed_expired)
+    engine, _ = make_engine("fifo", config=cfg)
+    with engine:
+        futs = [engine.submit({"seed": i}, 60.0, f"r{i}") for i in range(12)]
+        results = [f.result(TIMEOUT) for f in futs]
+        assert engine.live_count() == 0
+        # The engine recovers: a new request after the overload is served.
+        late = engine.submit({"seed": 99}, 200.0, "after").result(TIMEOUT)
+    assert late.ok
+    shed = [r for r in results if r.status is Status.SHED]
+    if shed_expired:
+        assert shed and all("deadline passed" in r.reason for r in shed)
+        assert results[0].ok  # the head of the queue is still served
+        for r in shed:  # dropped while waiting: no chunk is ever produced for it
+            assert r.actions is None
+    else:
+        assert not shed and all(r.ok for r in results)

@@ -575,6 +575,28 @@ class StageEngine:
         if lives:
             self._note("cancelled %d request(s) of robot %s (%s)", len(lives), robot_id, reason)
 
+    def _shed_expired(self, now: float) -> bool:
+        """Shed requests whose deadline passed while they waited for a stage.
+
+        A request past its deadline can only be late; under overload, serving it
+        would make every request behind it late too. Its robot gets an answer at once
+        and sends a fresh request (Eq. 1). Running units are never interrupted.
+
+        Returns:
+            Whether any request was shed.
+        """
+        with self._lock:
+            expired = [lv for lv in self._live.values()
+                       if lv.request is not None and lv.running is None and not lv.in_output
+                       and lv.drop is None and now > lv.submitted + lv.budget]
+            for live in expired:
+                self._detach(live)
+        for live in expired:
+            live.drop = (Status.SHED, f"deadline passed while waiting for a stage "
+                                      f"(budget {live.budget * 1e3:.0f} ms)")
+            self._on_drop(live)
+        return bool(expired)
+
     def _on_policy(self, new: Policy, fut: Future[str]) -> None:
         old = self.policy
         if old.requests:
@@ -602,6 +624,8 @@ class StageEngine:
 
     # -- decisions ------------------------------------------------------------------------------
     def _decide(self, now: float) -> None:
+        if self.config.shed_expired and self._shed_expired(now):
+            now = self.clock.now()  # the policies saw the removals at a later instant
         for old in list(self._draining):
             if not old.requests:
                 self._draining.remove(old)

@@ -80,6 +80,9 @@ class EngineConfig:
         overflow: backpressure behaviour, see :class:`Overflow`.
         supersede: a robot's new request sheds its still-live older one (a robot has
             at most one request in flight, Eq. 1).
+        shed_expired: a request whose deadline passed while it waited for a stage is
+            shed (status SHED) instead of being served late; its robot gets an answer
+            at once and can send a fresh request. Running units are not interrupted.
         cpu_workers: threads of the CPU pool (preparation and output processing).
         intra_stage: M: more than one unit of a stage may run at once.
         cpu_overlap: C: CPU preparation/output may overlap model work.
@@ -95,6 +98,7 @@ class EngineConfig:
     max_live: int = 64
     overflow: Overflow = Overflow.REJECT
     supersede: bool = True
+    shed_expired: bool = True
     cpu_workers: int = 2
     intra_stage: bool = True
     cpu_overlap: bool = True
