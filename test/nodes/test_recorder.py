@@ -1,0 +1,144 @@
+"""The recorder node: a SIGTERM mid-run leaves a complete, self-describing bag."""
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+from rclpy.qos import (  # noqa: E402
+    DurabilityPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_sensor_data,
+)
+from rosbags.rosbag2 import Reader  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from xinfer_ros.msg import ActionChunk, FleetStats, PolicyRequest, ResponseBudget  # noqa: E402
+
+from xinfer_ros.nodes.bag_types import fleet_topics, make_typestore  # noqa: E402
+
+ROBOT = "rec_bot"
+CAMERAS = 2
+
+
+def start_recorder(tmp_path, storage: str) -> tuple[subprocess.Popen, list[str]]:
+    bag = tmp_path / f"bag_{storage}"
+    params = tmp_path / f"recorder_{storage}.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "robots": [ROBOT], "cameras": CAMERAS, "output": str(bag), "storage": storage}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xinfer_ros.nodes.recorder", "--ros-args",
+         "--params-file", str(params)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    return proc, lines
+
+
+class Publishers:
+    """Every topic the recorder records for one robot, published from this process."""
+
+    def __init__(self, node) -> None:
+        reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        budget_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.pubs = {f"/{ROBOT}/camera_{i}/image_raw":
+                     node.create_publisher(Image, f"/{ROBOT}/camera_{i}/image_raw",
+                                           qos_profile_sensor_data) for i in range(CAMERAS)}
+        self.pubs[f"/{ROBOT}/joint_states"] = node.create_publisher(
+            JointState, f"/{ROBOT}/joint_states", qos_profile_sensor_data)
+        self.pubs[f"/{ROBOT}/budget"] = node.create_publisher(
+            ResponseBudget, f"/{ROBOT}/budget", budget_qos)
+        self.pubs[f"/{ROBOT}/policy_request"] = node.create_publisher(
+            PolicyRequest, f"/{ROBOT}/policy_request", reliable)
+        self.pubs[f"/{ROBOT}/action_chunk"] = node.create_publisher(
+            ActionChunk, f"/{ROBOT}/action_chunk", reliable)
+        self.pubs["/xinfer/fleet_stats"] = node.create_publisher(
+            FleetStats, "/xinfer/fleet_stats", 10)
+        self.sent = dict.fromkeys(self.pubs, 0)
+
+    def matched(self) -> bool:
+        return all(p.get_subscription_count() > 0 for p in self.pubs.values())
+
+    def publish(self, topic: str, msg) -> None:
+        self.pubs[topic].publish(msg)
+        self.sent[topic] += 1
+        time.sleep(0.004)  # paced: best-effort readers must not overflow
+
+    def publish_round(self, i: int) -> None:
+        for cam in range(CAMERAS):
+            self.publish(f"/{ROBOT}/camera_{cam}/image_raw", Image(
+                height=4, width=4, encoding="rgb8", step=12, data=bytes(range(48))))
+        self.publish(f"/{ROBOT}/joint_states", JointState(position=[0.1 * i] * 3))
+        self.publish(f"/{ROBOT}/policy_request",
+                     PolicyRequest(robot_id=ROBOT, seq=i + 1, budget_ms=150.0))
+        self.publish(f"/{ROBOT}/action_chunk",
+                     ActionChunk(robot_id=ROBOT, seq=i + 1, horizon=2, action_dim=2,
+                                 actions=[1.0, 2.0, 3.0, float(i)]))
+        if i % 4 == 0:
+            self.publish(f"/{ROBOT}/budget", ResponseBudget(budget_ms=100.0 + i))
+            time.sleep(0.05)  # depth-1 reliable writer: let each budget be acknowledged
+            self.publish("/xinfer/fleet_stats", FleetStats(policy="xinfer"))
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_sigterm_mid_run_leaves_a_readable_complete_bag(storage, tmp_path) -> None:
+    proc, lines = start_recorder(tmp_path, storage)
+    rclpy.init()
+    node = rclpy.create_node(f"recorder_test_{storage}")
+    try:
+        pubs = Publishers(node)
+        end = time.monotonic() + 30.0
+        while not pubs.matched() and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.05)
+        assert pubs.matched(), f"recorder never subscribed: {''.join(lines)}"
+        time.sleep(0.5)  # discovery settles both ways before the first message
+        for i in range(12):
+            pubs.publish_round(i)
+        time.sleep(0.3)
+        assert proc.poll() is None, "".join(lines)
+        proc.send_signal(signal.SIGTERM)  # mid-run: no duration limit was set
+        assert proc.wait(timeout=20) == 0, "".join(lines)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+
+    bag = tmp_path / f"bag_{storage}"
+    assert (bag / "metadata.yaml").is_file()
+    store = make_typestore()
+    with Reader(bag) as reader:
+        assert reader.message_count == sum(pubs.sent.values())
+        counts = {c.topic: c.msgcount for c in reader.connections}
+        assert counts == pubs.sent, "".join(lines)
+        expected = {t.name: t.msgtype for t in fleet_topics([ROBOT], CAMERAS)}
+        for conn in reader.connections:
+            assert conn.msgtype == expected[conn.topic]
+            assert conn.msgdef.data, f"no message definition stored for {conn.topic}"
+            assert conn.digest == store.hash_rihs01(conn.msgtype)
+        budget = next(c for c in reader.connections if c.topic.endswith("/budget"))
+        qos = budget.ext.offered_qos_profiles[0]
+        assert qos.durability.name == "TRANSIENT_LOCAL"
+        seqs = [store.deserialize_cdr(raw, c.msgtype).seq
+                for c, _, raw in reader.messages()
+                if c.topic.endswith("/policy_request")]
+        assert seqs == list(range(1, 13))
+
+
+def test_recorder_refuses_to_overwrite(tmp_path) -> None:
+    from xinfer_ros.nodes.recorder import main
+
+    (tmp_path / "exists").mkdir()
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "output": str(tmp_path / "exists")}}}))
+    assert main(["recorder", "--ros-args", "--params-file", str(params)]) == 2
