@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", choices=WORKLOADS, default="phases",
                    help="budget pattern of the simulated robots")
     p.add_argument("--duration", type=float, default=60.0, help="run length (s)")
+    p.add_argument("--camera-rate", type=float, default=None,
+                   help="simulated camera frame rate (Hz; default: robot_sim's 10 Hz)")
     p.add_argument("--warmup", type=float, default=10.0,
                    help="requests sent before this (s) are not measured")
     p.add_argument("--drain", type=float, default=1.0,
@@ -160,7 +162,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     try:
         plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
                                 policy=args.policy, workload=args.workload,
-                                config=args.config, seed=args.seed)
+                                config=args.config, seed=args.seed,
+                                camera_rate_hz=args.camera_rate)
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -111,6 +111,7 @@ def build_fleet_plan(
     workload: str = "phases",
     config: Path | str | None = None,
     seed: int = 0,
+    camera_rate_hz: float | None = None,
 ) -> list[NodeSpec]:
     """The nodes of a fleet: one server, and an executor and a robot_sim per robot.
 
@@ -122,6 +123,7 @@ def build_fleet_plan(
         workload: Budget pattern of the simulated robots.
         config: Server parameter file (default: ``config/fleet.yaml``).
         seed: Seed of the robots' workload and scenes.
+        camera_rate_hz: Frame rate of the simulated cameras (default: robot_sim's).
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -138,7 +140,9 @@ def build_fleet_plan(
     for index, name in enumerate(names):
         namespace = f"/{name}"
         plan.append(NodeSpec("rtc_executor", "rtc_executor", namespace, {"robot_id": name}))
-        plan.append(NodeSpec("robot_sim", "robot_sim", namespace, {
-            "robot_index": index, "fleet_size": len(names), "workload": workload,
-            "seed": seed}))
+        sim = {"robot_index": index, "fleet_size": len(names), "workload": workload,
+               "seed": seed}
+        if camera_rate_hz is not None:
+            sim["camera_rate_hz"] = float(camera_rate_hz)
+        plan.append(NodeSpec("robot_sim", "robot_sim", namespace, sim))
     return plan
