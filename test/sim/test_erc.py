@@ -53,15 +53,17 @@ POLICIES = ("fifo", "edf", "slack_gate", "xinfer")
 
 @pytest.mark.slow
 def test_xinfer_erc_exceeds_every_baseline_on_phases() -> None:
-    """Default table, phases; one round per count on a 4-robot grid.
+    """Default table, phases; one round per count on a 2-robot grid.
 
     Shortened from the paper's 3 x 210 s to fit the suite's time budget, but keeping
     the 30 s warm-up: the first tens of seconds after the synchronised start are a
-    transient that short windows would mistake for the steady state.
+    transient that short windows would mistake for the steady state. The grid spans
+    the recalibrated table's knees (3 x 210 s: FIFO 14, EDF 14, Slack-Gate 16, XInfer
+    19 robots).
     """
     alive = set(POLICIES)
     erc = dict.fromkeys(POLICIES, 0)
-    for n in range(16, 37, 4):
+    for n in range(12, 31, 2):
         if not alive:
             break
         cfgs = [SimConfig(policy=p, robots=n, workload="phases", duration=75.0,
@@ -71,5 +73,5 @@ def test_xinfer_erc_exceeds_every_baseline_on_phases() -> None:
                 erc[cfg.policy] = n
             else:
                 alive.discard(cfg.policy)
-    assert not alive, f"no failing count found up to 36: {erc}"
+    assert not alive, f"no failing count found up to 30: {erc}"
     assert erc["xinfer"] > max(erc[p] for p in POLICIES if p != "xinfer"), erc

@@ -30,6 +30,7 @@ class FIFOPolicy(Policy):
     """Ready work of each stage in request-arrival order, as slots allow."""
 
     name = "fifo"
+    time_dependent = False
 
     def _dispatch(self, t: float) -> list[Launch]:
         out: list[Launch] = []
@@ -53,6 +54,7 @@ class EDFPolicy(Policy):
     """
 
     name = "edf"
+    time_dependent = False
 
     def __init__(self, *, limits: Mapping[Any, int] | Sequence[int] | None = None,
                  **kwargs: Any) -> None:
@@ -89,6 +91,7 @@ class SlackGatePolicy(Policy):
     """
 
     name = "slack_gate"
+    time_dependent = True
 
     def __init__(self, *, threshold: float = SLACK_GATE_THRESHOLD,
                  limits: Mapping[Any, int] | Sequence[int] | None = None,

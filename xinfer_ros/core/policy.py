@@ -141,6 +141,10 @@ class Policy(ABC):
 
     #: Registry name, e.g. ``"xinfer"``.
     name: ClassVar[str] = ""
+    #: Whether decisions can change with the passage of time alone (slack shrinks), so
+    #: a driver must call :meth:`on_tick` while work waits. False for policies that
+    #: decide only on events (FIFO, EDF); True by default, the safe choice.
+    time_dependent: ClassVar[bool] = True
 
     def __init__(
         self,

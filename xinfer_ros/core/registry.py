@@ -2,7 +2,10 @@
 
 Names: ``fifo``, ``edf``, ``slack_gate``, ``xinfer``, and the App. C.3 ablations of
 ``xinfer`` as presets: ``xinfer_no_interference``, ``xinfer_strict_priority``,
-``xinfer_no_arrival``, ``xinfer_entry_only``, ``xinfer_zero_slack``. Names are matched
+``xinfer_no_arrival``, ``xinfer_entry_only``, ``xinfer_zero_slack``; and our admission
+extensions: ``xinfer_no_slot_aware`` / ``xinfer_paper`` (slot-aware admission off:
+Algorithm 1 as written) and the experimental, default-off ``xinfer_projection`` and
+``xinfer_forecast_load``. Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -33,6 +36,14 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     "xinfer_no_arrival": {"arrival_aware": False},
     "xinfer_entry_only": {"entry_only": True},
     "xinfer_zero_slack": {"zero_slack_promotion": True},
+    # Our slot-aware admission (default on, not in the paper) switched off, i.e.
+    # Algorithm 1 exactly as the paper writes it.
+    "xinfer_no_slot_aware": {"slot_aware": False},
+    "xinfer_paper": {"slot_aware": False, "arrival_projection": False,
+                     "forecast_load": False},
+    # Experimental admission extensions (default off): see XInferPolicy.
+    "xinfer_projection": {"arrival_projection": True},
+    "xinfer_forecast_load": {"forecast_load": True},
 }
 
 

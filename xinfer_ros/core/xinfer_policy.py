@@ -12,12 +12,23 @@
   and FORECASTFEASIBLE — every forecast arrival e during u's estimated execution with
   ℓ_e < ℓ_u keeps δ + f + R_V(n'_e) ≤ b_e. Protection is refreshed after every launch.
 
-Ablation switches (App. C.3) are constructor arguments; see :class:`XInferPolicy`.
+* **Slot-aware admission** (our extension, ``slot_aware=True`` by default; False gives
+  the paper's checks as written): an admitted ordinary stage-s unit also holds one of
+  stage s's slots until it completes. The checks add the predicted wait for a stage-s
+  slot to every protected request (and retained forecast) that still has to run s:
+  slots free at the running units' predicted residuals, demands are served in order
+  of predicted arrival at s. Without it, an ordinary unit may take the last Prefill
+  slot just before a protected request needs it.
+
+Ablation switches (App. C.3) and the experimental, default-off extensions
+(``arrival_projection``, ``forecast_load``) are constructor arguments; see
+:class:`XInferPolicy`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +64,54 @@ class AdmissionRecord:
     checked: bool
 
 
+class _SlotContext:
+    """Stage-``s`` slot free times and protected demands for one slot-aware check."""
+
+    __slots__ = ("_make_times", "_times", "demands", "service", "stage")
+
+    def __init__(self, stage: int, make_times: Callable[[], list[float]], service: float,
+                 demands: list[tuple[float, float]]) -> None:
+        self.stage = stage
+        self._make_times = make_times
+        self._times: list[float] | None = None  # built on first need
+        self.service = service
+        self.demands = demands
+
+    @property
+    def times(self) -> list[float]:
+        """Sorted slot free times (a valid heap); built only when a demand exists."""
+        if self._times is None:
+            times = self._make_times()
+            times.sort()
+            self._times = times
+        return self._times
+
+    def feasible(self, extra: Iterable[tuple[float, float]] = ()) -> bool:
+        """Every demand ``(arrival at s, spare)`` gets a slot within its spare time.
+
+        Demands are served in arrival order (ties: least spare first) on the earliest
+        free slot, each holding it for ``service`` (q_s at n+).
+        """
+        demands = self.demands
+        if extra:
+            demands = [*demands, *extra]
+        if not demands:
+            return True
+        if len(demands) > 1:
+            demands = sorted(demands)
+        times = list(self.times)
+        service = self.service
+        for arr, spare in demands:
+            free = heapq.heappop(times)
+            if free > arr:
+                if free - arr > spare:
+                    return False
+                heapq.heappush(times, free + service)
+            else:
+                heapq.heappush(times, arr + service)
+        return True
+
+
 class XInferPolicy(Policy):
     """The XInfer policy (Algorithms 1 and 2) with the paper's ablation switches.
 
@@ -65,6 +124,28 @@ class XInferPolicy(Policy):
         entry_only: True = "entry-only admission": the checks apply before ViT only;
             Prefill and Action advance in priority/deadline order as slots allow.
         zero_slack_promotion: True = "zero-slack promotion": B_j = 0.
+        slot_aware: True (default) = slot-aware admission, our extension of Alg. 1:
+            an ordinary unit of stage s also occupies one of s's *slots* until it
+            completes, so CURRENTFEASIBLE / FORECASTFEASIBLE add to each protected
+            request's R_h(n+) (and each retained forecast's R_V(n'_e)) the predicted
+            wait for a stage-s slot after the unit is admitted. False = the paper's
+            checks as written, which count interference only.
+        arrival_projection: True = an experimental extension (off by default: it
+            lets XInfer match FIFO on parcel at 14 robots but costs phases capacity,
+            see the simulator ablation): FORECASTFEASIBLE
+            evaluates a forecast arrival e at the load *projected to e's arrival*
+            (a_e + f): every request in the pipeline (running, or protected and ready)
+            is advanced through its predicted stage times, requests predicted to have
+            left by then do not count, and the candidate counts at the stage it is
+            predicted to be in. False = the paper's n'_e = n_f + e_s (+ the earlier
+            retained forecasts' ViT units), i.e. the instantaneous load, which charges
+            units about to finish against a pipeline that starts later.
+        forecast_load: True = an experimental extension (off by default: it lowered
+            attainment on both workloads in the simulator): the k retained forecast
+            arrivals (those FORECASTFEASIBLE checks: arriving during u's execution with
+            ℓ_e < ℓ_u) will be protected on arrival and start whatever ordinary work
+            runs, so CURRENTFEASIBLE is also checked at n+ + k·e_V. False = the
+            paper, where forecasts are checked only for their own feasibility.
         frontend_reserve: f (s), added for forecast arrivals only.
         delta: δ (s) used for forecast deadlines.
         record_admissions: keep an :class:`AdmissionRecord` per ordinary admission in
@@ -73,6 +154,7 @@ class XInferPolicy(Policy):
     """
 
     name = "xinfer"
+    time_dependent = True
 
     def __init__(
         self,
@@ -82,6 +164,9 @@ class XInferPolicy(Policy):
         arrival_aware: bool = True,
         entry_only: bool = False,
         zero_slack_promotion: bool = False,
+        slot_aware: bool = True,
+        arrival_projection: bool = False,
+        forecast_load: bool = False,
         frontend_reserve: float = FRONTEND_RESERVE,
         delta: float = DELTA,
         record_admissions: bool = False,
@@ -92,6 +177,12 @@ class XInferPolicy(Policy):
         self.arrival_aware = bool(arrival_aware)
         self.entry_only = bool(entry_only)
         self.zero_slack_promotion = bool(zero_slack_promotion)
+        self.slot_aware = bool(slot_aware)
+        self.arrival_projection = bool(arrival_projection)
+        self.forecast_load = bool(forecast_load)
+        #: Per-decision cache of protected remaining times by load index (see
+        #: _protected_remaining); cleared at every decision start and launch.
+        self._rem_cache: dict[int, list[tuple[float, float, int]]] = {}
         self.frontend_reserve = check_time("frontend_reserve", frontend_reserve)
         self.delta = check_time("delta", delta)
         self.record_admissions = bool(record_admissions)
@@ -247,24 +338,43 @@ class XInferPolicy(Policy):
         return protected, nf
 
     # -- Algorithm 1 -----------------------------------------------------------------------------
-    def _current_feasible(self, protected: set[int], t: float, plus_index: int,
-                          units: dict[int, tuple[float, float, int]]) -> bool:
-        # Δ_h(u) ≤ σ_h(n_f)  ⟺  R_h(n+) ≤ ℓ_h − t: the same inequality with R_h(n_f)
-        # cancelled, which saves one prediction per protected request.
+    def _protected_remaining(self, protected: set[int], t: float, plus_index: int,
+                             units: dict[int, tuple[float, float, int]]
+                             ) -> list[tuple[float, float, int]]:
+        """``(R_h(n), ℓ_h − t − R_h(n), next stage h needs)`` per h ∈ H at flat index n.
+
+        Cached within one decision until the next launch (which changes the running
+        units and H): CURRENTFEASIBLE, the slot-aware check and the forecast-load
+        check of every candidate at the same load share one evaluation.
+        """
+        cache = self._rem_cache
+        out = cache.get(plus_index)
+        if out is not None:
+            return out
         reqs = self._requests
         suf = self.predictor.suffix_tab[plus_index]
         inv = self.predictor.inv_own[plus_index]
+        out = []
         for rid in protected:
             r = reqs[rid]
             u = units.get(rid)
             if u is None:
                 rem = suf[r.cursor]
+                nxt = r.cursor
             else:
                 s = u[2]
                 rem = u[0] + u[1] * inv[s] + suf[s + 1]
-            if rem > r.deadline - t:
-                return False
-        return True
+                nxt = s + 1
+            out.append((rem, r.deadline - t - rem, nxt))
+        cache[plus_index] = out
+        return out
+
+    def _current_feasible(self, protected: set[int], t: float, plus_index: int,
+                          units: dict[int, tuple[float, float, int]]) -> bool:
+        # Δ_h(u) ≤ σ_h(n_f)  ⟺  R_h(n+) ≤ ℓ_h − t: the same inequality with R_h(n_f)
+        # cancelled, which saves one prediction per protected request.
+        return all(spare >= 0.0 for _, spare, _ in
+                   self._protected_remaining(protected, t, plus_index, units))
 
     def _forecasts(self, t: float, stage: int,
                    nf: tuple[int, int, int]) -> list[tuple[float, float]]:
@@ -280,22 +390,122 @@ class XInferPolicy(Policy):
             fc.sort()
         return [(ell, b) for _, ell, b in fc]
 
+    def _project_loads(self, t: float, s: int, nf: tuple[int, int, int], *,
+                       units: dict[int, tuple[float, float, int]], protected: set[int],
+                       forecasts: list[tuple[float, float]]) -> list[tuple[int, int, int]]:
+        """Per forecast, the load at its arrival at ViT (a_e + f), candidate included.
+
+        Every request in the pipeline — running a unit, or protected and ready — is
+        advanced through its remaining stages at the stage times of load n_f (the
+        running stage by its Eq. 9 residual); at offset d it counts in the stage it is
+        then predicted to run, and not at all once predicted done. The candidate
+        starts stage ``s`` now and advances the same way.
+        """
+        pred = self.predictor
+        i = pred.index(nf)
+        q, own = pred.q_tab[i], pred.inv_own[i]
+        # Stage end offsets (relative to t) of each pipeline request's remaining stages.
+        paths: list[tuple[int, list[float]]] = []
+        for wait, left, st in units.values():
+            end = wait + left * own[st]
+            ends = [end]
+            for k in range(st + 1, 3):
+                end += q[k]
+                ends.append(end)
+            paths.append((st, ends))
+        reqs, ready = self._requests, self._ready
+        for rid in protected:
+            c = reqs[rid].cursor
+            if rid in ready[c]:
+                end = 0.0
+                ends = []
+                for k in range(c, 3):
+                    end += q[k]
+                    ends.append(end)
+                paths.append((c, ends))
+        end = q[s]
+        ends = [end]
+        for k in range(s + 1, 3):
+            end += q[k]
+            ends.append(end)
+        paths.append((s, ends))
+        reserve = self.delta + self.frontend_reserve
+        out: list[tuple[int, int, int]] = []
+        for ell_e, b in forecasts:
+            d = ell_e - b + reserve - t  # a_e + f − t
+            n = [0, 0, 0]
+            for first, ends in paths:
+                for k, e in enumerate(ends):
+                    if e > d:
+                        n[first + k] += 1
+                        break
+            out.append((n[0], n[1], n[2]))
+        return out
+
     def _forecast_feasible(self, req: Request, forecasts: list[tuple[float, float]],
-                           n_plus: tuple[int, int, int]) -> bool:
+                           n_plus: tuple[int, int, int], *,
+                           slot_ctx: _SlotContext | None = None, t: float = 0.0,
+                           projected: list[tuple[int, int, int]] | None = None) -> bool:
         ell_u = req.deadline
         pred = self.predictor
         suffix_tab, index = pred.suffix_tab, pred.index
         reserve = self.delta + self.frontend_reserve
         nv, np_, na = n_plus
-        for ell_e, b in forecasts:
+        extra = 0
+        demands: list[tuple[float, float]] | None = [] if slot_ctx is not None else None
+        for j, (ell_e, b) in enumerate(forecasts):
             if ell_e >= ell_u:
                 continue  # only forecasts with earlier deadlines are protected
             # R_V(n'_e): the whole pipeline from ViT at the candidate's load plus the
             # earlier retained forecasts' ViT units.
-            if reserve + suffix_tab[index((nv, np_, na))][0] > b:
+            if projected is not None:
+                pv, pp, pa = projected[j]
+                suf = suffix_tab[index((pv + extra, pp, pa))]
+                extra += 1
+            else:
+                suf = suffix_tab[index((nv, np_, na))]
+            spare = b - reserve - suf[0]
+            if spare < 0.0:
                 return False
+            if demands is not None:
+                # Slot-aware: e reaches the candidate's stage s at a_e + f + (time through
+                # the stages before s), a_e = ℓ_e − b + δ, and may then wait for a slot.
+                s = slot_ctx.stage  # type: ignore[union-attr]
+                demands.append((ell_e - b + reserve - t + suf[0] - suf[s], spare))
             nv += 1
+        if demands:
+            return slot_ctx.feasible(demands)  # type: ignore[union-attr]
         return True
+
+    def _slot_context(self, protected: set[int], t: float, s: int, plus_index: int, *,
+                      nf: tuple[int, int, int],
+                      units: dict[int, tuple[float, float, int]]) -> _SlotContext:
+        """Stage-``s`` slot state once an ordinary stage-``s`` unit is admitted at ``t``.
+
+        Slot free times (relative to ``t``): 0 for each slot still free after the
+        admission, the predicted residual at n+ of every running stage-``s`` unit, and
+        q_s(n_f) for the admitted unit itself. Demands: every protected request that
+        still has to run stage ``s`` (ready at or before ``s``, or running an earlier
+        stage) reaches ``s`` at ``R_h(n+) − suffix_s(n+)`` with spare time
+        ``ℓ_h − t − R_h(n+)``; a slot wait above the spare makes it miss.
+        """
+        pred = self.predictor
+        suf = pred.suffix_tab[plus_index]
+
+        def make_times() -> list[float]:
+            inv_s = pred.inv_own[plus_index][s]
+            free_after = self.slots[s] - self.tracker.counts[s] - 1
+            times = [0.0] * free_after if free_after > 0 else []
+            for wait, left, st in units.values():
+                if st == s:
+                    times.append(wait + left * inv_s)
+            times.append(pred.q_tab[pred.index(nf)][s])
+            return times
+
+        suf_s = suf[s]
+        demands = [(rem - suf_s, spare) for rem, spare, nxt in
+                   self._protected_remaining(protected, t, plus_index, units) if nxt <= s]
+        return _SlotContext(s, make_times, pred.q_tab[plus_index][s], demands)
 
     def _dispatch(self, t: float) -> list[Launch]:
         launches: list[Launch] = []
@@ -309,8 +519,12 @@ class XInferPolicy(Policy):
         self._late_t = float("nan")
         units = self.tracker.snapshot(t)
         protected, nf = self._refresh(t, units)
+        rem_cache = self._rem_cache
+        rem_cache.clear()
         strict, entry_only = self.strict_priority, self.entry_only
         arrival_aware = self.arrival_aware
+        slot_aware = self.slot_aware
+        forecast_load = self.forecast_load
         record = self.record_admissions
         for s in (Stage.ACTION, Stage.PREFILL, Stage.VIT):
             ready = ready_qs[s]
@@ -325,6 +539,8 @@ class XInferPolicy(Policy):
             # once per (launch, stage) and the forecasts are generated once.
             current_ok: bool | None = None
             forecasts: list[tuple[float, float]] | None = None
+            projected: list[tuple[int, int, int]] | None = None
+            slot_ctx: _SlotContext | None = None
             i = 0
             while i < len(order) and counts[s] < slots[s]:
                 r = order[i]
@@ -338,19 +554,38 @@ class XInferPolicy(Policy):
                             continue
                     else:
                         if current_ok is None:
+                            plus_index = pred.plus[pred.index(nf)][s]
                             current_ok = not protected or self._current_feasible(
-                                protected, t, pred.plus[pred.index(nf)][s], units)
+                                protected, t, plus_index, units)
+                            if current_ok and slot_aware:
+                                slot_ctx = self._slot_context(protected, t, s, plus_index,
+                                                              nf=nf, units=units)
+                                current_ok = slot_ctx.feasible()
                         if not current_ok:
                             deferred.add(rid)
                             continue
                         if arrival_aware:
                             if forecasts is None:
                                 forecasts = self._forecasts(t, s, nf)
+                                projected = (self._project_loads(
+                                    t, s, nf, units=units, protected=protected,
+                                    forecasts=forecasts)
+                                             if forecasts and self.arrival_projection
+                                             else None)
                             if forecasts and not self._forecast_feasible(
                                     r, forecasts,
-                                    (nf[0] + (s == 0), nf[1] + (s == 1), nf[2] + (s == 2))):
+                                    (nf[0] + (s == 0), nf[1] + (s == 1), nf[2] + (s == 2)),
+                                    slot_ctx=slot_ctx, t=t, projected=projected):
                                 deferred.add(rid)
                                 continue
+                            if forecast_load and forecasts and protected:
+                                k = sum(1 for ell_e, _ in forecasts if ell_e < r.deadline)
+                                if k and not self._current_feasible(
+                                        protected, t,
+                                        pred.index((nf[0] + (s == 0) + k, nf[1] + (s == 1),
+                                                    nf[2] + (s == 2))), units):
+                                    deferred.add(rid)
+                                    continue
                 if record and not is_prot:
                     self.admissions.append(AdmissionRecord(
                         t, rid, s, frozenset(protected), nf,
@@ -359,8 +594,11 @@ class XInferPolicy(Policy):
                 launches.append(self._issue(r, s, t, is_prot))
                 units[rid] = (pred.h[s], pred.work[s], s)  # just issued: nothing done yet
                 protected, nf = self._refresh(t, units)
+                rem_cache.clear()
                 current_ok = None
                 forecasts = None
+                projected = None
+                slot_ctx = None
                 if s != Stage.ACTION and ready:
                     # Prefill and ViT rebuild their order after a launch; work deferred in
                     # this scan stays deferred unless it has become protected.

@@ -46,10 +46,6 @@ __all__ = [
     "simulate",
 ]
 
-#: Policies whose decisions change only on events, never with the passage of time, so
-#: periodic ticks cannot change what they launch (a policy may say so itself with a
-#: ``time_dependent`` attribute).
-_TIME_INVARIANT = frozenset({"fifo", "edf"})
 
 #: Longest time (s) in-flight requests may take to drain after the last send.
 _DRAIN_LIMIT = 60.0
@@ -76,8 +72,8 @@ class SimConfig:
         cpu_prep: Server CPU preparation before ViT is ready (s).
         link_up: Client-to-server transport (s).
         link_down: Server-to-client transport (s).
-        tick: Policy tick period while ready work waits (s); policies whose decisions
-            do not depend on the clock (fifo, edf) are never ticked.
+        tick: Policy tick period while ready work waits (s); policies whose
+            ``time_dependent`` is False (fifo, edf) are never ticked.
         period: Minimum send period T_E (s).
         send_jitter: Mean of an exponential client-side handling delay added to every
             send after the first (s); 0 keeps Eq. 1 exact. Jitter lets the robots'
@@ -228,9 +224,9 @@ class Simulation:
         self.policy_calls = 0
         self.events = 0
         self._jitter_rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x717]))
-        self._ticks = bool(
-            getattr(self.policy, "time_dependent", self.policy.name not in _TIME_INVARIANT)
-        )
+        # Policies say themselves whether time alone can change their decisions
+        # (Policy.time_dependent); only those are ticked while work waits.
+        self._ticks = bool(getattr(self.policy, "time_dependent", True))
 
     def _push(self, t: float, kind: int, robot: int, payload: Any = None) -> None:
         self._seq += 1
