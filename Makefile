@@ -10,7 +10,7 @@ BUILD_STAMP := install/.xinfer-build
 ROS_SOURCES := $(wildcard msg/*.msg srv/*.srv) CMakeLists.txt package.xml
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 
-.PHONY: help setup build test test-fast lint demo clean distclean
+.PHONY: help setup build test test-slow test-all lint demo clean distclean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,9 +45,14 @@ $(BUILD_STAMP): $(VENV_STAMP) $(ROS_SOURCES) $(wildcard launch/* config/* config
 	 || { mkdir -p log; tail -50 log/colcon-build.txt; exit 1; }
 	@touch $@
 
-test: build  ## run the whole test suite and the linter
+test: build  ## lint, then every test not marked slow (the README's test command)
 	./env.sh ruff check .
-	./env.sh python -m pytest
+	./env.sh python -m pytest -m "not slow"
+
+test-slow: build  ## the slow tests: whole fleets, overload, restarts, bags, packaging
+	./env.sh python -m pytest -m slow
+
+test-all: test test-slow  ## everything (what CI runs)
 
 lint: setup  ## ruff
 	$(VENV)/bin/ruff check .
