@@ -78,7 +78,7 @@ PARAMS = [
     ParamSpec("max_budget_ms", 10_000.0, "largest accepted budget (ms)", 1.0, 3_600_000.0),
     ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
     ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
-    ParamSpec("robot_timeout_s", 0.5, "a robot silent this long is dropped (s)", 0.05, 60.0),
+    ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
 ]
 
 _RECORDS_PER_ROBOT = 4096
