@@ -27,19 +27,23 @@ import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from xinfer_ros.cli.latency_arms import (
+    BUDGET_MS,
+    REPLY_TIMEOUT_S,
+    in_process_latencies,
+    percentiles,
+    run_closed_loop,
+)
+from xinfer_ros.core.constants import SEND_PERIOD as PERIOD_S
+
 __all__ = ["add_arguments", "run"]
 
-BUDGET_MS = 400.0
-PERIOD_S = 0.180
-#: Longest wait for one reply before the arm gives up on that client.
-_REPLY_TIMEOUT_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,66 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--camera-rate", type=float, default=10.0,
                         help="ROS arm: frames/s per camera")
     parser.add_argument("--json", type=Path, default=None)
-
-
-def _percentiles(lat_s: list[float]) -> dict[str, float]:
-    arr = np.asarray(lat_s) * 1e3
-    if arr.size == 0:
-        return {"n": 0, "p50_ms": float("nan"), "p99_ms": float("nan")}
-    return {"n": int(arr.size), "p50_ms": float(np.percentile(arr, 50)),
-            "p99_ms": float(np.percentile(arr, 99))}
-
-
-def _closed_loop(robots: int, duration: float, warmup: float,
-                 request: Any) -> tuple[list[float], list[float]]:
-    """Run ``robots`` Eq. 1 loops of ``request(index)`` after a staggered start.
-
-    ``request`` returns the engine's own latency of the request in ms, or None.
-
-    Returns:
-        Latencies after warm-up (s), and round trip minus engine latency (s) for the
-        requests whose engine latency is known.
-    """
-    lat: list[float] = []
-    paired: list[float] = []
-    lock = threading.Lock()
-    stop = time.monotonic() + duration
-    t_measure = time.monotonic() + warmup
-
-    def robot(index: int) -> None:
-        time.sleep(index * PERIOD_S / robots)  # staggered, as the ROS arm
-        while time.monotonic() < stop:
-            sent = time.monotonic()
-            engine_ms = request(index)
-            done = time.monotonic()
-            if sent >= t_measure:
-                with lock:
-                    lat.append(done - sent)
-                    if engine_ms is not None:
-                        paired.append(done - sent - engine_ms / 1e3)
-            time.sleep(max(0.0, sent + PERIOD_S - time.monotonic()))  # Eq. 1
-
-    threads = [threading.Thread(target=robot, args=(i,), daemon=True) for i in range(robots)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(duration + 30.0)
-    return lat, paired
-
-
-def _in_process(robots: int, duration: float, warmup: float) -> list[float]:
-    from xinfer_ros.engine.backends import make_backend
-    from xinfer_ros.engine.engine import StageEngine
-
-    engine = StageEngine(make_backend("emulated"), "xinfer").start()
-    inputs = engine.backend.example_inputs(0, None)
-    try:
-        def request(i: int) -> None:
-            engine.submit(inputs, BUDGET_MS, f"r{i}").result(timeout=_REPLY_TIMEOUT_S)
-
-        return _closed_loop(robots, duration, warmup, request)[0]
-    finally:
-        engine.close()
 
 
 def _observation(index: int) -> dict[str, Any]:
@@ -151,13 +95,13 @@ def _through_openpi(robots: int, duration: float,
     proc, port = _start_server()
     clients: list[OpenPIClient] = []
     try:
-        clients = [OpenPIClient(f"ws://127.0.0.1:{port}/bench_{i}", timeout_s=_REPLY_TIMEOUT_S)
+        clients = [OpenPIClient(f"ws://127.0.0.1:{port}/bench_{i}", timeout_s=REPLY_TIMEOUT_S)
                    for i in range(robots)]
         observations = [_observation(i) for i in range(robots)]
         def request(i: int) -> float:
             return float(clients[i].infer(observations[i])["policy_timing"]["infer_ms"])
 
-        return _closed_loop(robots, duration, warmup, request)
+        return run_closed_loop(robots, duration, warmup, request)
     finally:
         for c in clients:
             c.close()
@@ -171,7 +115,7 @@ def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 100)))
-    return bench_transport._through_ros(robots, duration, warmup, camera_rate, workdir)
+    return bench_transport.through_ros(robots, duration, warmup, camera_rate, workdir)
 
 
 def _row(robots: int, arms: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -193,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         for _ in range(max(1, args.rounds)):
             for n in args.robots:
                 s = samples[n]
-                s["in_process"] += _in_process(n, args.duration, args.warmup)
+                s["in_process"] += in_process_latencies(n, args.duration, args.warmup)
                 lat, paired = _through_openpi(n, args.duration, args.warmup)
                 s["openpi"] += lat
                 s["openpi_paired"] += paired
@@ -203,10 +147,10 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for n in args.robots:
         s = samples[n]
-        arms = {"in_process": _percentiles(s["in_process"]), "openpi": _percentiles(s["openpi"])}
+        arms = {"in_process": percentiles(s["in_process"]), "openpi": percentiles(s["openpi"])}
         if args.ros:
-            arms["ros"] = _percentiles(s["ros"])
-        rows.append({**_row(n, arms), "openpi_paired": _percentiles(s["openpi_paired"])})
+            arms["ros"] = percentiles(s["ros"])
+        rows.append({**_row(n, arms), "openpi_paired": percentiles(s["openpi_paired"])})
     names = [a for a in ("openpi", "ros") if a in rows[0]] if rows else []
     print("EMULATED backend: model time from the rate table in every arm; added = arm - "
           "in-process (ms)")

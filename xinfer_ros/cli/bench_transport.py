@@ -18,7 +18,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-__all__ = ["add_arguments", "run", "stream_observations"]
+from xinfer_ros.cli.latency_arms import BUDGET_MS, in_process_latencies, percentiles
+from xinfer_ros.core.constants import SEND_PERIOD as PERIOD_S
 
-BUDGET_MS = 400.0
-PERIOD_S = 0.180
+__all__ = ["add_arguments", "run", "stream_observations", "through_ros"]
+
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,43 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds")
     parser.add_argument("--camera-rate", type=float, default=10.0, help="frames/s per camera")
     parser.add_argument("--json", type=Path, default=None)
-
-
-def _percentiles(lat_s: list[float]) -> dict[str, float]:
-    arr = np.asarray(lat_s) * 1e3
-    if arr.size == 0:
-        return {"n": 0, "p50_ms": float("nan"), "p99_ms": float("nan")}
-    return {"n": int(arr.size), "p50_ms": float(np.percentile(arr, 50)),
-            "p99_ms": float(np.percentile(arr, 99))}
-
-
-def _in_process(robots: int, duration: float, warmup: float) -> list[float]:
-    from xinfer_ros.engine.backends import make_backend
-    from xinfer_ros.engine.engine import StageEngine
-
-    engine = StageEngine(make_backend("emulated"), "xinfer").start()
-    inputs = engine.backend.example_inputs(0, None)
-    lat: list[float] = []
-    stop = time.monotonic() + duration
-    t_measure = time.monotonic() + warmup
-
-    def robot(index: int) -> None:
-        time.sleep(index * PERIOD_S / robots)
-        while time.monotonic() < stop:
-            sent = time.monotonic()
-            engine.submit(inputs, BUDGET_MS, f"r{index}").result(timeout=10.0)
-            done = time.monotonic()
-            if sent >= t_measure:
-                lat.append(done - sent)
-            time.sleep(max(0.0, sent + PERIOD_S - time.monotonic()))  # Eq. 1
-
-    threads = [threading.Thread(target=robot, args=(i,)) for i in range(robots)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    engine.close()
-    return lat
 
 
 def stream_observations(names: list[str], camera_rate: float, seconds: float) -> None:
@@ -129,8 +92,13 @@ def stream_observations(names: list[str], camera_rate: float, seconds: float) ->
     rclpy.try_shutdown()
 
 
-def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
-                 workdir: Path) -> list[float]:
+def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
+                workdir: Path) -> list[float]:
+    """Latencies of closed-loop robots through an inference_server process on loopback.
+
+    The server runs the emulated backend; a separate process streams every robot's
+    cameras and joint states, this one sends requests and times the chunks.
+    """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
@@ -228,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.robots:
-            direct = _percentiles(_in_process(n, args.duration, args.warmup))
-            ros = _percentiles(_through_ros(n, args.duration, args.warmup, args.camera_rate,
+            direct = percentiles(in_process_latencies(n, args.duration, args.warmup))
+            ros = percentiles(through_ros(n, args.duration, args.warmup, args.camera_rate,
                                             Path(tmp)))
             rows.append({"robots": n, "in_process": direct, "ros": ros,
                          "added_p50_ms": ros["p50_ms"] - direct["p50_ms"],
