@@ -34,7 +34,7 @@ import numpy as np
 
 from xinfer_ros.core.rate_table import RateTable
 from xinfer_ros.core.stages import STAGES, Stage
-from xinfer_ros.engine.backends.base import Backend
+from xinfer_ros.engine.backends.base import Backend, StateFactory
 from xinfer_ros.engine.lanes import LaneGroup, LaneInfo, group_of
 
 __all__ = ["CalibrationResult", "CalibrationSettings", "calibrate", "combinations"]
@@ -106,20 +106,8 @@ def _isolated(backend: Backend, settings: CalibrationSettings) -> tuple[list[flo
     work: list[float] = []
     over: list[float] = []
     for stage in STAGES:
-        durations: list[float] = []
+        durations = _time_isolated(backend, fresh, stage, settings.iso_repeats + 1)
         handoffs: list[float] = []
-
-        def body(lane: LaneInfo, stage: Stage = stage, durations: list[float] = durations) -> None:
-            for _ in range(settings.iso_repeats + 1):
-                state = fresh(stage)
-                t0 = time.perf_counter()
-                backend.run_stage(stage, state, lane)
-                durations.append(time.perf_counter() - t0)
-                backend.release(state)
-
-        th = _lane_thread(backend, stage, 0, body)
-        th.start()
-        th.join()
         # Hand-off latency of a lane: submission to the unit's start in the lane thread.
         probe = LaneGroup("probe", 1, backend.lane_setup)
         probe.submit(time.perf_counter).result()
@@ -141,6 +129,25 @@ def _isolated(backend: Backend, settings: CalibrationSettings) -> tuple[list[flo
     return work, over, statistics.median(outs)
 
 
+def _time_isolated(backend: Backend, fresh: StateFactory, stage: Stage,
+                   units: int) -> list[float]:
+    """Durations (s) of ``units`` back-to-back units of ``stage`` alone on a lane thread."""
+    durations: list[float] = []
+
+    def body(lane: LaneInfo) -> None:
+        for _ in range(units):
+            state = fresh(stage)
+            t0 = time.perf_counter()
+            backend.run_stage(stage, state, lane)
+            durations.append(time.perf_counter() - t0)
+            backend.release(state)
+
+    th = _lane_thread(backend, stage, 0, body)
+    th.start()
+    th.join()
+    return durations
+
+
 def _reference(backend: Backend, n: Vec3, units: int,
                pool: dict[int, list[float]]) -> list[float]:
     """Median isolated duration of each stage present in ``n`` (s), measured now.
@@ -152,19 +159,7 @@ def _reference(backend: Backend, n: Vec3, units: int,
     for stage in STAGES:
         if not n[stage]:
             continue
-        durations: list[float] = []
-
-        def body(lane: LaneInfo, stage: Stage = stage, durations: list[float] = durations) -> None:
-            for _ in range(units):
-                state = fresh(stage)
-                t0 = time.perf_counter()
-                backend.run_stage(stage, state, lane)
-                durations.append(time.perf_counter() - t0)
-                backend.release(state)
-
-        th = _lane_thread(backend, stage, 0, body)
-        th.start()
-        th.join()
+        durations = _time_isolated(backend, fresh, stage, units)
         out[stage] = statistics.median(durations)
         pool[stage].extend(durations)
     return out

@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # headless: CI and remote machines have no display
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from xinfer_ros.sim.projection import ProjectionPoint
 
@@ -22,6 +23,15 @@ __all__ = [
 ]
 
 _COLORS = {"xinfer": "#d62728", "slack_gate": "#1f77b4", "edf": "#2ca02c", "fifo": "#7f7f7f"}
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Lay out, write ``path`` (creating its folder) and free the figure."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _color(policy: str) -> str | None:
@@ -81,11 +91,7 @@ def plot_policy_sweep(
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_attainment_over_time(
@@ -113,11 +119,7 @@ def plot_attainment_over_time(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_per_budget(
@@ -144,11 +146,7 @@ def plot_per_budget(
     ax.axhline(95, ls="--", color="k", lw=0.8)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_projection(
@@ -188,8 +186,4 @@ def plot_projection(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
