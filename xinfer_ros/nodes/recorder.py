@@ -122,6 +122,7 @@ class Recorder(Node):
         #: budget, which is state delivered once, is always kept. See :meth:`arm_when_matched`.
         self.armed = True
         self.held_back = 0
+        self._chunk_path_live = False
         self._writer: Writer | None = Writer(self.path, version=p["bag_version"],
                                              storage_plugin=STORAGES[p["storage"]])
         self._writer.open()
@@ -149,6 +150,9 @@ class Recorder(Node):
             return  # closed: a late callback of a shutting-down executor
         if not self.armed and not topic.endswith("/budget"):
             self.held_back += 1
+            # A chunk that reached us proves the server-to-recorder path is matched;
+            # discovering the publisher alone does not (its first samples can miss us).
+            self._chunk_path_live |= topic.endswith("/action_chunk")
             return
         stamp = self.get_clock().now().nanoseconds
         self._writer.write(self._connections[topic], stamp, data)
@@ -159,13 +163,15 @@ class Recorder(Node):
         return [t.name for t in self.topics if self.count_publishers(t.name) == 0]
 
     def arm_when_matched(self, deadline: float) -> bool:
-        """Arm once every topic has a publisher, or at the monotonic ``deadline``.
+        """Arm once every topic has a publisher and a chunk came through, or at ``deadline``.
 
         A recorder started next to a fleet discovers the busy server last; recording
-        only from the moment everything is connected keeps the bag from opening with
-        requests whose answers were never seen. Returns whether it is armed.
+        only from the moment everything is connected, and a chunk has actually reached
+        the recorder, keeps the bag from opening with requests whose answers were never
+        seen. ``deadline`` is monotonic. Returns whether it is armed.
         """
-        if not self.armed and (time.monotonic() >= deadline or not self.unmatched()):
+        if not self.armed and (time.monotonic() >= deadline or
+                               (self._chunk_path_live and not self.unmatched())):
             self.armed = True
             self.started = time.monotonic()
             if missing := self.unmatched():

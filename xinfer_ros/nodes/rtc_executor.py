@@ -86,7 +86,8 @@ class RtcExecutor(Node):
         self.req_pub = self.create_publisher(PolicyRequest, "policy_request", 10)
         self.stats_pub = self.create_publisher(ExecutorStats, "executor_stats", 10)
         self.create_subscription(ResponseBudget, "budget", self._on_budget, BUDGET_QOS)
-        self.create_subscription(ActionChunk, "action_chunk", self._on_chunk, 10)
+        self._chunk_sub = self.create_subscription(ActionChunk, "action_chunk", self._on_chunk,
+                                                   10)
         self.create_timer(self.spacing, self._on_timer)
         self.create_timer(p["stats_period_s"], self._publish_stats)
         self.get_logger().info(
@@ -121,7 +122,7 @@ class RtcExecutor(Node):
                 self._miss_counted = True
             # A server that (re)appeared never saw the request in flight: resend now
             # rather than wait for the timeout.
-            reappeared = self._sent_unheard and self.req_pub.get_subscription_count() > 0
+            reappeared = self._sent_unheard and self._server_present()
             if now - sent < self.timeout and not reappeared:
                 return
             if reappeared:
@@ -150,11 +151,16 @@ class RtcExecutor(Node):
             prev = self.queue.planned(tick, self.horizon)
             msg.prev_chunk = prev.astype(np.float32).ravel().tolist()
             msg.prev_horizon, msg.prev_action_dim = self.horizon, self.action_dim
-        self._sent_unheard = self.req_pub.get_subscription_count() == 0
+        self._sent_unheard = not self._server_present()
         self.req_pub.publish(msg)
         self.requests_sent += 1
         self._in_flight = (self.seq, tick, now)
         self._miss_counted = False
+
+    def _server_present(self) -> bool:
+        # Only a server publishes action_chunk; recorders and monitors also subscribe to
+        # policy_request, so its subscriber count does not tell a server is there.
+        return self.count_publishers(self._chunk_sub.topic_name) > 0
 
     def _on_chunk(self, msg: ActionChunk) -> None:
         if self._in_flight is None or msg.seq != self._in_flight[0] or \
