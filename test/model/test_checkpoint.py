@@ -20,26 +20,16 @@ pytest.importorskip("transformers")
 
 from xinfer_ros.model import stages  # noqa: E402
 from xinfer_ros.model.config import VLAConfig  # noqa: E402
-from xinfer_ros.model.processing import prepare_request  # noqa: E402
-from xinfer_ros.model.request import RequestState  # noqa: E402
 from xinfer_ros.model.vla import CONFIG_FILE, WEIGHTS_FILE, ReferenceVLA  # noqa: E402
+
+from .helpers import request_state  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 
 def _actions(model: ReferenceVLA, inputs: SyntheticInputs) -> torch.Tensor:
-    prepared = prepare_request(
-        model.config,
-        model.tokenizer,
-        inputs.images,
-        inputs.instruction,
-        inputs.state,
-        prev_chunk=inputs.prev_chunk,
-        d=8,
-        prev_shift=4,
-        seed=9,
-    )
-    return stages.run_request(model, RequestState(prepared))
+    req = request_state(model, inputs, prev_chunk=inputs.prev_chunk, d=8, prev_shift=4, seed=9)
+    return stages.run_request(model, req)
 
 
 def test_round_trip_identical(

@@ -22,8 +22,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from xinfer_ros.model import stages  # noqa: E402
-from xinfer_ros.model.processing import postprocess_actions, prepare_request  # noqa: E402
-from xinfer_ros.model.request import RequestState  # noqa: E402
+from xinfer_ros.model.processing import postprocess_actions  # noqa: E402
+
+from .helpers import request_state  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -35,20 +36,10 @@ def test_tiny_full_request_under_150ms(
     samples = []
     for i in range(8):
         t0 = time.thread_time()
-        prepared = prepare_request(
-            tiny_model.config,
-            tiny_model.tokenizer,
-            raw_inputs.images,
-            raw_inputs.instruction,
-            raw_inputs.state,
-            prev_chunk=raw_inputs.prev_chunk,
-            d=8,
-            prev_shift=4,
-            seed=i,
-        )
-        req = RequestState(prepared)
+        req = request_state(tiny_model, raw_inputs, prev_chunk=raw_inputs.prev_chunk, d=8,
+                            prev_shift=4, seed=i)
         stages.run_request(tiny_model, req)
-        postprocess_actions(req.actions, tiny_model.config, prepared.rtc)
+        postprocess_actions(req.actions, tiny_model.config, req.prepared.rtc)
         samples.append(time.thread_time() - t0)
     # median over warm runs
     assert float(np.median(samples[2:])) < 0.150

@@ -15,8 +15,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from xinfer_ros.model import stages  # noqa: E402
-from xinfer_ros.model.processing import postprocess_actions, prepare_request  # noqa: E402
+from xinfer_ros.model.processing import postprocess_actions  # noqa: E402
 from xinfer_ros.model.request import RequestState  # noqa: E402
+
+from .helpers import request_state  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -24,19 +26,8 @@ D_COMMIT, SHIFT = 4, 2
 
 
 def _prefilled(model: ReferenceVLA, inputs: SyntheticInputs, seed: int, mode: str) -> RequestState:
-    prepared = prepare_request(
-        model.config,
-        model.tokenizer,
-        inputs.images,
-        inputs.instruction,
-        inputs.state,
-        prev_chunk=inputs.prev_chunk,
-        d=D_COMMIT,
-        prev_shift=SHIFT,
-        rtc_mode=mode,
-        seed=seed,
-    )
-    req = RequestState(prepared)
+    req = request_state(model, inputs, prev_chunk=inputs.prev_chunk, d=D_COMMIT,
+                        prev_shift=SHIFT, rtc_mode=mode, seed=seed)
     stages.vit(model, req)
     stages.prefill(model, req)
     return req
@@ -78,19 +69,8 @@ def test_guidance_error_shrinks_with_beta(
 ) -> None:
     errs = []
     for beta in (0.0, 5.0):
-        prepared = prepare_request(
-            tiny_model.config,
-            tiny_model.tokenizer,
-            raw_inputs.images,
-            raw_inputs.instruction,
-            raw_inputs.state,
-            prev_chunk=raw_inputs.prev_chunk,
-            d=D_COMMIT,
-            prev_shift=SHIFT,
-            beta=beta,
-            seed=7,
-        )
-        req = RequestState(prepared)
+        req = request_state(tiny_model, raw_inputs, prev_chunk=raw_inputs.prev_chunk,
+                            d=D_COMMIT, prev_shift=SHIFT, beta=beta, seed=7)
         errs.append(_masked_error(stages.run_request(tiny_model, req), req))
     assert errs[1] < errs[0]
 

@@ -20,8 +20,9 @@ pytest.importorskip("transformers")
 from transformers import DynamicCache  # noqa: E402
 
 from xinfer_ros.model import stages  # noqa: E402
-from xinfer_ros.model.processing import prepare_request  # noqa: E402
 from xinfer_ros.model.request import RequestState, StageOrderError, StageProgress  # noqa: E402
+
+from .helpers import request_state  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -29,16 +30,7 @@ pytestmark = pytest.mark.torch
 def _request(
     model: ReferenceVLA, inputs: SyntheticInputs, seed: int = 0, **kw: Any
 ) -> RequestState:
-    prepared = prepare_request(
-        model.config,
-        model.tokenizer,
-        inputs.images,
-        inputs.instruction,
-        inputs.state,
-        seed=seed,
-        **kw,
-    )
-    return RequestState(prepared)
+    return request_state(model, inputs, seed=seed, **kw)
 
 
 class _CallCounter:
