@@ -56,3 +56,5 @@ def test_decision_benchmark_cli(tmp_path, capsys):
     assert r["robots"] == 4 and r["decisions_per_round"] > 10
     assert 0 < r["best_median_us"] <= r["best_p99_us"]
     assert 0 < r["median_us"] <= r["p99_us"] <= r["max_us"]
+    assert len(r["round_p99s_us"]) == 2
+    assert min(r["round_p99s_us"]) <= r["round_p99_us"] <= max(r["round_p99s_us"])

@@ -28,6 +28,7 @@ Ablation switches (App. C.3) and the experimental, default-off extensions
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -541,6 +542,11 @@ class XInferPolicy(Policy):
             forecasts: list[tuple[float, float]] | None = None
             projected: list[tuple[int, int, int]] | None = None
             slot_ctx: _SlotContext | None = None
+            # FORECASTFEASIBLE depends on the candidate only through which forecasts it
+            # retains (ℓ_e < ℓ_u), i.e. through how many forecast deadlines lie below
+            # ℓ_u: candidates retaining the same count share one evaluation.
+            forecast_ells: list[float] = []
+            forecast_memo: dict[int, bool] = {}
             i = 0
             while i < len(order) and counts[s] < slots[s]:
                 r = order[i]
@@ -572,20 +578,29 @@ class XInferPolicy(Policy):
                                     forecasts=forecasts)
                                              if forecasts and self.arrival_projection
                                              else None)
-                            if forecasts and not self._forecast_feasible(
-                                    r, forecasts,
-                                    (nf[0] + (s == 0), nf[1] + (s == 1), nf[2] + (s == 2)),
-                                    slot_ctx=slot_ctx, t=t, projected=projected):
-                                deferred.add(rid)
-                                continue
-                            if forecast_load and forecasts and protected:
-                                k = sum(1 for ell_e, _ in forecasts if ell_e < r.deadline)
-                                if k and not self._current_feasible(
-                                        protected, t,
-                                        pred.index((nf[0] + (s == 0) + k, nf[1] + (s == 1),
-                                                    nf[2] + (s == 2))), units):
+                                forecast_ells = sorted(ell for ell, _ in forecasts)
+                                forecast_memo.clear()
+                            if forecasts:
+                                k = bisect_left(forecast_ells, r.deadline)
+                                ok = forecast_memo.get(k)
+                                if ok is None:
+                                    ok = k == 0 or self._forecast_feasible(
+                                        r, forecasts,
+                                        (nf[0] + (s == 0), nf[1] + (s == 1),
+                                         nf[2] + (s == 2)),
+                                        slot_ctx=slot_ctx, t=t, projected=projected)
+                                    forecast_memo[k] = ok
+                                if not ok:
                                     deferred.add(rid)
                                     continue
+                            # k: the retained forecasts, counted above.
+                            if forecast_load and forecasts and protected and k and (
+                                    not self._current_feasible(
+                                        protected, t,
+                                        pred.index((nf[0] + (s == 0) + k, nf[1] + (s == 1),
+                                                    nf[2] + (s == 2))), units)):
+                                deferred.add(rid)
+                                continue
                 if record and not is_prot:
                     self.admissions.append(AdmissionRecord(
                         t, rid, s, frozenset(protected), nf,
