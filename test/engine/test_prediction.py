@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import default_rate_table
 from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
+from xinfer_ros.engine import EngineConfig
 from xinfer_ros.engine.prediction import PredictionAudit
+
+from .helpers import make_engine
 
 
 def _policy():  # type: ignore[no-untyped-def]
@@ -42,3 +46,29 @@ def test_isolated_forecast_is_exact_for_table_times() -> None:
     assert abs(sample.error) < 1e-9
     summary = audit.summary()
     assert summary["samples"] == 1 and summary["mae_ms"] < 1e-6
+
+
+def _slow_device_audit(correction: bool) -> tuple[dict, RateCorrection | None]:
+    """Requests whose every stage takes 1.6x the table's work, served in waves of 3."""
+    config = EngineConfig(slots=(4, 4, 6), rate_correction=correction, sample_period_s=0.002)
+    engine, _ = make_engine("fifo", config)
+    try:
+        for wave in range(12):
+            futs = [engine.submit({"work_factor": 1.6}, 5000.0, f"r{wave}-{i}") for i in range(3)]
+            assert all(f.result(10.0).ok for f in futs)
+    finally:
+        engine.close()
+    return engine.audit.summary(), engine.rate_correction
+
+
+def test_engine_learns_a_slower_device_and_predicts_better() -> None:
+    on, corr = _slow_device_audit(True)
+    off, none = _slow_device_audit(False)
+    assert none is None
+    assert corr is not None
+    for k in corr.factors:
+        # Interference between the wave's units is in the table, so each factor is
+        # the work factor, up to clock jitter of the compressed emulation.
+        assert 1.3 < k < 2.0
+    assert off["mean_error_ms"] > 0  # uncorrected: systematically too short
+    assert on["mae_ms"] < 0.6 * off["mae_ms"]

@@ -9,8 +9,10 @@ stages (App. C.2). With ``--backend emulated`` every line says it is emulation.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
+import os
 import platform
 import sys
 from pathlib import Path
@@ -40,6 +42,7 @@ __all__ = [
     "build_engine",
     "run",
     "run_benchmark",
+    "run_pairs",
     "simulate_same",
     "stage_summary",
 ]
@@ -95,12 +98,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prepare-ms", type=float, default=1.0,
                         help="emulated only: CPU preparation time (the simulator's cpu_prep)")
     parser.add_argument("--tick-ms", type=float, default=2.0, help="policy tick period (ms)")
+    parser.add_argument("--no-rate-correction", dest="rate_correction", action="store_false",
+                        help="predict with the calibrated rates only (no online correction "
+                             "learned from completed units)")
     parser.add_argument("--compare-sim", action="store_true",
                         help="also run the simulator on the same policy, workload, table, "
                              "seed and slots, and report its attainment")
     parser.add_argument("--link-ms", type=float, default=2.0,
                         help="uplink and downlink delay each (ms); delta = 2 x this")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pairs", type=int, default=0,
+                        help="run this many alternating pairs of the serial baseline (All-Off, "
+                             "in-process Action) and the --engine arm (with --action-processes), "
+                             "and report per-pair and median throughput ratios")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
 
 
@@ -126,9 +136,17 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
                                action_processes=getattr(args, "action_processes", 0))
     on_cpu = args.backend == "torch" and not str(args.device).startswith("cuda")
     slots = args.slots or (CPU_SLOTS if on_cpu else DEFAULT_SLOTS)
+    procs = getattr(args, "action_processes", 0)
+    if on_cpu and procs and slots[2] != procs:
+        # An Action slot without its own process queues behind a busy worker while the
+        # predictor counts it as running; fewer slots than processes leave some idle.
+        print(f"note: {slots[2]} Action slots but {procs} Action processes; one process "
+              f"per slot (--action-processes {slots[2]}) serves and predicts best",
+              file=sys.stderr)
     max_live = args.max_live or 2 * args.robots + 8
     base = EngineConfig(slots=slots, max_live=max_live, overflow=Overflow(args.overflow),
-                        cpu_workers=args.cpu_workers, tick_s=args.tick_ms * 1e-3)
+                        cpu_workers=args.cpu_workers, tick_s=args.tick_ms * 1e-3,
+                        rate_correction=getattr(args, "rate_correction", True))
     config = (ablation_config(args.ablation, base) if getattr(args, "ablation", None)
               else mode_config(args.engine, base))
     engine = StageEngine(backend, args.policy, config, rate_table=table, clock=clock)
@@ -200,9 +218,12 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
         "rate_table_provenance": table.provenance,
         "time_scale": args.time_scale,
         "host": platform.node(),
+        "load_average": list(os.getloadavg()),
         "metrics": metrics.to_dict(),
         "stage_ms": stage_summary(run, window),
         "prediction": engine.audit.summary(),
+        "rate_correction": (engine.rate_correction.summary()
+                            if engine.rate_correction is not None else None),
         "statuses": statuses,
         "dispatcher": {k: engine.stats()[k] for k in ("decisions", "decision_ms_total")},
     }
@@ -248,6 +269,12 @@ def _fmt(report: dict[str, Any]) -> str:
                      f"MAE={pred['mae_ms']:.2f} ms mean error={pred['mean_error_ms']:+.2f} ms "
                      f"mean stage={pred['mean_stage_duration_ms']:.2f} ms "
                      f"(MAE/mean={pred['mae_rel_mean_stage'] * 100:.1f}%)")
+        per = pred.get("per_stage", {})
+        corr = report.get("rate_correction")
+        lines.append(f"{prefix}per stage MAE/mean error (ms): " + " ".join(
+            f"{k}={v['mae_ms']:.1f}/{v['mean_error_ms']:+.1f}" for k, v in per.items())
+            + (" rate correction k=" + ",".join(f"{f:.2f}" for f in corr["factors"])
+               if corr else " rate correction off"))
     disp = report["dispatcher"]
     lines.append(f"{prefix}statuses: {report['statuses']} decisions={disp['decisions']} "
                  f"({disp['decision_ms_total'] / max(disp['decisions'], 1) * 1e3:.0f} us each, "
@@ -262,11 +289,83 @@ def _fmt(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
+    """Alternate the serial baseline and the ``--engine`` arm ``args.pairs`` times.
+
+    The serial arm is the Table 6 All-Off baseline, one unit at a time with Action in
+    process (``--action-processes`` applies to the other arm only); every other option
+    is the same. The order flips every pair (S,A / A,S / ...) so that a drift of the
+    machine's load weighs on both arms alike. Each arm builds its torch backend once.
+
+    Returns:
+        ``{"pairs": [...], "median": {...}, "runs": [...]}``, JSON-ready.
+    """
+    serial = copy.copy(args)
+    serial.engine, serial.ablation, serial.action_processes = "serial", None, 0
+    arms = {"serial": serial, "other": args}
+    backends: dict[str, Backend | None] = {"serial": None, "other": None}
+    rows: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    try:
+        for i in range(args.pairs):
+            order = ("serial", "other") if i % 2 == 0 else ("other", "serial")
+            got: dict[str, dict[str, Any]] = {}
+            for arm in order:
+                a = arms[arm]
+                if a.backend == "torch" and backends[arm] is None:
+                    backends[arm] = make_backend(
+                        "torch", model=a.model, device=a.device, dtype=a.dtype,
+                        threads=a.threads, action_processes=a.action_processes)
+                rep = run_benchmark(a, backends[arm])
+                rep["pair"], rep["arm"] = i + 1, arm
+                runs.append(rep)
+                got[arm] = rep
+                print(_fmt(rep), flush=True)
+            ms, mo = got["serial"]["metrics"], got["other"]["metrics"]
+            row = {"pair": i + 1, "order": list(order),
+                   "serial_rps": ms["throughput_rps"], "async_rps": mo["throughput_rps"],
+                   "ratio": mo["throughput_rps"] / ms["throughput_rps"]
+                   if ms["throughput_rps"] else math.nan,
+                   "serial_p50_ms": ms["latency_p50_ms"], "async_p50_ms": mo["latency_p50_ms"],
+                   "load_average": got[order[-1]]["load_average"][0]}
+            rows.append(row)
+            print(f"[pair {i + 1}] serial={row['serial_rps']:.2f} {args.engine}="
+                  f"{row['async_rps']:.2f} req/s ratio={row['ratio']:.2f} P50 "
+                  f"{row['serial_p50_ms']:.0f}/{row['async_p50_ms']:.0f} ms "
+                  f"load={row['load_average']:.1f}", flush=True)
+    finally:
+        for b in backends.values():
+            if b is not None:
+                b.close()
+
+    def med(key: str) -> float:
+        return float(np.median([r[key] for r in rows]))
+
+    summary = {"pairs": len(rows), "ratio": med("ratio"), "serial_rps": med("serial_rps"),
+               "async_rps": med("async_rps"), "serial_p50_ms": med("serial_p50_ms"),
+               "async_p50_ms": med("async_p50_ms"),
+               "async_p50_lower": sum(r["async_p50_ms"] < r["serial_p50_ms"] for r in rows)}
+    print(f"[pairs] medians over {len(rows)}: serial={summary['serial_rps']:.2f} "
+          f"{args.engine}={summary['async_rps']:.2f} req/s, ratio={summary['ratio']:.2f} "
+          f"(ratio of medians {summary['async_rps'] / summary['serial_rps']:.2f}); P50 "
+          f"{summary['serial_p50_ms']:.0f}/{summary['async_p50_ms']:.0f} ms, "
+          f"{args.engine} lower in {summary['async_p50_lower']}/{len(rows)}", flush=True)
+    return {"benchmark": "engine-pairs", "pairs": rows, "median": summary, "runs": runs}
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``xinfer-bench engine``."""
-    if args.robots < 1 or args.duration <= 0:
-        print("robots must be >= 1 and duration > 0", file=sys.stderr)
+    if args.robots < 1 or args.duration <= 0 or args.pairs < 0:
+        print("robots must be >= 1, duration > 0 and pairs >= 0", file=sys.stderr)
         return 2
+    if args.pairs:
+        report = run_pairs(args)
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=1, default=str) + "\n",
+                                 encoding="utf-8")
+            print(f"wrote {args.json}")
+        return 0
     report = run_benchmark(args)
     print(_fmt(report))
     if args.json is not None:

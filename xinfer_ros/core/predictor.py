@@ -8,6 +8,12 @@
   full ``q_s`` when it has not started) plus all later stages at the same projected load
   ``n`` (Eq. 10). Future queueing is not predicted.
 
+Optional online correction (:mod:`xinfer_ros.core.rate_correction`, off unless a
+:class:`RateCorrection` is attached): the tracker reports each completed unit's
+integrated work ``ŵ / W_s`` and the predictor scales the work ``W_s → k_s · W_s``, so
+every consumer of its tables (policies, simulator, engine audit) sees the corrected
+durations. Without a correction the tables are exactly the calibrated ones.
+
 The :class:`ProgressTracker` owns the running units and the observed counts ``n_r``; a
 policy tells it about every launch and completion, in time order. Predictions only use
 transitions already observed, so future events cannot change them.
@@ -19,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xinfer_ros.core.errors import SchedulerStateError
+from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import NUM_STAGES, Stage
@@ -36,14 +43,19 @@ class Predictor:
         table: the calibrated rate table.
         interference: False gives the "no interference modelling" ablation: every rate
             is 1, i.e. isolated stage durations, whatever the load.
+        correction: optional online rate correction (see :meth:`set_correction`).
     """
 
-    __slots__ = ("_grid", "_sp", "_sv", "bounds", "h", "h_out", "interference", "inv_own",
-                 "inv_rho", "plus", "q_tab", "suffix_tab", "table", "work")
+    __slots__ = ("_base", "_grid", "_rho", "_sp", "_sv", "base_work", "bounds", "correction",
+                 "h", "h_out", "interference", "inv_own", "inv_rho", "plus", "q_tab",
+                 "suffix_tab", "table", "work")
 
-    def __init__(self, table: RateTable, *, interference: bool = True) -> None:
+    def __init__(self, table: RateTable, *, interference: bool = True,
+                 correction: RateCorrection | None = None) -> None:
         self.table = table if interference else RateTable.isolated(table)
         self.interference = interference
+        #: Calibrated work W_s; ``work`` is the corrected k_s · W_s the lookups use.
+        self.base_work: tuple[float, float, float] = table.work
         self.work: tuple[float, float, float] = table.work
         self.h: tuple[float, float, float] = table.overhead
         self.h_out: float = table.h_out
@@ -61,6 +73,7 @@ class Predictor:
         rates = self.table.rates
         w, h, ho = self.work, self.h, self.h_out
         inv: list[tuple[float, float, float]] = [(1.0, 1.0, 1.0)] * size
+        rho_at: list[tuple[float, float, float]] = [(1.0, 1.0, 1.0)] * size
         q: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * size
         suf: list[tuple[float, float, float, float]] = [(0.0, 0.0, 0.0, 0.0)] * size
         cells = [(v, p, a) for v in range(g[0] + 1) for p in range(g[1] + 1)
@@ -68,6 +81,7 @@ class Predictor:
         for v, p, a in cells:
             rho = rates[(min(v, c[0]), min(p, c[1]), min(a, c[2]))]
             i = v * self._sv + p * self._sp + a
+            rho_at[i] = rho
             inv[i] = (1.0 / rho[0], 1.0 / rho[1], 1.0 / rho[2])
             qv, qp, qa = h[0] + w[0] / rho[0], h[1] + w[1] / rho[1], h[2] + w[2] / rho[2]
             q[i] = (qv, qp, qa)
@@ -88,6 +102,45 @@ class Predictor:
                        self.index((v, p, a + 1)))
         self.inv_own = own
         self.plus = plus
+        self._rho = rho_at
+        #: The calibrated (work, q, suffix) tables, restored exactly without a correction.
+        self._base = (self.work, q, suf)
+        self.correction: RateCorrection | None = None
+        if correction is not None:
+            self.set_correction(correction)
+
+    # -- online correction --------------------------------------------------------------
+    def set_correction(self, correction: RateCorrection | None) -> None:
+        """Attach (or with None detach) an online rate correction and apply it now.
+
+        Detaching restores the calibrated tables exactly (the same objects).
+        """
+        self.correction = correction
+        self.apply_correction()
+
+    def apply_correction(self) -> None:
+        """Rebuild the work-dependent tables from the correction's published factors.
+
+        Only ``work``, ``q_tab`` and ``suffix_tab`` depend on W_s; the rate tables
+        (and so the tracker's integrated progress ŵ) stay calibrated. Consumers read
+        the table attributes afresh on every decision, so the swap takes effect at the
+        next one.
+        """
+        corr = self.correction
+        factors = corr.factors if corr is not None else (1.0, 1.0, 1.0)
+        if factors == (1.0, 1.0, 1.0):
+            self.work, self.q_tab, self.suffix_tab = self._base
+            return
+        b = self.base_work
+        w = (b[0] * factors[0], b[1] * factors[1], b[2] * factors[2])
+        h, ho = self.h, self.h_out
+        q: list[tuple[float, float, float]] = []
+        suf: list[tuple[float, float, float, float]] = []
+        for rho in self._rho:
+            qv, qp, qa = h[0] + w[0] / rho[0], h[1] + w[1] / rho[1], h[2] + w[2] / rho[2]
+            q.append((qv, qp, qa))
+            suf.append((ho + qa + qp + qv, ho + qa + qp, ho + qa, ho))
+        self.work, self.q_tab, self.suffix_tab = w, q, suf
 
     # -- lookups ------------------------------------------------------------------------
     def index(self, n: Sequence[int]) -> int:
@@ -114,6 +167,10 @@ class Predictor:
     def isolated_duration(self, stage: int) -> float:
         """h_s + W_s: a stage's duration alone on the GPU."""
         return self.h[stage] + self.work[stage]
+
+    def isolated_base_duration(self, stage: int) -> float:
+        """h_s + W_s of the calibrated table, without any online correction."""
+        return self.h[stage] + self.base_work[stage]
 
 
 @dataclass(slots=True, eq=False)
@@ -184,6 +241,30 @@ class ProgressTracker:
         self.counts[stage] += 1
         self._refresh_rates()
         return unit
+
+    def record_completion(self, request_id: int, t: float) -> bool:
+        """Feed the online correction with ``request_id``'s unit completing at ``t``.
+
+        Call it just before :meth:`finish` for a real completion (never for an abort
+        or a removal: a partial unit says nothing about the rate). The observation is
+        the work integrated at the calibrated rates over the unit's whole life,
+        divided by the calibrated W_s (see :mod:`xinfer_ros.core.rate_correction`).
+        A no-op without a correction.
+
+        Returns:
+            True when the predictor's tables changed (other predictors sharing the
+            same correction should :meth:`Predictor.apply_correction`).
+        """
+        pred = self.predictor
+        corr = pred.correction
+        unit = self.units.get(request_id)
+        if corr is None or unit is None:
+            return False
+        s = unit.stage
+        if not corr.observe(s, self.work_done(unit, t) / pred.base_work[s]):
+            return False
+        pred.apply_correction()
+        return True
 
     def finish(self, request_id: int, t: float) -> RunningUnit:
         """Record the completion (or abort) of ``request_id``'s unit at ``t``."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from xinfer_ros.core.errors import XInferError
 from xinfer_ros.core.policy import Launch, Policy
+from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
@@ -134,6 +135,10 @@ class StageEngine:
         if callable(bind):
             bind(self.clock)
         self._policy_kwargs = dict(policy_kwargs or {})
+        #: One online rate correction shared by every policy this engine runs, so a
+        #: policy switch keeps what was learned (None when the config turns it off).
+        self.rate_correction: RateCorrection | None = (
+            RateCorrection() if self.config.rate_correction else None)
         self.policy: Policy = self._build_policy(policy)
         #: Old policies still serving their live requests after a switch.
         self._draining: list[Policy] = []
@@ -174,11 +179,14 @@ class StageEngine:
         if isinstance(policy, Policy):
             if tuple(policy.slots) != self.config.effective_slots:
                 policy.set_slots(self.config.effective_slots)
-            return policy
-        args = {**self._policy_kwargs, **kwargs}
-        args.setdefault("slots", self.config.effective_slots)
-        args.setdefault("rate_table", self.rate_table)
-        return make_policy(policy, **args)
+        else:
+            args = {**self._policy_kwargs, **kwargs}
+            args.setdefault("slots", self.config.effective_slots)
+            args.setdefault("rate_table", self.rate_table)
+            policy = make_policy(policy, **args)
+        if self.rate_correction is not None:
+            policy.predictor.set_correction(self.rate_correction)
+        return policy
 
     def _note(self, msg: str, *args: Any, level: int = logging.INFO,
               exc_info: bool = False) -> None:
@@ -532,9 +540,14 @@ class StageEngine:
             self._remove_from_policy(live, now)
             self._finish(live, *live.drop)
             return
+        if policy.tracker.record_completion(live.rid, now):
+            # The correction is shared: the other policies' tables follow it too.
+            for other in (*self._draining, self.policy):
+                if other is not policy:
+                    other.predictor.apply_correction()
         policy.complete(live.rid, stage, now)
+        self.audit.observe_end(live.rid, stage, now)
         if stage is not Stage.ACTION:
-            self.audit.observe_end(live.rid, stage, now)
             live.ready_since = now
             return
         live.in_output = True
@@ -547,7 +560,7 @@ class StageEngine:
             self.audit.drop(live.rid)
             self._finish(live, Status.ERROR, error)
             return
-        self.audit.observe_end(live.rid, Stage.ACTION, now)
+        self.audit.observe_output_end(live.rid, now, self.rate_table.h_out)
         if live.drop is not None:
             self._finish(live, *live.drop)
             return

@@ -92,6 +92,9 @@ class EngineConfig:
         tick_s: period of policy ticks (s), so shrinking slack is noticed.
         sample_period_s: minimum spacing of running-stage prediction samples
             (App. C.2), 0 disables sampling.
+        rate_correction: learn per-stage slowdown factors of the calibrated rates
+            from completed units (:mod:`xinfer_ros.core.rate_correction`), shared by
+            every policy of the engine; off keeps the calibrated predictions exactly.
     """
 
     slots: tuple[int, int, int] = DEFAULT_SLOTS
@@ -106,6 +109,7 @@ class EngineConfig:
     cross_stage: bool = True
     tick_s: float = 0.002
     sample_period_s: float = 0.020
+    rate_correction: bool = True
 
     def __post_init__(self) -> None:
         if len(self.slots) != 3 or any(int(s) < 1 for s in self.slots):
