@@ -151,7 +151,7 @@ def test_non_allowlisted_robot_is_ignored(fleet) -> None:
     intruder.request()
     spin(0.5)
     assert intruder.chunks == []
-    server._warn_unknown_robots()
+    server._check_graph()
     assert "intruder" in server._warned
 
 

@@ -51,14 +51,45 @@ def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> float:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("module,params", [
     ("xinfer_ros.nodes.rtc_executor", {}),
-    ("xinfer_ros.nodes.robot_sim", {"camera_rate_hz": 5.0}),
+    # Busy publishing, so that signals land in callbacks.
+    ("xinfer_ros.nodes.robot_sim", {"camera_rate_hz": 30.0, "state_rate_hz": 200.0}),
 ])
-def test_robot_side_nodes_exit_cleanly_on_sigint(module, params, tmp_path) -> None:
-    proc = start(module, "/sig", params, tmp_path)
+@pytest.mark.parametrize("executor", ["events", "single"])
+def test_robot_side_nodes_exit_cleanly_on_sigint(module, params, executor, tmp_path) -> None:
+    proc = start(module, "/sig", {**params, "executor": executor}, tmp_path)
     time.sleep(3.0)
     assert proc.poll() is None, proc.stdout.read()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=15) == 0
+    output = proc.stdout.read()
+    assert "FATAL" not in output and "Traceback" not in output, output
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("executor", ["events", "single"])
+def test_busy_server_exits_cleanly_on_signals(sig, executor, tmp_path) -> None:
+    # A robot streams cameras at the server while it is told to stop: the events
+    # executor's spin() would never return here (Kilted), spin_node's loop must.
+    server = start("xinfer_ros.nodes.inference_server", "/",
+                   {"robots": ["sig"], "backend": "emulated", "executor": executor}, tmp_path)
+    robot = start("xinfer_ros.nodes.robot_sim", "/sig", {"camera_rate_hz": 10.0}, tmp_path)
+    try:
+        wait_for_line(server, "serving 1 robots", 60)
+        time.sleep(2.0)
+        assert server.poll() is None, "".join(server.lines)
+        stopped = time.monotonic()
+        server.send_signal(sig)
+        assert server.wait(timeout=15) == 0, "".join(server.lines)
+        assert time.monotonic() - stopped < 5.0
+        time.sleep(0.2)  # the reader thread drains the last lines
+        output = "".join(server.lines)
+        assert "FATAL" not in output and "Traceback" not in output, output
+    finally:
+        for proc in (server, robot):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(timeout=15)
 
 
 @pytest.mark.timeout(120)

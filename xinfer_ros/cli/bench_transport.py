@@ -27,6 +27,7 @@ import yaml
 
 from xinfer_ros.cli.latency_arms import BUDGET_MS, in_process_latencies, percentiles
 from xinfer_ros.core.constants import SEND_PERIOD as PERIOD_S
+from xinfer_ros.nodes.runtime import EXECUTOR_PARAM, EXECUTORS
 
 __all__ = ["add_arguments", "run", "stream_observations", "through_ros"]
 
@@ -38,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per arm")
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds")
     parser.add_argument("--camera-rate", type=float, default=10.0, help="frames/s per camera")
+    parser.add_argument("--executor", choices=EXECUTORS, default=EXECUTOR_PARAM.default,
+                        help="rclpy executor of the server and of the benchmark's robots")
     parser.add_argument("--json", type=Path, default=None)
 
 
@@ -46,68 +49,88 @@ def stream_observations(names: list[str], camera_rate: float, seconds: float) ->
 
     Robots stream from their own processes in a real fleet; publishing here, apart
     from the process that times requests, keeps image serialization out of the
-    measured latency.
+    measured latency. On a small machine this process shares the cores with the server,
+    so it is kept lean (one prebuilt message per camera, the events executor, no QoS
+    event handlers): what it costs is a benchmark artefact, not transport overhead.
     """
     import rclpy
+    from rclpy.event_handler import PublisherEventCallbacks
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image, JointState
 
     from xinfer_ros.model.config import load_preset
     from xinfer_ros.nodes.image_conversion import rgb_to_image_fields
+    from xinfer_ros.nodes.runtime import make_executor
 
     shapes = [(c.height, c.width) for c in load_preset("tiny").cameras]
     frames = [rgb_to_image_fields(np.random.default_rng(i).integers(
         0, 256, (h, w, 3), dtype=np.uint8)) for i, (h, w) in enumerate(shapes)]
     rclpy.init()
     node = rclpy.create_node("transport_bench_cameras")
+    quiet = PublisherEventCallbacks(use_default_callbacks=False)
     cams = [(node.create_publisher(Image, f"/{n}/camera_{c}/image_raw",
-                                   qos_profile_sensor_data), frames[c])
+                                   qos_profile_sensor_data, event_callbacks=quiet),
+             Image(**frames[c]))
             for n in names for c in range(len(shapes))]
-    joints = [node.create_publisher(JointState, f"/{n}/joint_states", qos_profile_sensor_data)
-              for n in names]
+    joints = [(node.create_publisher(JointState, f"/{n}/joint_states", qos_profile_sensor_data,
+                                     event_callbacks=quiet),
+               JointState(position=[0.0] * 14)) for n in names]
     turn = [0]
 
     def publish_next() -> None:
         # One frame per tick, spread over the period, as robot_sim does: bursts of
         # large frames overflow the shared-memory transport and best-effort frames drop.
-        pub, fields = cams[turn[0] % len(cams)]
+        pub, msg = cams[turn[0] % len(cams)]
         turn[0] += 1
-        msg = Image(**fields)
         msg.header.stamp = node.get_clock().now().to_msg()
-        pub.publish(msg)
+        pub.publish(msg)  # serialized here: the message can be reused
 
     def publish_joints() -> None:
         stamp = node.get_clock().now().to_msg()
-        for pub in joints:
-            js = JointState(position=[0.0] * 14)
-            js.header.stamp = stamp
-            pub.publish(js)
+        for pub, msg in joints:
+            msg.header.stamp = stamp
+            pub.publish(msg)
 
     node.create_timer(1.0 / (camera_rate * len(cams)), publish_next)
     node.create_timer(1.0 / camera_rate, publish_joints)
+    executor = make_executor("events")
+    executor.add_node(node)
     end = time.monotonic() + seconds
     while time.monotonic() < end and rclpy.ok():
-        rclpy.spin_once(node, timeout_sec=0.05)
+        executor.spin_once(timeout_sec=0.05)
+    executor.shutdown()
     node.destroy_node()
     rclpy.try_shutdown()
 
 
 def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
-                workdir: Path) -> list[float]:
+                workdir: Path, *, executor: str = EXECUTOR_PARAM.default) -> list[float]:
     """Latencies of closed-loop robots through an inference_server process on loopback.
 
     The server runs the emulated backend; a separate process streams every robot's
     cameras and joint states, this one sends requests and times the chunks.
+
+    Args:
+        robots: Closed-loop robots.
+        duration: Measured seconds, warm-up included.
+        warmup: Unmeasured seconds at the start.
+        camera_rate: Frames per second per camera.
+        workdir: Where the server's parameter file goes.
+        executor: rclpy executor of the server and of this process (one of
+            :data:`~xinfer_ros.nodes.runtime.EXECUTORS`), as a robot's rtc_executor
+            would run it.
     """
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 
     from xinfer_ros.msg import ActionChunk, PolicyRequest
+    from xinfer_ros.nodes.runtime import make_executor
 
     names = [f"bench_{i}" for i in range(robots)]
     params = workdir / f"server_{robots}.yaml"
     params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
-        "robots": names, "backend": "emulated", "policy": "xinfer"}}}))
+        "robots": names, "backend": "emulated", "policy": "xinfer",
+        "executor": executor}}}))
     server = subprocess.Popen(
         [sys.executable, "-m", "xinfer_ros.nodes.inference_server", "--ros-args",
          "--params-file", str(params)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -124,8 +147,11 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
     pending: dict[tuple[str, int], float] = {}
     next_send = {n: 0.0 for n in names}
     seqs = {n: 0 for n in names}
-    pubs = {n: node.create_publisher(PolicyRequest, f"/{n}/policy_request", 10)
-            for n in names}
+    # The timing node needs no QoS event handlers; under a SingleThreadedExecutor each
+    # would be re-added to the wait set at every spin.
+    pubs = {n: node.create_publisher(
+        PolicyRequest, f"/{n}/policy_request", 10,
+        event_callbacks=PublisherEventCallbacks(use_default_callbacks=False)) for n in names}
 
     t_start = time.monotonic()
 
@@ -144,10 +170,11 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
         next_send[name] = max(sent + PERIOD_S, now)  # Eq. 1
 
     for n in names:
-        node.create_subscription(ActionChunk, f"/{n}/action_chunk",
-                                 lambda m, n=n: on_chunk(n, m), 10)
+        node.create_subscription(
+            ActionChunk, f"/{n}/action_chunk", lambda m, n=n: on_chunk(n, m), 10,
+            event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False))
 
-    spinner = SingleThreadedExecutor()
+    spinner = make_executor(executor)
     spinner.add_node(node)
     # Wait for the server to subscribe before the clock starts.
     end = time.monotonic() + 60.0
@@ -158,6 +185,7 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
         spinner.spin_once(timeout_sec=0.05)
     t_start = time.monotonic()
     stop = t_start + duration
+    cpu_start = _cpu_seconds(server.pid)
     for i, n in enumerate(names):
         next_send[n] = t_start + 0.2 + i * PERIOD_S / robots
     while time.monotonic() < stop:
@@ -175,6 +203,7 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
                 pending[(n, seqs[n])] = time.monotonic()
                 pubs[n].publish(req)
         spinner.spin_once(timeout_sec=0.002)
+    cpu_share = (_cpu_seconds(server.pid) - cpu_start) / (time.monotonic() - t_start)
     spinner.shutdown()
     node.destroy_node()
     rclpy.shutdown()
@@ -184,9 +213,24 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
     if split:
         wire, over = np.median(np.asarray(split), axis=0)
         print(f"  {robots} robots via ROS: median wire (DDS both ways) {wire:.2f} ms, "
-              f"server outside the engine {over:.2f} ms; {len(rejected)} non-OK"
+              f"server outside the engine {over:.2f} ms, server CPU {cpu_share:.0%} of a core; "
+              f"{len(rejected)} non-OK"
               + (f" (e.g. {rejected[0]})" if rejected else ""))
     return lat
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far; NaN off Linux.
+
+    CPU time rather than wall time: it does not grow when other jobs share the cores,
+    so it compares server versions fairly on a busy machine.
+    """
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    # Fields 14 and 15 of proc(5) (utime, stime); the split drops the first two.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,11 +242,12 @@ def run(args: argparse.Namespace) -> int:
         for n in args.robots:
             direct = percentiles(in_process_latencies(n, args.duration, args.warmup))
             ros = percentiles(through_ros(n, args.duration, args.warmup, args.camera_rate,
-                                            Path(tmp)))
+                                          Path(tmp), executor=args.executor))
             rows.append({"robots": n, "in_process": direct, "ros": ros,
                          "added_p50_ms": ros["p50_ms"] - direct["p50_ms"],
                          "added_p99_ms": ros["p99_ms"] - direct["p99_ms"]})
-    print("EMULATED backend: model time from the rate table in both arms")
+    print("EMULATED backend: model time from the rate table in both arms; "
+          f"{args.executor} executor; load average {os.getloadavg()[0]:.2f}")
     print(f"{'robots':>6} {'direct P50':>11} {'ROS P50':>8} {'added':>7} "
           f"{'direct P99':>11} {'ROS P99':>8} {'added':>7}   n(direct/ROS)")
     for r in rows:
@@ -211,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
               f"{r['added_p50_ms']:>7.2f} {d['p99_ms']:>11.2f} {o['p99_ms']:>8.2f} "
               f"{r['added_p99_ms']:>7.2f}   {d['n']}/{o['n']}")
     if args.json:
-        args.json.write_text(json.dumps({"emulated": True, "rows": rows}, indent=2))
+        args.json.write_text(json.dumps(
+            {"emulated": True, "executor": args.executor, "rows": rows}, indent=2))
     return 0
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
@@ -44,6 +45,8 @@ from xinfer_ros.nodes.observations import ObservationError, RobotObservations, s
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.plan import parse_robots
+from xinfer_ros.nodes.raw_image import RawImage
+from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.srv import GetFleetStats, SetPolicy
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
@@ -79,9 +82,17 @@ PARAMS = [
     ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
     ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
     ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
+    EXECUTOR_PARAM,
 ]
 
 _RECORDS_PER_ROBOT = 4096
+
+# Sensor subscriptions go without rclpy's default event handlers (incompatible QoS,
+# incompatible type): each is a waitable that a SingleThreadedExecutor re-adds to its
+# wait set for every message, two per subscription. A best-effort volatile
+# subscription accepts every publisher's QoS anyway; a publisher of the wrong type is
+# reported by the periodic graph check instead (_check_graph).
+_NO_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
 
 
 class _RobotState:
@@ -113,15 +124,20 @@ class InferenceServer(Node):
         sensors = MutuallyExclusiveCallbackGroup()
         requests = MutuallyExclusiveCallbackGroup()
         self._chunk_pubs = {}
+        self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
         for name in names:
+            self._sensor_types[f"/{name}/joint_states"] = "sensor_msgs/msg/JointState"
             for cam in range(p["cameras"]):
+                self._sensor_types[f"/{name}/camera_{cam}/image_raw"] = "sensor_msgs/msg/Image"
                 self.create_subscription(
                     Image, f"/{name}/camera_{cam}/image_raw",
                     lambda m, n=name, c=cam: self._on_image(n, c, m),
-                    qos_profile_sensor_data, callback_group=sensors)
+                    qos_profile_sensor_data, callback_group=sensors,
+                    event_callbacks=_NO_EVENTS, raw=True)
             self.create_subscription(JointState, f"/{name}/joint_states",
                                      lambda m, n=name: self._on_state(n, m),
-                                     qos_profile_sensor_data, callback_group=sensors)
+                                     qos_profile_sensor_data, callback_group=sensors,
+                                     event_callbacks=_NO_EVENTS)
             self.create_subscription(PolicyRequest, f"/{name}/policy_request",
                                      lambda m, n=name: self._on_request(n, m), 50,
                                      callback_group=requests)
@@ -133,7 +149,7 @@ class InferenceServer(Node):
         self.create_service(SetPolicy, "~/set_policy", self._srv_policy)
         self.create_timer(1.0, self._publish_stats)
         self.create_timer(0.1, self._check_presence)
-        self.create_timer(5.0, self._warn_unknown_robots)
+        self.create_timer(5.0, self._check_graph)
         mode = "EMULATED backend (timings from the rate table, placeholder actions)" \
             if getattr(self.engine.backend, "emulated", False) else f"{p['backend']} backend"
         self.get_logger().info(
@@ -177,9 +193,17 @@ class InferenceServer(Node):
         self.engine.close(drain_timeout=1.0)
 
     # -- inputs -------------------------------------------------------------------------
-    def _on_image(self, robot: str, camera: int, msg: Image) -> None:
-        self._robots[robot].obs.add_image(camera, msg, time.monotonic())
-        self._robots[robot].present = True
+    def _on_image(self, robot: str, camera: int, cdr: bytes) -> None:
+        # Kept serialized: only the frame a request picks is ever deserialized.
+        try:
+            frame = RawImage(cdr)
+        except ImageConversionError as exc:
+            self.get_logger().warning(f"{robot}: camera_{camera} frame dropped: {exc}",
+                                      throttle_duration_sec=5.0)
+            return
+        state = self._robots[robot]
+        state.obs.add_image(camera, frame, time.monotonic(), frame.stamp_s)
+        state.present = True
 
     def _on_state(self, robot: str, msg: JointState) -> None:
         self._robots[robot].obs.add_state(msg, time.monotonic())
@@ -219,8 +243,9 @@ class InferenceServer(Node):
             prev = np.asarray(msg.prev_chunk, dtype=np.float64).reshape(horizon, dim)
             if not np.all(np.isfinite(prev)):
                 raise ValueError("prev_chunk contains NaN or Inf")
-        images, joint = self._robots[robot].obs.assemble(
+        frames, joint = self._robots[robot].obs.assemble(
             stamp_seconds(msg.header.stamp), self.params["max_observation_age_s"])
+        images: list[Image] = [frame.message() for frame in frames]
         state = np.asarray(joint.position, dtype=np.float64)
         if not np.all(np.isfinite(state)):
             raise ValueError("joint_states position contains NaN or Inf")
@@ -297,15 +322,20 @@ class InferenceServer(Node):
                     f"{state.name}: no messages for {self.params['robot_timeout_s']} s; "
                     "its live requests are cancelled and its buffers freed")
 
-    def _warn_unknown_robots(self) -> None:
-        for topic, _ in self.get_topic_names_and_types():
-            if not topic.endswith("/policy_request"):
-                continue
-            robot = topic.rsplit("/", 1)[0].strip("/")
-            if robot not in self._robots and robot not in self._warned:
-                self._warned.add(robot)
+    def _check_graph(self) -> None:
+        """Warn once per robot off the allowlist and once per sensor topic of a wrong type."""
+        for topic, types in self.get_topic_names_and_types():
+            if topic.endswith("/policy_request"):
+                robot = topic.rsplit("/", 1)[0].strip("/")
+                if robot not in self._robots and robot not in self._warned:
+                    self._warned.add(robot)
+                    self.get_logger().warning(
+                        f"ignoring robot {robot!r}: not on the allowlist {list(self._robots)}")
+            expected = self._sensor_types.get(topic)
+            if expected is not None and types != [expected] and topic not in self._warned:
+                self._warned.add(topic)
                 self.get_logger().warning(
-                    f"ignoring robot {robot!r}: not on the allowlist {list(self._robots)}")
+                    f"topic {topic} carries {types}; the server receives only {expected}")
 
     def fleet_stats(self, window_s: float | None = None) -> FleetStats:
         """Statistics over the last ``window_s`` seconds of requests (by arrival)."""

@@ -37,21 +37,30 @@ class RobotObservations:
     cameras: int
     depth: int = 8
     last_seen: float = 0.0
-    _images: list[deque[Any]] = field(default_factory=list)
-    _states: deque[Any] = field(default_factory=deque)
+    _images: list[deque[tuple[float, Any]]] = field(default_factory=list)
+    _states: deque[tuple[float, Any]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self._images = [deque(maxlen=self.depth) for _ in range(self.cameras)]
         self._states = deque(maxlen=self.depth)
 
-    def add_image(self, camera: int, msg: Any, now: float) -> None:
-        """Keep a camera frame."""
-        self._images[camera].append(msg)
+    def add_image(self, camera: int, msg: Any, now: float, stamp_s: float | None = None) -> None:
+        """Keep a camera frame.
+
+        Args:
+            camera: Camera index.
+            msg: The frame: a message with ``header.stamp``, or any object when
+                ``stamp_s`` is given (the server keeps serialized frames).
+            now: Monotonic arrival time.
+            stamp_s: The frame's stamp in seconds (default: read from ``msg``).
+        """
+        stamp = stamp_seconds(msg.header.stamp) if stamp_s is None else stamp_s
+        self._images[camera].append((stamp, msg))
         self.last_seen = now
 
     def add_state(self, msg: Any, now: float) -> None:
         """Keep a joint-state message."""
-        self._states.append(msg)
+        self._states.append((stamp_seconds(msg.header.stamp), msg))
         self.last_seen = now
 
     def clear(self) -> None:
@@ -61,10 +70,9 @@ class RobotObservations:
         self._states.clear()
 
     @staticmethod
-    def _pick(buf: deque[Any], at: float, max_age: float, what: str) -> Any:
+    def _pick(buf: deque[tuple[float, Any]], at: float, max_age: float, what: str) -> Any:
         after = None
-        for msg in reversed(buf):
-            t = stamp_seconds(msg.header.stamp)
+        for t, msg in reversed(buf):
             if t <= at + 1e-6:
                 if at - t > max_age:
                     raise ObservationError(

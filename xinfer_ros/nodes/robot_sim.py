@@ -24,6 +24,7 @@ from xinfer_ros.msg import ActionChunk, ResponseBudget
 from xinfer_ros.nodes.image_conversion import rgb_to_image_fields
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.rtc_executor import BUDGET_QOS
+from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.sim.workloads import WORKLOADS, build_workload
 
 __all__ = ["PARAMS", "RobotSim", "SceneRenderer", "main"]
@@ -43,6 +44,7 @@ PARAMS = [
     ParamSpec("camera_rate_hz", 10.0, "camera frame rate (Hz)", 0.1, 120.0),
     ParamSpec("state_rate_hz", 50.0, "joint_states rate (Hz)", 0.1, 1000.0),
     ParamSpec("tracking_time_constant_s", 0.05, "joint response to commands (s)", 0.0, 10.0),
+    EXECUTOR_PARAM,
 ]
 
 

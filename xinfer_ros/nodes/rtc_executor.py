@@ -25,6 +25,7 @@ from std_msgs.msg import Float64MultiArray
 from xinfer_ros.core.constants import COMMIT_LENGTH, HORIZON, KEYFRAME_SPACING, SEND_PERIOD
 from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget
 from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.rtc.splice import ActionQueue, SpliceError
 
 __all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
@@ -47,6 +48,7 @@ PARAMS = [
     ParamSpec("instruction", "pick up the parcel and place it on the conveyor",
               "language instruction sent with requests"),
     ParamSpec("stats_period_s", 1.0, "period of executor_stats (s)", 0.05, 60.0),
+    EXECUTOR_PARAM,
 ]
 
 

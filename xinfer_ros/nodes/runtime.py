@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 import rclpy
 from rclpy.executors import (
@@ -13,46 +15,118 @@ from rclpy.executors import (
     SingleThreadedExecutor,
 )
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions, install_signal_handlers
 
-__all__ = ["spin_node"]
+from xinfer_ros.nodes.params import ParamSpec
+
+__all__ = ["EXECUTORS", "EXECUTOR_PARAM", "make_executor", "spin_node"]
+
+#: Executors a node can run under (its ``executor`` parameter).
+EXECUTORS = ("events", "single")
+
+#: The ``executor`` parameter: a node that declares it is spun by that executor.
+EXECUTOR_PARAM = ParamSpec(
+    "executor", "events",
+    "rclpy executor: 'events' (rclpy.experimental.EventsExecutor: dispatch in C++, no "
+    "wait set rebuilt per message) or 'single' (SingleThreadedExecutor)",
+    choices=EXECUTORS)
+
+#: Longest the events executor waits before it checks for shutdown again (s).
+_SHUTDOWN_POLL_S = 0.1
 
 
-def _make_executor(threads: int) -> Executor:
-    # rclpy's experimental EventsExecutor would dispatch faster, but in Kilted it does
-    # not return from spin() when a signal shuts the context down.
+def make_executor(kind: str, threads: int = 1) -> Executor:
+    """An executor of ``kind`` (one of :data:`EXECUTORS`).
+
+    Args:
+        kind: 'events' or 'single'.
+        threads: With 'single', more than one gives a MultiThreadedExecutor.
+    """
+    if kind == "events":
+        from rclpy.experimental import EventsExecutor
+
+        return EventsExecutor()
     if threads > 1:
         return MultiThreadedExecutor(num_threads=threads)
     return SingleThreadedExecutor()
+
+
+def _executor_kind(node: Node) -> str:
+    """The node's ``executor`` parameter, or 'single' for a node without one."""
+    if node.has_parameter(EXECUTOR_PARAM.name):
+        return str(node.get_parameter(EXECUTOR_PARAM.name).value)
+    return "single"
+
+
+class _StopOnSignal:
+    """SIGINT and SIGTERM ask the events executor's spin loop to stop.
+
+    rclpy's own handlers shut the context down from inside the signal, while a
+    callback may be publishing: the EventsExecutor then logs that callback's "context
+    is invalid" error as FATAL. Here the signal only sets a flag; the loop stops
+    between callbacks and the context is shut down after it.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+
+def _spin(executor: Executor, kind: str) -> None:
+    if kind != "events":
+        install_signal_handlers(SignalHandlerOptions.ALL)
+        executor.spin()
+        return
+    stop = _StopOnSignal()
+    # In Kilted, EventsExecutor.spin() does not return once the context is shut
+    # down (it busy-loops on a core); spin_once() returns within a poll, and Python
+    # runs the signal handler then (or between bytecodes of a callback).
+    while not stop.requested and rclpy.ok():
+        executor.spin_once(timeout_sec=_SHUTDOWN_POLL_S)
 
 
 def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
               threads: int = 1) -> int:
     """Initialise rclpy with ``argv``, build the node and spin it.
 
-    rclpy's default signal handlers turn SIGINT and SIGTERM into a context shutdown,
-    which ends the spin with ``ExternalShutdownException``; process managers and
-    Ctrl-C both stop nodes cleanly.
+    SIGINT and SIGTERM stop the spin and the node shuts down cleanly (exit status 0):
+    under the SingleThreadedExecutor rclpy's signal handlers shut the context down,
+    which ends the spin with ``ExternalShutdownException``; under the events executor
+    the signal ends the spin loop first and the context is shut down after it. A node
+    that declares the ``executor`` parameter (:data:`EXECUTOR_PARAM`) picks its
+    executor; others get a SingleThreadedExecutor.
 
     Args:
         factory: Builds the node (after ``rclpy.init``).
         argv: Command line, ROS arguments included (default ``sys.argv``).
         threads: Executor threads; more than one lets callbacks of separate
-            callback groups run concurrently.
+            callback groups run concurrently (not with the events executor).
 
     Returns:
         0 after a clean shutdown, 2 when the node rejected its parameters.
     """
-    rclpy.init(args=list(sys.argv if argv is None else argv))
+    # Signal handling is set up once the executor is known (_spin); until then
+    # Python's defaults apply (Ctrl-C raises KeyboardInterrupt).
+    rclpy.init(args=list(sys.argv if argv is None else argv),
+               signal_handler_options=SignalHandlerOptions.NO)
     try:
         node = factory()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
-    executor = _make_executor(threads)
+    except KeyboardInterrupt:
+        rclpy.try_shutdown()
+        return 0
+    kind = _executor_kind(node)
+    executor = make_executor(kind, threads)
     try:
         executor.add_node(node)
-        executor.spin()
+        _spin(executor, kind)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:

@@ -1,0 +1,97 @@
+"""Camera frames kept serialized until a request uses them.
+
+The server receives every camera at 10 Hz but uses only the frame each request picks.
+Subscribing with ``raw=True`` hands the callback the message's CDR bytes; the header
+stamp, all the buffers need to pick a frame, is read straight from those bytes, and
+only the chosen frame is deserialized. That skips building a Python Image (and its
+230 KB data array) for every frame nobody uses.
+
+CDR layout of sensor_msgs/Image as the rmw serializes it: a 4-byte encapsulation
+header (``00 01``: little-endian CDR, ``00 00``: big-endian; then two option bytes),
+then ``header.stamp.sec`` (int32) and ``header.stamp.nanosec`` (uint32), both aligned
+to 4 relative to the end of the encapsulation header, then the rest.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from rclpy.serialization import deserialize_message
+from sensor_msgs.msg import Image
+
+from xinfer_ros.nodes.image_conversion import ImageConversionError
+
+__all__ = ["RawImage", "deserialize_image", "peek_stamp"]
+
+_ENCAPSULATION_BYTES = 4
+# Encapsulation identifiers of plain CDR (XCDR1), whose first fields sit right after
+# the encapsulation header; other representations are deserialized in full.
+_PLAIN_CDR = {b"\x00\x00": ">", b"\x00\x01": "<"}
+_STAMP = {order: struct.Struct(order + "iI") for order in _PLAIN_CDR.values()}
+
+
+def peek_stamp(cdr: bytes) -> tuple[int, int] | None:
+    """The ``header.stamp`` (sec, nanosec) of a serialized message that starts with a Header.
+
+    Args:
+        cdr: The message as the rmw serialized it (``raw=True`` subscriptions).
+
+    Returns:
+        ``(sec, nanosec)``, or ``None`` when ``cdr`` is not plain CDR or is too short to
+        hold a stamp (the caller then deserializes the whole message).
+    """
+    order = _PLAIN_CDR.get(bytes(cdr[:2]))
+    if order is None or len(cdr) < _ENCAPSULATION_BYTES + _STAMP[order].size:
+        return None
+    sec, nanosec = _STAMP[order].unpack_from(cdr, _ENCAPSULATION_BYTES)
+    return sec, nanosec
+
+
+def deserialize_image(cdr: bytes) -> Image:
+    """A sensor_msgs/Image from its CDR bytes.
+
+    Raises:
+        ImageConversionError: When the bytes are not a serialized Image (truncated or
+            corrupt), so the request using the frame gets a reason like any bad image.
+    """
+    try:
+        return deserialize_message(cdr, Image)
+    except RuntimeError as exc:  # rclpy raises RMWError, a RuntimeError
+        raise ImageConversionError(
+            f"image message of {len(cdr)} bytes cannot be deserialized: {exc}") from exc
+
+
+class RawImage:
+    """One serialized camera frame with its stamp.
+
+    Attributes:
+        cdr: The serialized sensor_msgs/Image.
+        stamp_s: ``header.stamp`` in seconds.
+    """
+
+    __slots__ = ("_message", "cdr", "stamp_s")
+
+    def __init__(self, cdr: bytes) -> None:
+        """Keep ``cdr``; read its stamp, deserializing only when it cannot be peeked.
+
+        Raises:
+            ImageConversionError: When the stamp cannot be peeked and the bytes do not
+                deserialize either.
+        """
+        self.cdr = cdr
+        self._message: Image | None = None
+        stamp = peek_stamp(cdr)
+        if stamp is None:
+            self._message = deserialize_image(cdr)
+            stamp = (self._message.header.stamp.sec, self._message.header.stamp.nanosec)
+        self.stamp_s = stamp[0] + stamp[1] * 1e-9
+
+    def message(self) -> Image:
+        """The deserialized Image (built on first use, then kept).
+
+        Raises:
+            ImageConversionError: When the bytes do not deserialize.
+        """
+        if self._message is None:
+            self._message = deserialize_image(self.cdr)
+        return self._message
