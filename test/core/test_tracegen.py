@@ -47,7 +47,7 @@ def test_send_rule_one_request_in_flight_per_robot():
 def test_decision_benchmark_cli(tmp_path, capsys):
     out = tmp_path / "d.json"
     rc = bench.main(["decision", "--robots", "4", "--rounds", "2", "--warmup", "0.5",
-                     "--window", "0.5", "--json", str(out)])
+                     "--window", "0.5", "--settle", "0.1", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
     assert "robots=  4" in text and "P99=" in text
