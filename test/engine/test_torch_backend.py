@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from xinfer_ros.engine import EngineConfig, StageEngine, Status, make_backend
+from xinfer_ros.engine.affinity import available_cpus
 
 pytestmark = pytest.mark.torch
 
@@ -40,9 +43,13 @@ def test_tiny_model_engine_run_returns_actions(backend) -> None:  # type: ignore
 
 
 def test_action_worker_process_matches_in_thread_action(backend) -> None:  # type: ignore[no-untyped-def]
+    cpu = min(available_cpus())
     proc_backend = make_backend("torch", model="tiny", device="cpu", threads=1,
-                                action_processes=1)
+                                action_processes=1, action_cpus=(cpu,))
     try:
+        (pid,) = proc_backend.action_worker_pids
+        assert os.sched_getaffinity(pid) == {cpu}
+        assert proc_backend.describe()["action_cpus"] == [cpu]
         results = []
         for be in (backend, proc_backend):
             with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
@@ -54,3 +61,8 @@ def test_action_worker_process_matches_in_thread_action(backend) -> None:  # typ
         assert np.array_equal(a0, a1) and np.array_equal(b0, b1)
     finally:
         proc_backend.close()
+
+
+def test_action_cpus_need_worker_processes() -> None:
+    with pytest.raises(ValueError, match="action_processes"):
+        make_backend("torch", model="tiny", device="cpu", action_cpus=(0,))

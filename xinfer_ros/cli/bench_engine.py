@@ -23,6 +23,7 @@ import numpy as np
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
 from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
+from xinfer_ros.engine.affinity import cpu_list, pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.closed_loop import ClosedLoopRun, RobotPlan, run_closed_loop
@@ -107,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-ms", type=float, default=2.0,
                         help="uplink and downlink delay each (ms); delta = 2 x this")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--main-cpus", type=cpu_list, default=None, metavar="LIST",
+                        help="CPU backend: pin the engine's lanes and dispatcher to these "
+                             "CPUs, e.g. 0; Action workers inherit them unless --action-cpus "
+                             "is given (the serial arm of --pairs stays unpinned)")
+    parser.add_argument("--action-cpus", type=cpu_list, default=None, metavar="LIST",
+                        help="CPU backend: pin the Action worker processes to these CPUs, "
+                             "e.g. 1 (needs --action-processes)")
     parser.add_argument("--pairs", type=int, default=0,
                         help="run this many alternating pairs of the serial baseline (All-Off, "
                              "in-process Action) and the --engine arm (with --action-processes), "
@@ -133,7 +141,8 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
             raise SystemExit("--time-scale needs --backend emulated")
         backend = make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
                                threads=args.threads,
-                               action_processes=getattr(args, "action_processes", 0))
+                               action_processes=getattr(args, "action_processes", 0),
+                               action_cpus=getattr(args, "action_cpus", None))
     on_cpu = args.backend == "torch" and not str(args.device).startswith("cuda")
     slots = args.slots or (CPU_SLOTS if on_cpu else DEFAULT_SLOTS)
     procs = getattr(args, "action_processes", 0)
@@ -184,6 +193,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
     workload = build_workload(args.workload, args.robots, args.seed, budgets_ms=args.budgets_ms,
                               duration=duration, window=window)
     owned = backend is None
+    # The engine's lane and worker threads inherit this thread's CPUs when they start.
+    pin_thread(getattr(args, "main_cpus", None))
     engine, backend, table = build_engine(args, backend)
     plans = [RobotPlan(i, spec.start, spec.budgets, spec.max_requests)
              for i, spec in enumerate(workload.robots)]
@@ -302,6 +313,8 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
     """
     serial = copy.copy(args)
     serial.engine, serial.ablation, serial.action_processes = "serial", None, 0
+    # Serial runs one unit at a time; pinning would only take cores from its robots.
+    serial.main_cpus = serial.action_cpus = None
     arms = {"serial": serial, "other": args}
     backends: dict[str, Backend | None] = {"serial": None, "other": None}
     rows: list[dict[str, Any]] = []
@@ -315,7 +328,8 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
                 if a.backend == "torch" and backends[arm] is None:
                     backends[arm] = make_backend(
                         "torch", model=a.model, device=a.device, dtype=a.dtype,
-                        threads=a.threads, action_processes=a.action_processes)
+                        threads=a.threads, action_processes=a.action_processes,
+                        action_cpus=a.action_cpus)
                 rep = run_benchmark(a, backends[arm])
                 rep["pair"], rep["arm"] = i + 1, arm
                 runs.append(rep)

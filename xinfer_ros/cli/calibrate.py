@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xinfer_ros.core.rate_table import load_rate_table, write_rate_table
+from xinfer_ros.engine.affinity import cpu_list, pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, make_backend
 from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
 
@@ -42,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per CPU lane")
     p.add_argument("--action-processes", type=int, default=0,
                    help="CPU: run Action in this many worker processes (as the engine will)")
+    p.add_argument("--main-cpus", type=cpu_list, default=None, metavar="LIST",
+                   help="CPU: pin the measuring lanes to these CPUs (as the engine will run)")
+    p.add_argument("--action-cpus", type=cpu_list, default=None, metavar="LIST",
+                   help="CPU: pin the Action worker processes to these CPUs")
     p.add_argument("--rate-table", type=Path, default=None,
                    help="emulated backend: the table it emulates (default: shipped)")
     p.add_argument("--out", type=Path, required=True, help="rate-table JSON to write")
@@ -69,12 +74,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         describe = f"{EMULATION_NOTICE} (calibrating the emulator itself)"
         print(describe)
     else:
+        # Lanes started from here inherit the pinned CPUs.
+        pin_thread(args.main_cpus)
         backend = make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
-                               threads=args.threads, action_processes=args.action_processes)
+                               threads=args.threads, action_processes=args.action_processes,
+                               action_cpus=args.action_cpus)
         info = backend.describe()
         describe = (f"model={info.get('model')} device={info.get('device')} "
                     f"dtype={info.get('dtype')} threads/lane={info.get('threads_per_lane')} "
-                    f"gpu={info.get('gpu', '-')}")
+                    f"gpu={info.get('gpu', '-')} action_processes={info.get('action_processes')} "
+                    f"main_cpus={info.get('main_cpus')} action_cpus={info.get('action_cpus')}")
     settings = CalibrationSettings(bounds=args.bounds, max_units=args.max_units,
                                    window_s=args.window, warmup_s=args.warmup,
                                    repeats=args.repeats, iso_repeats=args.iso_repeats,

@@ -24,8 +24,9 @@ import contextlib
 import dataclasses
 import logging
 import multiprocessing as mp
+import os
 import queue
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -65,6 +66,8 @@ class TorchBackend(Backend):
         seed: weight seed (preset default when None).
         action_processes: CPU only: run Action units in this many worker processes
             (0: in the action lane threads).
+        action_cpus: CPU only, with ``action_processes``: pin the worker processes to
+            these CPUs (see :mod:`xinfer_ros.engine.affinity`); None leaves them free.
     """
 
     name = "torch"
@@ -81,6 +84,7 @@ class TorchBackend(Backend):
         guidance: bool = True,
         seed: int | None = None,
         action_processes: int = 0,
+        action_cpus: Sequence[int] | None = None,
     ) -> None:
         self.device = str(device)
         self.threads = int(threads)
@@ -107,10 +111,19 @@ class TorchBackend(Backend):
         if action_processes:
             if self.device.startswith("cuda") or checkpoint:
                 raise ValueError("action_processes needs a CPU preset model (no checkpoint)")
-            worker = _WorkerSpec(model, seed, dtype, self.threads, guidance)
+            cpus = tuple(int(c) for c in action_cpus) if action_cpus is not None else None
+            worker = _WorkerSpec(model, seed, dtype, self.threads, guidance, cpus)
             self._workers = _ActionWorkers(action_processes, worker)
+        elif action_cpus is not None:
+            raise ValueError("action_cpus pins Action worker processes: it needs "
+                             "action_processes >= 1")
         _LOG.info("torch backend: model=%s device=%s dtype=%s threads/lane=%d",
                   self.model_name, self.device, self.model.dtype, self.threads)
+
+    @property
+    def action_worker_pids(self) -> tuple[int, ...]:
+        """Process ids of the Action workers (empty without ``action_processes``)."""
+        return self._workers.pids if self._workers is not None else ()
 
     # -- lanes --------------------------------------------------------------------------
     def lane_setup(self, lane: LaneInfo) -> None:
@@ -218,7 +231,10 @@ class TorchBackend(Backend):
         d = super().describe()
         d.update(model=self.model_name, dtype=str(self.model.dtype), threads_per_lane=self.threads,
                  torch=torch.__version__, guidance=self.guidance,
-                 action_processes=0 if self._workers is None else self._workers.size)
+                 action_processes=0 if self._workers is None else self._workers.size,
+                 action_cpus=(None if self._workers is None or self._workers.cpus is None
+                              else list(self._workers.cpus)),
+                 main_cpus=sorted(os.sched_getaffinity(0)))
         if self.device.startswith("cuda"):
             d["gpu"] = torch.cuda.get_device_name(torch.device(self.device))
         return d
@@ -251,6 +267,7 @@ class _WorkerSpec:
     dtype: str | None
     threads: int
     guidance: bool
+    cpus: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -278,8 +295,9 @@ class _ActionWorkers:
     def __init__(self, size: int, spec: _WorkerSpec) -> None:
         ctx = mp.get_context("spawn")  # fork would copy the parent's threads' locks
         self.size = int(size)
+        self.cpus = spec.cpus
         self._idle: queue.Queue[tuple[Any, Connection]] = queue.Queue()
-        self._procs = []
+        self._procs: list[Any] = []
         for _ in range(self.size):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_action_worker_main, args=(child, spec), daemon=True,
@@ -299,6 +317,11 @@ class _ActionWorkers:
             if status != "ready":
                 raise RuntimeError(f"action worker failed to start: {status}")
             self._idle.put((proc, conn))
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The workers' process ids."""
+        return tuple(p.pid for p in self._procs if p.pid is not None)
 
     def run(self, state: RequestState) -> None:
         """Run ``state``'s Action unit in a free worker; sets ``state.actions``."""
@@ -332,6 +355,8 @@ class _ActionWorkers:
 def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
     """Worker process: build the same seeded model, then serve Action units."""
     try:
+        if spec.cpus is not None:
+            os.sched_setaffinity(0, set(spec.cpus))
         torch.set_num_threads(spec.threads)
         torch_dtype = None
         if spec.dtype is not None:
