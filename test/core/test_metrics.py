@@ -88,6 +88,13 @@ def test_criteria() -> None:
     assert passes_attainment(slow) and not passes_latency(slow)
 
 
+def test_an_unanswered_request_outside_the_window_fails_both_criteria() -> None:
+    recs = [_rec(0.5, None, 0.4)] + [_rec(float(i), 0.05, 0.2) for i in range(10, 30)]
+    m = summarize(recs, (10.0, 100.0))
+    assert m.attainment == 1.0 and m.errors == 0 and m.unanswered == 1
+    assert not passes_attainment(m) and not passes_latency(m)
+
+
 def test_attainment_over_time_bins() -> None:
     recs = [_rec(0.5, 0.01, 0.09), _rec(1.5, 0.5, 0.09), _rec(2.5, 0.01, 0.09)]
     t, att = attainment_over_time(recs, bin_s=2.0, window=(0.0, 6.0))

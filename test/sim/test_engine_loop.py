@@ -108,3 +108,25 @@ def test_starving_policy_terminates_and_reports_unanswered() -> None:
     res = Simulation(cfg, policy_factory=lambda c, table: Stuck(rate_table=table)).run()
     assert res.metrics.requests == 2 and res.metrics.errors == 2
     assert res.metrics.attainment == 0.0
+
+
+def test_a_starved_robot_fails_the_round_even_outside_the_window() -> None:
+    from xinfer_ros.core import FIFOPolicy
+    from xinfer_ros.core.request import Request
+    from xinfer_ros.sim.erc import Criterion, passes
+
+    class IgnoresRobotZero(FIFOPolicy):
+        name = "ignores_robot_zero"
+
+        def add_request(self, request: Request, t: float) -> None:
+            if request.robot_id != "0":
+                super().add_request(request, t)
+
+    # Robot 0's first request is sent before the window and is never answered, so
+    # robot 0 sends nothing else: the window itself sees only served requests.
+    cfg = SimConfig(robots=3, duration=20.0, window=(5.0, 20.0))
+    res = Simulation(cfg, policy_factory=lambda c, t: IgnoresRobotZero(rate_table=t)).run()
+    assert res.metrics.attainment == 1.0
+    assert res.metrics.unanswered == 1
+    assert not passes(res.metrics, Criterion.ATTAINMENT)
+    assert not passes(res.metrics, Criterion.LATENCY)

@@ -97,6 +97,12 @@ class WindowMetrics:
     wide_budget_ms: float
     per_budget: dict[str, float] = field(default_factory=dict)
     per_budget_requests: dict[str, int] = field(default_factory=dict)
+    #: Requests of the whole run, in the window or not, that never got a response.
+    #: In the simulator, which drains in-flight work at the end, these are requests a
+    #: policy starved; their robots (one request in flight, Eq. 1) sent nothing more,
+    #: which lowers the load the others see, so a round with any fails (see
+    #: :func:`passes_attainment`).
+    unanswered: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict with the metric names used in reports."""
@@ -137,6 +143,8 @@ def summarize(
     start, end = window
     if not end > start:
         raise ValueError(f"measurement window must have end > start, got {window!r}")
+    records = list(records)
+    unanswered = sum(1 for r in records if r.response_time is None)
     sel = [r for r in records if start <= r.send_time < end]
     length = end - start
     n = len(sel)
@@ -170,6 +178,7 @@ def summarize(
         ),
         wide_budget_ms=wide * _MS,
         per_budget=per_budget,
+        unanswered=unanswered,
         per_budget_requests=per_budget_n,
     )
 
@@ -219,8 +228,13 @@ def summarize_rounds(rounds: Sequence[WindowMetrics]) -> RoundSummary:
 
 
 def passes_attainment(metrics: WindowMetrics, target: float = 0.95) -> bool:
-    """Heterogeneous-budget criterion: at least ``target`` SLO attainment (§6.1)."""
-    return metrics.requests > 0 and metrics.attainment >= target
+    """Heterogeneous-budget criterion: at least ``target`` SLO attainment (§6.1).
+
+    A run that left any request unanswered fails whatever its attainment: a starved
+    robot stops sending, and its silence would otherwise count as spare capacity.
+    """
+    return (metrics.requests > 0 and metrics.unanswered == 0
+            and metrics.attainment >= target)
 
 
 def passes_latency(metrics: WindowMetrics, p50_limit_ms: float = 150.0) -> bool:
@@ -228,6 +242,7 @@ def passes_latency(metrics: WindowMetrics, p50_limit_ms: float = 150.0) -> bool:
     return (
         metrics.requests > 0
         and metrics.errors == 0
+        and metrics.unanswered == 0
         and metrics.latency_p50_ms < p50_limit_ms
     )
 

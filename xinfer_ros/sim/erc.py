@@ -32,8 +32,8 @@ def passes(
     target: float = 0.95,
     p50_limit_ms: float = 150.0,
 ) -> bool:
-    """Whether one round passes ``criterion``."""
-    if criterion is Criterion.ATTAINMENT:
+    """Whether one round passes ``criterion`` (a :class:`Criterion` or its value)."""
+    if Criterion(criterion) is Criterion.ATTAINMENT:
         return passes_attainment(metrics, target)
     return passes_latency(metrics, p50_limit_ms)
 
