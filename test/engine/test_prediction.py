@@ -51,7 +51,9 @@ def test_isolated_forecast_is_exact_for_table_times() -> None:
 def _slow_device_audit(correction: bool) -> tuple[dict, RateCorrection | None]:
     """Requests whose every stage takes 1.6x the table's work, served in waves of 3."""
     config = EngineConfig(slots=(4, 4, 6), rate_correction=correction, sample_period_s=0.002)
-    engine, _ = make_engine("fifo", config)
+    # Real time, not the helpers' compressed clock: on a loaded 2-core machine a thread
+    # wakes milliseconds late, which compression would turn into a slower "device".
+    engine, _ = make_engine("fifo", config, scale=1.0)
     try:
         for wave in range(12):
             futs = [engine.submit({"work_factor": 1.6}, 5000.0, f"r{wave}-{i}") for i in range(3)]
@@ -68,7 +70,7 @@ def test_engine_learns_a_slower_device_and_predicts_better() -> None:
     assert corr is not None
     for k in corr.factors:
         # Interference between the wave's units is in the table, so each factor is
-        # the work factor, up to clock jitter of the compressed emulation.
-        assert 1.3 < k < 2.0
+        # the work factor, up to the threads' wake-up jitter.
+        assert 1.3 < k < 2.2
     assert off["mean_error_ms"] > 0  # uncorrected: systematically too short
     assert on["mae_ms"] < 0.6 * off["mae_ms"]
