@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
 from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
-from xinfer_ros.engine.affinity import cpu_list, pin_thread
+from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.closed_loop import ClosedLoopRun, RobotPlan, run_closed_loop
@@ -54,25 +55,12 @@ __all__ = [
 CPU_SLOTS: tuple[int, int, int] = (1, 1, 2)
 
 
-def _triple(text: str) -> tuple[int, int, int]:
-    parts = [int(x) for x in text.replace(" ", "").split(",")]
-    if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"expected V,P,A counts, got {text!r}")
-    return (parts[0], parts[1], parts[2])
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``engine`` sub-command's options."""
     from xinfer_ros.sim.workloads import WORKLOADS
 
     parser.add_argument("--backend", choices=BACKENDS, default="emulated")
-    parser.add_argument("--model", default="tiny", help="model preset (torch backend)")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default=None, help="parameter dtype (preset default)")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per CPU lane")
-    parser.add_argument("--action-processes", type=int, default=0,
-                        help="torch on CPU: run Action in this many worker processes "
-                             "(0: in lane threads)")
+    add_torch_arguments(parser)
     parser.add_argument("--robots", type=int, default=8)
     parser.add_argument("--engine", choices=[m.value for m in ExecMode], default="async")
     parser.add_argument("--ablation", choices=list(TABLE6), default=None,
@@ -84,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="last send time (s)")
     parser.add_argument("--warmup", type=float, default=None,
                         help="measurement starts here (s); default min(30, duration/4)")
-    parser.add_argument("--slots", type=_triple, default=None,
+    parser.add_argument("--slots", type=stage_counts(), default=None,
                         help="V,P,A slots (default 4,4,6; torch on CPU 1,1,2)")
     parser.add_argument("--rate-table", type=Path, default=None,
                         help="rate table for the predictor and the emulated device")
@@ -108,17 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-ms", type=float, default=2.0,
                         help="uplink and downlink delay each (ms); delta = 2 x this")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--main-cpus", type=cpu_list, default=None, metavar="LIST",
-                        help="CPU backend: pin the engine's lanes and dispatcher to these "
-                             "CPUs, e.g. 0; Action workers inherit them unless --action-cpus "
-                             "is given (the serial arm of --pairs stays unpinned)")
-    parser.add_argument("--action-cpus", type=cpu_list, default=None, metavar="LIST",
-                        help="CPU backend: pin the Action worker processes to these CPUs, "
-                             "e.g. 1 (needs --action-processes)")
     parser.add_argument("--pairs", type=int, default=0,
                         help="run this many alternating pairs of the serial baseline (All-Off, "
-                             "in-process Action) and the --engine arm (with --action-processes), "
-                             "and report per-pair and median throughput ratios")
+                             "in-process Action, unpinned) and the --engine arm (with "
+                             "--action-processes and any pinning), and report per-pair and "
+                             "median throughput ratios")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
 
 
@@ -139,10 +121,7 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
     elif backend is None:
         if args.time_scale != 1.0:
             raise SystemExit("--time-scale needs --backend emulated")
-        backend = make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
-                               threads=args.threads,
-                               action_processes=getattr(args, "action_processes", 0),
-                               action_cpus=getattr(args, "action_cpus", None))
+        backend = make_torch_backend(args)
     on_cpu = args.backend == "torch" and not str(args.device).startswith("cuda")
     slots = args.slots or (CPU_SLOTS if on_cpu else DEFAULT_SLOTS)
     procs = getattr(args, "action_processes", 0)
@@ -326,10 +305,7 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
             for arm in order:
                 a = arms[arm]
                 if a.backend == "torch" and backends[arm] is None:
-                    backends[arm] = make_backend(
-                        "torch", model=a.model, device=a.device, dtype=a.dtype,
-                        threads=a.threads, action_processes=a.action_processes,
-                        action_cpus=a.action_cpus)
+                    backends[arm] = make_torch_backend(a)
                 rep = run_benchmark(a, backends[arm])
                 rep["pair"], rep["arm"] = i + 1, arm
                 runs.append(rep)

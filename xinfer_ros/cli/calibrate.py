@@ -18,39 +18,25 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
 from xinfer_ros.core.rate_table import load_rate_table, write_rate_table
-from xinfer_ros.engine.affinity import cpu_list, pin_thread
+from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, make_backend
 from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
 
 __all__ = ["build_parser", "main"]
 
 
-def _triple(text: str) -> tuple[int, int, int]:
-    parts = [int(x) for x in text.replace(" ", "").split(",")]
-    if len(parts) != 3 or min(parts) < 0:
-        raise argparse.ArgumentTypeError(f"expected V,P,A counts >= 0, got {text!r}")
-    return (parts[0], parts[1], parts[2])
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     p = argparse.ArgumentParser(prog="xinfer-calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=BACKENDS, default="torch")
-    p.add_argument("--model", default="tiny", help="model preset or YAML path (torch)")
-    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
-    p.add_argument("--dtype", default=None, help="parameter dtype (preset default)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per CPU lane")
-    p.add_argument("--action-processes", type=int, default=0,
-                   help="CPU: run Action in this many worker processes (as the engine will)")
-    p.add_argument("--main-cpus", type=cpu_list, default=None, metavar="LIST",
-                   help="CPU: pin the measuring lanes to these CPUs (as the engine will run)")
-    p.add_argument("--action-cpus", type=cpu_list, default=None, metavar="LIST",
-                   help="CPU: pin the Action worker processes to these CPUs")
+    # Calibrate with the worker processes and pinning the engine will run with.
+    add_torch_arguments(p)
     p.add_argument("--rate-table", type=Path, default=None,
                    help="emulated backend: the table it emulates (default: shipped)")
     p.add_argument("--out", type=Path, required=True, help="rate-table JSON to write")
-    p.add_argument("--bounds", type=_triple, default=(2, 2, 2),
+    p.add_argument("--bounds", type=stage_counts(minimum=0), default=(2, 2, 2),
                    help="lookup bounds c = other units per stage (V,P,A)")
     p.add_argument("--max-units", type=int, default=4,
                    help="largest number of concurrent units in a combination")
@@ -76,9 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         # Lanes started from here inherit the pinned CPUs.
         pin_thread(args.main_cpus)
-        backend = make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
-                               threads=args.threads, action_processes=args.action_processes,
-                               action_cpus=args.action_cpus)
+        backend = make_torch_backend(args)
         info = backend.describe()
         describe = (f"model={info.get('model')} device={info.get('device')} "
                     f"dtype={info.get('dtype')} threads/lane={info.get('threads_per_lane')} "
