@@ -101,6 +101,24 @@ def test_requests_follow_eq1_and_carry_budget_and_prefix(harness: Harness) -> No
 
 
 @pytest.mark.timeout(30)
+def test_stats_report_lateness_of_eq1_sends(harness: Harness) -> None:
+    ex = harness.executor_node
+    # The first request is not an Eq. 1 send: nothing is recorded before the second.
+    assert ex.send_lag.count == 0 and ex.send_lag.max_ms == 0.0
+    harness.spin(1.3)
+    assert len(harness.requests) >= 6
+    # Every send after the first was scheduled by Eq. 1 (the peer answers at once).
+    assert len(harness.requests) - 2 <= ex.send_lag.count <= ex.requests_sent - 1
+    stats = harness.stats[-1]
+    lags = (stats.send_lag_mean_ms, stats.send_lag_p95_ms, stats.send_lag_max_ms)
+    assert all(np.isfinite(v) and v >= 0.0 for v in lags)
+    assert stats.send_lag_max_ms >= stats.send_lag_mean_ms
+    assert stats.send_lag_max_ms >= stats.send_lag_p95_ms
+    # The lag is timer and executor latency, far below the 180 ms send period.
+    assert stats.send_lag_mean_ms < 100.0
+
+
+@pytest.mark.timeout(30)
 def test_replayed_chunk_is_never_applied(harness: Harness) -> None:
     harness.spin(0.5)
     _, first = harness.requests[0]

@@ -6,6 +6,11 @@ and an RTC executor and a simulated robot per robot. It shows live progress, sto
 fleet after ``--duration`` seconds, prints a per-robot report (requests, attainment,
 P50/P99, starvation, status counts) and writes JSON and plots.
 
+Each executor also reports how late its Eq. 1 sends go out after ``max(s_j + T_E, r_j)``
+(``send_lag_*_ms``, cumulative since it started, warm-up included); the fleet line gives
+the request-weighted mean of the robots' means, the largest robot P95 and the largest
+lag: the figures that calibrate the simulator's ``send_jitter``.
+
 DDS stays on loopback: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` is set unless the
 caller set it, and a random ``ROS_DOMAIN_ID`` is chosen unless one is set.
 """
@@ -107,21 +112,48 @@ def _robot_report(obs: Any, window: tuple[float, float]) -> dict[str, Any]:
         "handoff_violations": int(ex.handoff_violations) if ex else None,
         "trigger_misses": int(ex.trigger_misses) if ex else None,
         "request_timeouts": int(ex.request_timeouts) if ex else None,
+        "requests_sent": int(ex.requests_sent) if ex else None,
+        "send_lag_mean_ms": float(ex.send_lag_mean_ms) if ex else None,
+        "send_lag_p95_ms": float(ex.send_lag_p95_ms) if ex else None,
+        "send_lag_max_ms": float(ex.send_lag_max_ms) if ex else None,
     })
     return metrics
 
 
+def _fleet_send_lag(robots: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """Fleet send lag: request-weighted mean of robot means, max of P95s and of maxima.
+
+    Robots whose executor never reported are left out; all ``None`` when none reported.
+    """
+    seen = [r for r in robots.values() if r.get("send_lag_mean_ms") is not None]
+    if not seen:
+        return {"send_lag_mean_ms": None, "send_lag_p95_ms": None, "send_lag_max_ms": None}
+    weight = sum(r["requests_sent"] for r in seen)
+    mean = (sum(r["send_lag_mean_ms"] * r["requests_sent"] for r in seen) / weight
+            if weight else 0.0)
+    return {"send_lag_mean_ms": mean,
+            "send_lag_p95_ms": max(r["send_lag_p95_ms"] for r in seen),
+            "send_lag_max_ms": max(r["send_lag_max_ms"] for r in seen)}
+
+
 def _print_report(report: dict[str, Any]) -> None:
     head = (f"{'robot':<12}{'requests':>9}{'attain':>8}{'P50 ms':>8}{'P99 ms':>8}"
-            f"{'starved':>9}{'late':>6}  statuses")
+            f"{'starved':>9}{'late':>6}{'lag ms':>8}{'lag95':>7}  statuses")
     print(head)
     print("-" * len(head))
     for name, r in {**report["robots"], "ALL": report["total"]}.items():
         starved = "" if r.get("starved_ticks") is None else str(r["starved_ticks"])
         late = "" if r.get("handoff_violations") is None else str(r["handoff_violations"])
+        lag = "" if r.get("send_lag_mean_ms") is None else f"{r['send_lag_mean_ms']:.2f}"
+        lag95 = "" if r.get("send_lag_p95_ms") is None else f"{r['send_lag_p95_ms']:.2f}"
         print(f"{name:<12}{r['requests']:>9}{r['attainment'] * 100:>7.1f}%"
               f"{r['latency_p50_ms']:>8.1f}{r['latency_p99_ms']:>8.1f}{starved:>9}{late:>6}"
-              f"  {r.get('statuses', '')}")
+              f"{lag:>8}{lag95:>7}  {r.get('statuses', '')}")
+    total = report["total"]
+    if total.get("send_lag_mean_ms") is not None:
+        print(f"\nsend lag behind Eq. 1 (ms, since start): mean "
+              f"{total['send_lag_mean_ms']:.2f} (request-weighted over robots), P95 "
+              f"{total['send_lag_p95_ms']:.2f} (worst robot), max {total['send_lag_max_ms']:.2f}")
 
 
 def _plot(report: dict[str, Any], records: dict[str, list[Any]], out: Path) -> Path:
@@ -225,6 +257,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         "failed_nodes": died,
     }
     report["total"]["statuses"] = _sum_statuses(snap)
+    report["total"].update(_fleet_send_lag(report["robots"]))
     print()
     _print_report(report)
     json_path = args.json or args.out / "fleet_report.json"

@@ -9,6 +9,11 @@ aligned previous chunk and the commit length ``d``, and splices each returned
 Only the chunk answering the request in flight is accepted, so a chunk replayed after a
 server restart is never applied. A request unanswered for ``request_timeout_s`` is
 abandoned (the robot keeps holding) and the next one goes out.
+
+``executor_stats`` also reports how late each Eq. 1 send goes out after its target
+``max(s_j + T_E, r_j)`` (timer wake-up and executor latency;
+:class:`xinfer_ros.rtc.send_lag.SendLagStats`). The first request and resends after a
+timeout or a server's (re)appearance are not Eq. 1 sends and are not counted.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from xinfer_ros.core.constants import COMMIT_LENGTH, HORIZON, KEYFRAME_SPACING, 
 from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.rtc.send_lag import SendLagStats
 from xinfer_ros.rtc.splice import ActionQueue, SpliceError
 
 __all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
@@ -80,6 +86,8 @@ class RtcExecutor(Node):
         self._sent_unheard = False  # the request in flight went out with no server listening
         self._miss_counted = False
         self._next_send = 0.0
+        self._eq1_due = False  # _next_send was set by Eq. 1 from a received chunk
+        self.send_lag = SendLagStats()
         self._t0 = time.monotonic()
         self._tick = 0
         self._send_timer = None
@@ -131,6 +139,7 @@ class RtcExecutor(Node):
                 self.get_logger().info(f"server appeared; resending request {seq}")
                 self._in_flight = None
                 self._next_send = now
+                self._eq1_due = False
                 self._send(now)
                 return
             self.request_timeouts += 1
@@ -138,8 +147,12 @@ class RtcExecutor(Node):
                 f"request {seq} unanswered after {self.timeout:.2f} s; holding and resending")
             self._in_flight = None
             self._next_send = now
+            self._eq1_due = False
         if now < self._next_send:
             return
+        if self._eq1_due:
+            self.send_lag.record(now - self._next_send)
+            self._eq1_due = False
         self._send(now)
 
     def _send(self, now: float) -> None:
@@ -173,6 +186,7 @@ class RtcExecutor(Node):
         self.last_latency_ms = (now - sent) * 1e3
         self._in_flight = None
         self._next_send = max(sent + self.min_period, now)  # Eq. 1
+        self._eq1_due = True
         self._arm_send_timer(self._next_send - now)
         if msg.status != ActionChunk.STATUS_OK:
             self.non_ok_chunks += 1
@@ -206,7 +220,8 @@ class RtcExecutor(Node):
             trigger_misses=c.trigger_misses, chunks_applied=c.chunks_applied,
             requests_sent=self.requests_sent, request_timeouts=self.request_timeouts,
             non_ok_chunks=self.non_ok_chunks, budget_ms=self.budget_ms,
-            last_latency_ms=self.last_latency_ms)
+            last_latency_ms=self.last_latency_ms, send_lag_mean_ms=self.send_lag.mean_ms,
+            send_lag_p95_ms=self.send_lag.p95_ms, send_lag_max_ms=self.send_lag.max_ms)
         msg.header.stamp = self.get_clock().now().to_msg()
         self.stats_pub.publish(msg)
 
