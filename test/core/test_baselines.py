@@ -5,6 +5,11 @@ from __future__ import annotations
 import pytest
 
 from xinfer_ros.core import EDFPolicy, FIFOPolicy, Request, SlackGatePolicy, Stage, make_policy
+from xinfer_ros.core.constants import (
+    DEFAULT_EDF_LIMITS,
+    DEFAULT_SLACK_GATE_LIMITS,
+    SLACK_GATE_THRESHOLD,
+)
 from xinfer_ros.core.tracegen import run_closed_loop
 
 
@@ -57,7 +62,7 @@ def test_slack_gate_defers_ordinary_work_below_threshold(threshold, gated):
 
 
 def test_slack_gate_opens_when_the_urgent_request_finishes():
-    p = SlackGatePolicy(slots=(2, 2, 2))
+    p = SlackGatePolicy(slots=(2, 2, 2), threshold=0.040)
     p.add_request(req(1, 0.0, 0.400), 0.0)
     p.add_request(req(2, 0.0, 0.060), 0.0)
     p.schedule(0.0)
@@ -85,3 +90,11 @@ def test_every_policy_respects_slots_on_a_closed_loop(name):
     res = run_closed_loop(p, 14, 3.0)
     assert len(res.latencies) > 100
     assert peak[0] == 1  # the slot limit was actually reached
+
+
+def test_baseline_defaults_are_the_tuned_constants():
+    sg = SlackGatePolicy()
+    assert sg.threshold == SLACK_GATE_THRESHOLD
+    assert tuple(sg.limits) == DEFAULT_SLACK_GATE_LIMITS
+    assert tuple(EDFPolicy().limits) == DEFAULT_EDF_LIMITS
+    assert SlackGatePolicy(limits=None).limits is None

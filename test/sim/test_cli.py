@@ -67,3 +67,22 @@ def test_compare_bursty_writes_plots_and_project_from_json(tmp_path: Path) -> No
                  "--out", str(proj)]) == 0
     assert (proj / "projection.png").stat().st_size > 0
     assert "curves" in json.loads((proj / "project.json").read_text())
+
+
+def test_tune_selects_a_candidate_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tune.json"
+    assert main(["tune", "--policy", "edf", "--slots", "1,2,1", "--rounds", "1",
+                 "--duration", "15", "--warmup", "5", "--quiet", "--workers", "1",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert len(data["candidates"]) == 2 and data["points"] == [["phases", 15]]
+    assert data["selected"]["params"]["limits"] in ([1, 1, 1], [1, 2, 1])
+    printed = capsys.readouterr().out
+    assert "selected: limits=" in printed and "<-" in printed
+
+
+def test_tune_rejects_bad_slots() -> None:
+    with pytest.raises(SystemExit):
+        main(["tune", "--slots", "4,0,6"])

@@ -5,7 +5,8 @@ Sub-commands:
 * ``run``: one policy, one workload, one robot count, several rounds;
 * ``erc``: effective robot capacity of one policy (walk robot counts upward);
 * ``compare``: several policies over a robot-count sweep, with Figure-8-like plots;
-* ``project``: Appendix A.1 parcels/h projection from a latency-vs-robots curve.
+* ``project``: Appendix A.1 parcels/h projection from a latency-vs-robots curve;
+* ``tune``: choose EDF's or Slack-Gate's parameters by the paper's protocol (App. C.4).
 
 Every sub-command prints a table and can write JSON (``--json FILE``) and PNGs
 (``--out DIR``). The simulator uses the scheduler's policy objects and rate table.
@@ -23,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import RoundSummary, summarize_rounds
 from xinfer_ros.sim.engine_loop import RunResult, SimConfig
 from xinfer_ros.sim.erc import Criterion, ErcResult, erc_from_grid, passes, search_erc
@@ -68,9 +70,21 @@ def _budgets(text: str) -> tuple[float, ...]:
     return vals
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    """Flags shared by every simulating sub-command."""
-    p.add_argument("--workload", default="phases", choices=WORKLOADS)
+def _slots(text: str) -> tuple[int, int, int]:
+    """Parse ``V,P,A`` slot counts (each >= 1)."""
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad slots {text!r}: need V,P,A integers") from None
+    if len(vals) != 3 or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"slots need three counts >= 1, got {text!r}")
+    return (vals[0], vals[1], vals[2])
+
+
+def _add_common(p: argparse.ArgumentParser, *, workload: bool = True) -> None:
+    """Flags shared by every simulating sub-command (``tune`` fixes its workloads)."""
+    if workload:
+        p.add_argument("--workload", default="phases", choices=WORKLOADS)
     p.add_argument("--rounds", type=int, default=3, help="rounds (different seeds)")
     p.add_argument("--seed", type=int, default=0, help="base seed of the rounds")
     p.add_argument("--duration", type=float, default=210.0,
@@ -130,6 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="use latency_p50_ms from a compare/run JSON instead of simulating")
     _add_common(proj)
     proj.set_defaults(workload="uniform", rounds=1)
+
+    tune = sub.add_parser("tune", help="baseline parameters by the App. C.4 protocol")
+    tune.add_argument("--policy", choices=("edf", "slack_gate"), default="edf")
+    tune.add_argument("--slots", type=_slots, default=DEFAULT_SLOTS,
+                      help="physical slots V,P,A: the runs' slots and the limit grid's bounds")
+    tune.add_argument("--thresholds", type=_budgets, default=None,
+                      help="Slack-Gate thresholds in ms (default 20,40,80)")
+    tune.add_argument("--top", type=int, default=12, help="candidates shown, best first")
+    _add_common(tune, workload=False)
     return parser
 
 
@@ -147,16 +170,21 @@ def _policy_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _config(args: argparse.Namespace, policy: str, robots: int, seed: int) -> SimConfig:
-    """SimConfig for one run from the parsed flags."""
+def _config(args: argparse.Namespace, policy: str, robots: int, seed: int, *,
+            workload: str | None = None,
+            policy_kwargs: dict[str, Any] | None = None) -> SimConfig:
+    """SimConfig for one run from the parsed flags (``workload``, kwargs override them)."""
+    workload = args.workload if workload is None else workload
+    kwargs = _policy_kwargs(args.policy_arg)
+    kwargs.update(policy_kwargs or {})
     return SimConfig(
         policy=policy,
         robots=robots,
-        workload=args.workload,
+        workload=workload,
         seed=seed,
         duration=args.duration,
         window=(args.warmup, args.duration),
-        policy_kwargs=_policy_kwargs(args.policy_arg),
+        policy_kwargs=kwargs,
         rate_table=args.rate_table,
         noise=args.noise,
         cpu_prep=args.cpu_prep_ms / 1000.0,
@@ -166,7 +194,8 @@ def _config(args: argparse.Namespace, policy: str, robots: int, seed: int) -> Si
         phase_length=args.phase_length,
         budget_csv=args.budget_csv,
         parcel_traces=args.parcel_traces,
-        timeline_bin=2.0 if args.workload == "bursty" else 0.0,
+        slots=getattr(args, "slots", None),
+        timeline_bin=2.0 if workload == "bursty" else 0.0,
     )
 
 
@@ -426,7 +455,54 @@ def _cmd_project(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _cmd_run, "erc": _cmd_erc, "compare": _cmd_compare, "project": _cmd_project}
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from xinfer_ros.sim import tuning
+    from xinfer_ros.sim.runner import round_seeds, run_many
+
+    if args.policy == "edf":
+        candidates = tuning.edf_candidates(args.slots)
+    else:
+        thresholds = (tuning.SLACK_GATE_THRESHOLDS if args.thresholds is None
+                      else tuple(t / 1000.0 for t in args.thresholds))
+        candidates = tuning.slack_gate_candidates(args.slots, thresholds)
+    points = tuning.tuning_points(args.policy)
+    seeds = round_seeds(args.seed, args.rounds)
+    keys = [(c, wl, n) for c in candidates for wl, n in points]
+    configs = [_config(args, args.policy, n, s, workload=wl, policy_kwargs=c.kwargs)
+               for c, wl, n in keys for s in seeds]
+    results = run_many(configs, args.workers, progress=not args.quiet,
+                       desc=f"tune {args.policy}")
+    per_key: dict[tuple[Any, str, int], list[Any]] = {k: [] for k in keys}
+    for i, res in enumerate(results):
+        per_key[keys[i // len(seeds)]].append(res.metrics)
+    scores = tuning.score_candidates(per_key)
+    chosen = (tuning.select_edf(scores) if args.policy == "edf"
+              else tuning.select_slack_gate(scores))
+    ranked = sorted(scores, key=lambda s: (-s.attainment, s.latency_ms))
+    point_keys = [f"{wl}/{n}" for wl, n in points]
+    shown = ranked[:max(1, args.top)]
+    if chosen not in shown:
+        shown.append(chosen)
+    rows = [[s.candidate.label(), _fmt(s.attainment * 100, ".2f"), _fmt(s.latency_ms),
+             *(" ".join(f"{a * 100:.1f}" for a in s.rounds[k]) for k in point_keys),
+             "<-" if s is chosen else ""] for s in shown]
+    rule = ("smallest limits with the best attainment" if args.policy == "edf"
+            else "lowest mean latency within 1 point of the best attainment")
+    print(f"{args.policy}: {len(candidates)} candidates x {', '.join(point_keys)} x "
+          f"{args.rounds} rounds; rule: {rule}")
+    print(_table(rows, ["candidate", "att%", "lat ms", *(f"{k} rounds" for k in point_keys),
+                        ""]))
+    print(f"selected: {chosen.candidate.label()}")
+    _write_json(args, "tune", {
+        "command": "tune", "policy": args.policy, "rule": rule,
+        "points": [list(p) for p in points], "rounds": args.rounds,
+        "selected": chosen.to_dict(), "candidates": [s.to_dict() for s in ranked],
+    })
+    return 0
+
+
+_COMMANDS = {"run": _cmd_run, "erc": _cmd_erc, "compare": _cmd_compare, "project": _cmd_project,
+             "tune": _cmd_tune}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xinfer_ros.core.constants import DEFAULT_EDF_LIMITS, SLACK_GATE_THRESHOLD
+from xinfer_ros.core.constants import (
+    DEFAULT_EDF_LIMITS,
+    DEFAULT_SLACK_GATE_LIMITS,
+    SLACK_GATE_THRESHOLD,
+)
 from xinfer_ros.core.errors import InvalidRequestError
 from xinfer_ros.core.policy import Launch, Policy, parse_slots
 from xinfer_ros.core.request import Request, check_time
@@ -84,9 +88,10 @@ class SlackGatePolicy(Policy):
     order. Urgency is re-evaluated after every launch.
 
     Args:
-        threshold: slack threshold (s), 40 ms by default.
-        limits: optional per-stage concurrency limits below the slots (the paper tunes
-            the ViT concurrency jointly with the threshold).
+        threshold: slack threshold (s); :data:`SLACK_GATE_THRESHOLD` by default.
+        limits: per-stage concurrency limits below the slots (the paper tunes the ViT
+            concurrency jointly with the threshold); :data:`DEFAULT_SLACK_GATE_LIMITS`
+            by default, ``None`` for the slots alone.
         **kwargs: see :class:`Policy`.
     """
 
@@ -94,7 +99,7 @@ class SlackGatePolicy(Policy):
     time_dependent = True
 
     def __init__(self, *, threshold: float = SLACK_GATE_THRESHOLD,
-                 limits: Mapping[Any, int] | Sequence[int] | None = None,
+                 limits: Mapping[Any, int] | Sequence[int] | None = DEFAULT_SLACK_GATE_LIMITS,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.threshold = check_time("slack_gate threshold", threshold)

@@ -15,6 +15,7 @@ __all__ = [
     "COMMIT_LENGTH",
     "DEFAULT_BOUNDS",
     "DEFAULT_EDF_LIMITS",
+    "DEFAULT_SLACK_GATE_LIMITS",
     "DEFAULT_SLOTS",
     "DELTA",
     "DENOISE_STEPS",
@@ -60,17 +61,24 @@ H_OUT: Final[float] = 1.2e-3
 ALTERNATING_BUDGETS: Final[tuple[float, float]] = (0.090, 0.400)
 PHASE_LENGTH: Final[int] = 30
 
-#: Slack-Gate's threshold (paper App. C.4 picks 40 ms from {20, 40, 80}).
-SLACK_GATE_THRESHOLD: Final[float] = 0.040
+#: Slack-Gate's threshold, chosen from {20, 40, 80} ms jointly with its ViT concurrency
+#: by the paper's protocol (App. C.4) on the default rate table: ``xinfer-sim tune
+#: --policy slack_gate`` selects 20 ms (the paper's GPU gave 40 ms).
+SLACK_GATE_THRESHOLD: Final[float] = 0.020
+#: Slack-Gate's per-stage concurrency limits (V, P, A) from the same selection (ViT
+#: tuned, Prefill and Action at their slots).
+DEFAULT_SLACK_GATE_LIMITS: Final[tuple[int, int, int]] = (3, 4, 6)
 
 #: Calibrated lookup bounds c = (c_V, c_P, c_A) of the default rate table. Not given in
 #: the paper; 5 x 5 x 7 = 175 vectors, close to its 167 calibrated combinations.
 DEFAULT_BOUNDS: Final[tuple[int, int, int]] = (4, 4, 6)
 #: Physical execution slots per stage (V, P, A) when a driver passes none.
 DEFAULT_SLOTS: Final[tuple[int, int, int]] = (4, 4, 6)
-#: EDF's fixed per-stage concurrency limits when none are given (the paper tunes them
-#: in simulation at 15 robots and does not publish the values).
-DEFAULT_EDF_LIMITS: Final[tuple[int, int, int]] = (2, 2, 3)
+#: EDF's fixed per-stage concurrency limits when none are given: the smallest limits
+#: keeping the best attainment on phases at 15 robots (App. C.4), as ``xinfer-sim tune
+#: --policy edf`` selects them on the default rate table. The paper does not publish
+#: its values.
+DEFAULT_EDF_LIMITS: Final[tuple[int, int, int]] = (3, 1, 2)
 
 #: Version of the rate-table JSON schema written and read by ``rate_table``.
 RATE_TABLE_SCHEMA_VERSION: Final[int] = 1

@@ -1,0 +1,197 @@
+"""Baseline configuration by the paper's selection protocol (App. C.4).
+
+The paper fixes the baselines' free parameters in simulation before comparing them:
+
+* **EDF**: "the smallest per-stage concurrency limits preserving the best SLO
+  attainment under alternating task phases at 15 robots";
+* **Slack-Gate**: the threshold from {20, 40, 80} ms "jointly with ViT concurrency,
+  using the same workload and bursty arrivals. Among candidates within 1 percentage
+  point of the best attainment, selection favors lower mean latency."
+
+This module enumerates those candidates, turns them into simulator runs and applies
+the two selection rules to the results. It never runs XInfer, so the baselines are
+not chosen against it. The defaults in :mod:`xinfer_ros.core.constants` are what
+``xinfer-sim tune`` selects on the shipped rate table.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xinfer_ros.core.constants import DEFAULT_SLOTS
+from xinfer_ros.core.metrics import WindowMetrics
+
+__all__ = [
+    "EDF_TUNING_POINTS",
+    "SLACK_GATE_THRESHOLDS",
+    "SLACK_GATE_TUNING_POINTS",
+    "Candidate",
+    "CandidateScore",
+    "edf_candidates",
+    "score_candidates",
+    "select_edf",
+    "select_slack_gate",
+    "slack_gate_candidates",
+    "tuning_points",
+]
+
+#: (workload, robots) the EDF limits are selected on (App. C.4).
+EDF_TUNING_POINTS: tuple[tuple[str, int], ...] = (("phases", 15),)
+#: (workload, robots) Slack-Gate is selected on: the same phases point and the bursty
+#: workload (12 base robots plus its two groups of six).
+SLACK_GATE_TUNING_POINTS: tuple[tuple[str, int], ...] = (("phases", 15), ("bursty", 12))
+#: Slack-Gate threshold candidates (s): 20, 40 and 80 ms.
+SLACK_GATE_THRESHOLDS: tuple[float, ...] = (0.020, 0.040, 0.080)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One baseline configuration: the policy name and its constructor arguments."""
+
+    policy: str
+    params: tuple[tuple[str, Any], ...]
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """Constructor keyword arguments (lists, JSON-friendly)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}
+
+    def label(self) -> str:
+        """Short human-readable form, e.g. ``threshold=20ms limits=3,4,6``."""
+        parts = []
+        for k, v in self.params:
+            if k == "threshold":
+                parts.append(f"threshold={v * 1e3:g}ms")
+            elif isinstance(v, tuple):
+                parts.append(f"{k}={','.join(str(x) for x in v)}")
+            else:
+                parts.append(f"{k}={v}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateScore:
+    """A candidate's results over every tuning point and round.
+
+    Attributes:
+        candidate: The configuration.
+        attainment: Mean SLO attainment (fraction) over points, each point the mean
+            of its rounds.
+        latency_ms: Mean response latency (ms), averaged the same way.
+        per_point: ``"workload/robots"`` -> (mean attainment, mean latency in ms).
+        rounds: ``"workload/robots"`` -> each round's attainment.
+    """
+
+    candidate: Candidate
+    attainment: float
+    latency_ms: float
+    per_point: dict[str, tuple[float, float]]
+    rounds: dict[str, list[float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "policy": self.candidate.policy,
+            "params": self.candidate.kwargs,
+            "attainment": self.attainment,
+            "latency_mean_ms": self.latency_ms,
+            "per_point": {k: {"attainment": a, "latency_mean_ms": lat}
+                          for k, (a, lat) in self.per_point.items()},
+            "rounds": self.rounds,
+        }
+
+
+def edf_candidates(slots: Sequence[int] = DEFAULT_SLOTS) -> list[Candidate]:
+    """Every per-stage limit vector from (1, 1, 1) up to the physical ``slots``."""
+    ranges = [range(1, int(n) + 1) for n in slots]
+    return [Candidate("edf", (("limits", tuple(v)),)) for v in itertools.product(*ranges)]
+
+
+def slack_gate_candidates(
+    slots: Sequence[int] = DEFAULT_SLOTS,
+    thresholds: Sequence[float] = SLACK_GATE_THRESHOLDS,
+) -> list[Candidate]:
+    """Each threshold with each ViT concurrency limit (Prefill, Action at their slots)."""
+    return [
+        Candidate("slack_gate", (("threshold", float(thr)),
+                                 ("limits", (v, int(slots[1]), int(slots[2])))))
+        for thr in thresholds for v in range(1, int(slots[0]) + 1)
+    ]
+
+
+def tuning_points(policy: str) -> tuple[tuple[str, int], ...]:
+    """The (workload, robots) points the protocol selects ``policy`` on.
+
+    Raises:
+        ValueError: for a policy the protocol does not tune.
+    """
+    if policy == "edf":
+        return EDF_TUNING_POINTS
+    if policy == "slack_gate":
+        return SLACK_GATE_TUNING_POINTS
+    raise ValueError(f"the App. C.4 protocol tunes edf and slack_gate, not {policy!r}")
+
+
+def score_candidates(
+    results: Mapping[tuple[Candidate, str, int], Sequence[WindowMetrics]],
+) -> list[CandidateScore]:
+    """Aggregate per-(candidate, workload, robots) round metrics into scores.
+
+    Each point weighs the same, whatever its request count, as the paper's
+    equally weighted round means do.
+    """
+    grouped: dict[Candidate, dict[str, Sequence[WindowMetrics]]] = {}
+    for (cand, workload, robots), metrics in results.items():
+        if not metrics:
+            raise ValueError(f"no rounds for {cand.label()} at {workload}/{robots}")
+        grouped.setdefault(cand, {})[f"{workload}/{robots}"] = metrics
+    scores = []
+    for cand, points in grouped.items():
+        per_point = {}
+        rounds = {}
+        for key, ms in points.items():
+            per_point[key] = (sum(m.attainment for m in ms) / len(ms),
+                              sum(m.latency_mean_ms for m in ms) / len(ms))
+            rounds[key] = [m.attainment for m in ms]
+        att = sum(a for a, _ in per_point.values()) / len(per_point)
+        lat = sum(lat for _, lat in per_point.values()) / len(per_point)
+        scores.append(CandidateScore(cand, att, lat, per_point, rounds))
+    return scores
+
+
+def _size(c: Candidate) -> tuple[int, tuple[int, ...]]:
+    limits = tuple(dict(c.params)["limits"])
+    return (sum(limits), limits)
+
+
+def select_edf(scores: Sequence[CandidateScore], tolerance: float = 0.0) -> CandidateScore:
+    """The smallest limits whose attainment is within ``tolerance`` of the best.
+
+    "Smallest" is the least total concurrency, ties broken lexicographically (V, P, A).
+    With the default tolerance of 0 only candidates matching the best exactly qualify:
+    limits that never bind produce identical runs, and the smallest of those is kept.
+
+    Raises:
+        ValueError: on an empty list.
+    """
+    if not scores:
+        raise ValueError("no EDF candidates to select from")
+    best = max(s.attainment for s in scores)
+    eligible = [s for s in scores if s.attainment >= best - tolerance - 1e-12]
+    return min(eligible, key=lambda s: _size(s.candidate))
+
+
+def select_slack_gate(scores: Sequence[CandidateScore], window: float = 0.01) -> CandidateScore:
+    """Lowest mean latency among candidates within ``window`` (1 point) of the best.
+
+    Raises:
+        ValueError: on an empty list.
+    """
+    if not scores:
+        raise ValueError("no Slack-Gate candidates to select from")
+    best = max(s.attainment for s in scores)
+    eligible = [s for s in scores if s.attainment >= best - window - 1e-12]
+    return min(eligible, key=lambda s: (s.latency_ms, -s.attainment, s.candidate.label()))
