@@ -9,6 +9,7 @@ import pytest
 
 from xinfer_ros.core.metrics import (
     ResponseRecord,
+    attainment_in_windows,
     attainment_over_time,
     passes_attainment,
     passes_latency,
@@ -101,3 +102,11 @@ def test_attainment_over_time_bins() -> None:
     assert list(t) == [0.0, 2.0, 4.0]
     assert att[0] == pytest.approx(0.5) and att[1] == pytest.approx(1.0)
     assert math.isnan(att[2])
+
+
+def test_attainment_in_windows_pools_the_union_of_windows() -> None:
+    records = [_rec(61.0, 0.05, 0.09), _rec(62.0, 0.20, 0.09), _rec(121.0, 0.05, 0.09),
+               _rec(100.0, 0.50, 0.09), _rec(140.0, 0.50, 0.09)]
+    # 100 s lies outside both windows and 140 s is the open end of the second.
+    assert attainment_in_windows(records, [(60.0, 80.0), (120.0, 140.0)]) == pytest.approx(2 / 3)
+    assert math.isnan(attainment_in_windows(records, [(0.0, 10.0)]))

@@ -60,6 +60,9 @@ def test_compare_bursty_writes_plots_and_project_from_json(tmp_path: Path) -> No
     data = json.loads((tmp_path / "compare.json").read_text())
     assert set(data["erc"]) == {"fifo", "edf"}
     assert set(data["timeline"]) == {"fifo", "edf"}
+    # The second burst group (120 s) is past the 70 s run: only 60-70 s is measured.
+    burst = data["burst_attainment"]["edf"]["2"]
+    assert len(burst["rounds"]) == 1 and 0.0 <= burst["mean"] <= 1.0
     assert (tmp_path / "bursty_sweep.png").stat().st_size > 0
     assert (tmp_path / "bursty_timeline.png").stat().st_size > 0
     proj = tmp_path / "proj"

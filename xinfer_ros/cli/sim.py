@@ -380,10 +380,26 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     }
     if args.workload == "bursty":
         data["timeline"] = _timelines(grid)
+        data["burst_attainment"] = _burst_attainment(grid)
+        print("burst windows (60-80 s, 120-140 s): " + ", ".join(
+            f"{p} x{n} {v['mean'] * 100:.2f}%" for p, by_n in data["burst_attainment"].items()
+            for n, v in by_n.items()))
     _write_json(args, "compare", data)
     if args.out is not None:
         _compare_plots(args, plots, series, ercs, data)
     return 0
+
+
+def _burst_attainment(
+    grid: dict[tuple[str, int], list[RunResult]],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per policy and robot count: each round's burst-window attainment and their mean."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (p, n), results in grid.items():
+        vals = [r.burst_attainment for r in results if r.burst_attainment is not None]
+        if vals:
+            out.setdefault(p, {})[str(n)] = {"rounds": vals, "mean": sum(vals) / len(vals)}
+    return out
 
 
 def _timelines(grid: dict[tuple[str, int], list[RunResult]]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import numpy as np
 from xinfer_ros.core.metrics import (
     ResponseRecord,
     WindowMetrics,
+    attainment_in_windows,
     attainment_over_time,
     summarize,
 )
@@ -124,6 +125,8 @@ class RunResult:
         metrics: Window metrics.
         records: Raw client records (only with ``keep_records``).
         timeline: ``(bin_starts, attainment)`` lists when ``timeline_bin`` > 0.
+        burst_attainment: Attainment over the workload's burst windows (``bursty``:
+            60-80 s and 120-140 s by send time); ``None`` for other workloads.
         gpu_utilisation: Share of time with at least one unit issued.
         policy_calls: Number of policy decisions.
         events: Number of processed events.
@@ -134,6 +137,7 @@ class RunResult:
     metrics: WindowMetrics
     records: list[ResponseRecord] | None = None
     timeline: tuple[list[float], list[float]] | None = None
+    burst_attainment: float | None = None
     gpu_utilisation: float = 0.0
     policy_calls: int = 0
     events: int = 0
@@ -148,6 +152,8 @@ class RunResult:
             "policy_calls": self.policy_calls,
             "events": self.events,
         }
+        if self.burst_attainment is not None:
+            out["burst_attainment"] = self.burst_attainment
         if self.timeline is not None:
             out["timeline"] = {"bin_start_s": self.timeline[0], "attainment": self.timeline[1]}
         return out
@@ -335,6 +341,8 @@ class Simulation:
         if self.cfg.timeline_bin > 0:
             ts, att = attainment_over_time(records, self.cfg.timeline_bin, self.cfg.window)
             timeline = (ts.tolist(), att.tolist())
+        windows = self.workload.meta.get("burst_windows")
+        burst = attainment_in_windows(records, windows) if windows else None  # type: ignore[arg-type]
         end = max((rec.response_time or 0.0) for rec in records) if records else 0.0
         cfg = asdict(self.cfg)
         return RunResult(
@@ -342,6 +350,7 @@ class Simulation:
             metrics=metrics,
             records=records if self.cfg.keep_records else None,
             timeline=timeline,
+            burst_attainment=burst,
             gpu_utilisation=self.gpu.utilisation(end) if end > 0 else 0.0,
             policy_calls=self.policy_calls,
             events=self.events,
