@@ -89,3 +89,11 @@ def test_tune_selects_a_candidate_and_writes_json(
 def test_tune_rejects_bad_slots() -> None:
     with pytest.raises(SystemExit):
         main(["tune", "--slots", "4,0,6"])
+
+
+def test_phase_spread_flag_reaches_the_config(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    assert main(["run", "--policy", "xinfer", "--robots", "3", "--rounds", "1",
+                 "--phase-spread", *SHORT, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["rounds"][0]["config"]["phase_spread"] is True

@@ -130,3 +130,34 @@ def test_a_starved_robot_fails_the_round_even_outside_the_window() -> None:
     assert res.metrics.unanswered == 1
     assert not passes(res.metrics, Criterion.ATTAINMENT)
     assert not passes(res.metrics, Criterion.LATENCY)
+
+
+def test_phase_spread_holds_only_late_responses_and_keeps_them_on_time() -> None:
+    # Parcel at 15 robots defers wide work past T_E, which is what the spreader acts on.
+    base = SimConfig(policy="xinfer", robots=15, workload="parcel", duration=60.0,
+                     window=(20.0, 60.0), keep_records=True)
+    plain = Simulation(base)
+    plain_res = plain.run()
+    spread = Simulation(base.with_(phase_spread=True))
+    spread_res = spread.run()
+    assert plain.spreader is None
+    assert spread.spreader is not None and spread.spreader.held > 0
+    # A held response is still within its budget, and tight responses are never held
+    # (they return within T_E), so every robot's Eq. 1 still holds.
+    for r in spread_res.records or []:
+        if r.response_time is not None and r.budget < T_E:
+            assert r.latency < T_E
+    for rs in _by_robot(spread_res.records or []).values():
+        for prev, nxt in itertools.pairwise(rs):
+            assert prev.response_time is not None
+            assert nxt.send_time == max(prev.send_time + T_E, prev.response_time)
+    assert spread_res.metrics.attainment > plain_res.metrics.attainment
+
+
+def _by_robot(records: list[ResponseRecord]) -> dict[int, list[ResponseRecord]]:
+    out: dict[int, list[ResponseRecord]] = {}
+    for r in records:
+        out.setdefault(r.robot, []).append(r)
+    for rs in out.values():
+        rs.sort(key=lambda r: r.send_time)
+    return out

@@ -97,6 +97,8 @@ def _add_common(p: argparse.ArgumentParser, *, workload: bool = True) -> None:
     p.add_argument("--cpu-prep-ms", type=float, default=1.0, help="server CPU preparation")
     p.add_argument("--send-jitter-ms", type=float, default=0.0,
                    help="mean exponential client handling delay per send (0: Eq. 1 exact)")
+    p.add_argument("--phase-spread", action="store_true",
+                   help="hold responses later than T_E to spread the robots' send phases")
     p.add_argument("--budgets", type=_budgets, default=None,
                    help="custom/uniform budgets in ms, e.g. 90,400")
     p.add_argument("--phase-length", type=int, default=30, help="responses per budget phase")
@@ -195,6 +197,7 @@ def _config(args: argparse.Namespace, policy: str, robots: int, seed: int, *,
         budget_csv=args.budget_csv,
         parcel_traces=args.parcel_traces,
         slots=getattr(args, "slots", None),
+        phase_spread=args.phase_spread,
         timeline_bin=2.0 if workload == "bursty" else 0.0,
     )
 

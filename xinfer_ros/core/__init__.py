@@ -24,7 +24,7 @@ defaults, seconds), ``rate_table`` (ρ table + JSON format), ``predictor`` (Eq. 
 ``baselines`` (fifo, edf, slack_gate), ``xinfer_policy`` (Alg. 1–2 + ablations),
 ``registry`` (make_policy), ``tracegen`` (a minimal deterministic closed-loop driver
 used by ``xinfer-bench decision``), ``metrics`` (attainment, goodput, percentiles),
-``errors``.
+``phase_spread`` (release times that keep the robots' send phases apart), ``errors``.
 """
 
 from xinfer_ros.core.baselines import EDFPolicy, FIFOPolicy, SlackGatePolicy
@@ -36,6 +36,7 @@ from xinfer_ros.core.errors import (
     XInferError,
 )
 from xinfer_ros.core.forecast import ArrivalForecaster, Forecast
+from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.policy import Launch, Policy, SchedulerOutput
 from xinfer_ros.core.predictor import Predictor, ProgressTracker, RunningUnit
 from xinfer_ros.core.rate_table import (
@@ -59,6 +60,7 @@ __all__ = [
     "Forecast",
     "InvalidRequestError",
     "Launch",
+    "PhaseSpreader",
     "Policy",
     "Predictor",
     "ProgressTracker",

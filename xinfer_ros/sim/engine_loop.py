@@ -30,6 +30,7 @@ from xinfer_ros.core.metrics import (
     attainment_over_time,
     summarize,
 )
+from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
 from xinfer_ros.core.request import Request
@@ -80,6 +81,9 @@ class SimConfig:
             send after the first (s); 0 keeps Eq. 1 exact. Jitter lets the robots'
             phases drift into each other, as independent robots' clocks do.
         slots: Execution slots per stage (``None``: the core default).
+        phase_spread: Hold responses that return later than ``T_E`` (within their
+            deadline) so their robots' next sends land in the widest phase gap
+            (:mod:`xinfer_ros.core.phase_spread`); off reproduces the paper's server.
         budgets_ms: Custom/uniform budgets (ms).
         phase_length: Responses per budget phase.
         budget_csv: Per-response budget CSV for ``custom``.
@@ -104,6 +108,7 @@ class SimConfig:
     period: float = T_E
     send_jitter: float = 0.0
     slots: tuple[int, int, int] | None = None
+    phase_spread: bool = False
     budgets_ms: tuple[float, ...] | None = None
     phase_length: int = 30
     budget_csv: str | None = None
@@ -230,6 +235,8 @@ class Simulation:
         self.policy_calls = 0
         self.events = 0
         self._jitter_rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x717]))
+        self.spreader = (PhaseSpreader(period=cfg.period, lead=self.link.delta)
+                         if cfg.phase_spread else None)
         # Policies say themselves whether time alone can change their decisions
         # (Policy.time_dependent); only those are ticked while work waits.
         self._ticks = bool(getattr(self.policy, "time_dependent", True))
@@ -264,7 +271,9 @@ class Simulation:
             if r.spec.start < end_send:
                 self._push(r.spec.start, _SEND, i)
         next_rid = 0
-        inflight: dict[int, tuple[int, float]] = {}  # request id -> (robot, budget)
+        # request id -> (robot, budget, arrival at the server)
+        inflight: dict[int, tuple[int, float, float]] = {}
+        spreader = self.spreader
         pending = self._pending
         next_tick = math.inf
         tick = cfg.tick
@@ -286,8 +295,12 @@ class Simulation:
                 if s < 2:
                     pending[s + 1] += 1
                 else:
-                    robot, budget = inflight.pop(rid)  # type: ignore[arg-type]
-                    self._push(t + h_out + down, _RESPOND, robot, budget)
+                    robot, budget, arrival = inflight.pop(rid)  # type: ignore[arg-type]
+                    ready = t + h_out
+                    if spreader is not None:
+                        ready = spreader.release_time(
+                            str(robot), ready, arrival, arrival + budget - up - down)
+                    self._push(ready + down, _RESPOND, robot, budget)
                 dirty = True
             elif t_heap <= next_tick:
                 _, _, kind, i, payload = heapq.heappop(heap)
@@ -304,7 +317,9 @@ class Simulation:
                     next_rid += 1
                     req = Request(rid, str(robots[i].spec.robot_id), arrival, budget,
                                   delta=up + down)
-                    inflight[rid] = (i, budget)
+                    inflight[rid] = (i, budget, arrival)
+                    if spreader is not None:
+                        spreader.record_arrival(str(i), arrival)
                     policy.add_request(req, t)
                     pending[0] += 1
                     dirty = True
