@@ -96,3 +96,16 @@ def test_stale_and_forgotten_robots_have_no_phase() -> None:
 def test_invalid_settings_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(InvalidRequestError):
         PhaseSpreader(**kwargs)
+
+
+def test_only_tight_robots_have_phases() -> None:
+    sp = PhaseSpreader(period=T, lead=0.0, margin=0.0)
+    sp.record_arrival("wide", 10.0, budget=0.400)
+    # Nothing to avoid: a late response goes out at once.
+    assert sp.release_time("me", 10.3, 10.0, 10.5) == 10.3
+    sp.record_arrival("wide", 10.05, budget=0.090)  # the robot switched to tight
+    assert sp.release_time("me2", 10.31, 10.0, 10.5) > 10.31
+    for robot in ("me", "me2"):  # (their expected next arrivals were recorded)
+        sp.forget(robot)
+    sp.record_arrival("wide", 10.2, budget=0.400)   # and back: its phase is dropped
+    assert sp.release_time("me3", 10.32, 10.0, 10.5) == pytest.approx(10.32)

@@ -13,9 +13,11 @@ deadline less a margin, and choose the moment so that the robot's next request a
 in the widest gap between the other robots' arrival phases. Responses within ``T_E``
 are never held: they do not move a phase.
 
-Everything is in server time: ``a_k`` is the latest request arrival of each robot, and
-a response published at ``x`` brings that robot's next request at about ``x + δ``
-(down- plus uplink).
+Everything is in server time: ``a_k`` is the latest request arrival of each robot with
+a tight budget (at most ``T_E``: those robots send exactly every period), and a
+response published at ``x`` brings that robot's next request at about ``x + δ``
+(down- plus uplink). Phases of wide-budget robots are not avoided: their next sends
+move with their responses anyway, and avoiding them cost capacity on ``phases``.
 """
 
 from __future__ import annotations
@@ -103,9 +105,18 @@ class PhaseSpreader:
             raise InvalidRequestError(
                 f"lead and margin must be >= 0 s, got {self.lead!r}, {self.margin!r}")
 
-    def record_arrival(self, robot: str, t: float) -> None:
-        """A request of ``robot`` arrived at ``t``."""
-        self._arrivals[robot] = t
+    def record_arrival(self, robot: str, t: float, budget: float = 0.0) -> None:
+        """A request of ``robot`` with ``budget`` (s) arrived at ``t``.
+
+        Only a robot whose budget is at most ``T_E`` keeps a fixed phase: on time, its
+        response returns within the period and its next send is ``s + T_E``. A wider
+        budget lets the response, and so the next send, land anywhere, so that robot
+        has no phase to avoid until it sends a tight request again.
+        """
+        if budget > self.period:
+            self._arrivals.pop(robot, None)
+        else:
+            self._arrivals[robot] = t
 
     def forget(self, robot: str) -> None:
         """Drop ``robot`` (it left the fleet)."""

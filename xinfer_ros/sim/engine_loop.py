@@ -319,7 +319,7 @@ class Simulation:
                                   delta=up + down)
                     inflight[rid] = (i, budget, arrival)
                     if spreader is not None:
-                        spreader.record_arrival(str(i), arrival)
+                        spreader.record_arrival(str(i), arrival, budget)
                     policy.add_request(req, t)
                     pending[0] += 1
                     dirty = True
