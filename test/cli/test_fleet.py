@@ -17,7 +17,7 @@ def test_fleet_runner_reports_on_an_emulated_fleet(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "xinfer_ros.cli.fleet", "--backend", "emulated", "--robots", "2",
          "--duration", "12", "--warmup", "4", "--no-progress", "--out", str(tmp_path),
-         "--json", str(report_path)],
+         "--json", str(report_path), "--compare-sim"],
         check=False, capture_output=True, text=True, timeout=110, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(report_path.read_text())
@@ -30,4 +30,26 @@ def test_fleet_runner_reports_on_an_emulated_fleet(tmp_path) -> None:
         assert robot["ticks"] > 200  # the executor ran its 30 ms control loop
         assert 20.0 < robot["latency_p50_ms"] < 180.0
     assert "robot_1" in proc.stdout and "ALL" in proc.stdout
+    # config/fleet.yaml turns phase spreading on; the simulator ran with the same setting.
+    assert report["phase_spread"] is True and "phase_spread on" in proc.stdout
+    sim = report["simulator"]
+    assert sim["phase_spread"] is True and sim["config"]["robots"] == 2
+    assert sim["config"]["window"] == report["window_s"]
+    assert 0.0 <= sim["metrics"]["attainment"] <= 1.0 and sim["metrics"]["requests"] > 50
+    assert "simulator (" in proc.stdout
     assert (tmp_path / "fleet_latency.png").stat().st_size > 10_000
+
+
+@pytest.mark.timeout(60)
+def test_simulator_comparison_follows_the_servers_phase_spread() -> None:
+    from xinfer_ros.cli.fleet import simulate_fleet
+    from xinfer_ros.nodes.plan import build_fleet_plan
+
+    server = build_fleet_plan(4, backend="emulated")[0].parameters
+    assert server["phase_spread"] is True  # config/fleet.yaml
+    for setting in (True, False):
+        out = simulate_fleet({**server, "phase_spread": setting}, 4, workload="phases",
+                             seed=0, duration=20.0, window=(5.0, 19.0))
+        assert out["phase_spread"] is setting and out["config"]["phase_spread"] is setting
+        assert out["config"]["rate_table"] is None  # emulated: the shipped default table
+        assert out["metrics"]["requests"] > 100

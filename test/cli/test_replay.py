@@ -75,7 +75,7 @@ class BagFactory:
               state_ns: int):
         timing = self.t["xinfer_ros/msg/StageTiming"](
             queue_ms=1.0, vit_ms=1.0, prefill_ms=1.0, action_ms=1.0, output_ms=0.1,
-            server_total_ms=20.0, budget_ms=150.0, budget_met=True)
+            server_total_ms=20.0, hold_ms=0.0, budget_ms=150.0, budget_met=True)
         return self.t["xinfer_ros/msg/ActionChunk"](
             header=self.header(ns), robot_id=robot, seq=seq, status=0, reason="",
             horizon=H, action_dim=D, keyframe_spacing_s=0.03, commit_steps=8,

@@ -1,5 +1,6 @@
 """The inference server node with the emulated backend, in process."""
 
+import contextlib
 import math
 import time
 
@@ -9,6 +10,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 pytestmark = pytest.mark.ros
 
+from rclpy.exceptions import InvalidParameterValueException  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
@@ -62,12 +64,13 @@ class Robot:
         return self.seq
 
 
-@pytest.fixture
-def fleet():
+@contextlib.contextmanager
+def serving(**params):
+    """A server on the emulated backend for r1 and r2, a peer node with stand-in robots."""
     rclpy.init()
-    server = InferenceServer(parameter_overrides=[
-        Parameter("robots", value=["r1", "r2"]), Parameter("backend", value="emulated"),
-        Parameter("robot_timeout_s", value=0.5)])
+    values = {"robots": ["r1", "r2"], "backend": "emulated", "robot_timeout_s": 0.5, **params}
+    server = InferenceServer(
+        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
     peer = rclpy.create_node("robots")
     spinner = SingleThreadedExecutor()
     spinner.add_node(server)
@@ -80,12 +83,20 @@ def fleet():
 
     robots = {n: Robot(peer, n) for n in ("r1", "r2", "intruder")}
     spin(0.5)  # discovery
-    yield server, peer, robots, spin
-    spinner.shutdown()
-    server.close()
-    server.destroy_node()
-    peer.destroy_node()
-    rclpy.shutdown()
+    try:
+        yield server, peer, robots, spin
+    finally:
+        spinner.shutdown()
+        server.close()
+        server.destroy_node()
+        peer.destroy_node()
+        rclpy.shutdown()
+
+
+@pytest.fixture
+def fleet():
+    with serving() as f:
+        yield f
 
 
 def answer(robot: Robot, seq: int, spin, timeout: float = 3.0) -> ActionChunk:
@@ -208,3 +219,193 @@ def test_killed_robot_is_freed_within_a_second_and_others_unaffected(fleet) -> N
     assert freed is not None and freed < 1.0
     with pytest.raises(Exception, match="no camera_0"):
         server._robots["r1"].obs.assemble(time.time(), 10.0)
+
+
+# -- phase spreading -------------------------------------------------------------------
+# With phase_spread, an OK response ready later than T_E after its request arrived may be
+# held (never past deadline - margin) so its robot's next request lands in the widest
+# gap between the other robots' arrival phases.
+
+
+@pytest.fixture
+def slow_table(tmp_path):
+    """A rate table whose stages take 80 ms each alone: every response is later than T_E."""
+    from xinfer_ros.core.rate_table import interference_model_table, write_rate_table
+
+    return str(write_rate_table(interference_model_table(work=(0.08, 0.08, 0.08)),
+                                tmp_path / "slow.json"))
+
+
+def _spy(server):
+    """Wrap the server's spreader so the other robot's phase sits exactly where r1's next
+    request would land if its response went out at once; the widest gap's middle is then
+    half a period later, so the response is held about T_E / 2. Returns the calls seen."""
+    from xinfer_ros.core.constants import DELTA
+
+    spreader = server._spreader
+    release_time = spreader.release_time
+    calls = []
+
+    def spy(robot, ready, arrival, deadline):
+        spreader.record_arrival("r2", ready + DELTA)
+        release = release_time(robot, ready, arrival, deadline)
+        calls.append((ready, arrival, deadline, release))
+        return release
+
+    spreader.release_time = spy
+    return calls
+
+
+@pytest.mark.timeout(60)
+def test_phase_spread_holds_a_late_response_within_its_deadline(slow_table) -> None:
+    with serving(phase_spread=True, **{"emulated.rate_table": slow_table}) as f:
+        server, _, robots, spin = f
+        assert server.params["phase_spread"] is True
+        assert server.params["phase_spread_margin_ms"] == 10.0
+        calls = _spy(server)
+        r1 = robots["r1"]
+        r1.observe()
+        spin(0.1)
+        chunk = answer(r1, r1.request(budget_ms=1500.0), spin)
+        assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+        assert len(calls) == 1
+        ready, arrival, deadline, release = calls[0]
+        assert ready - arrival > 0.180  # later than T_E: may be held
+        assert deadline == pytest.approx(arrival + 1.5 - 0.004)
+        assert release - ready == pytest.approx(0.090, abs=1e-6)  # half a period
+        t = chunk.timing
+        published = arrival + t.server_total_ms / 1e3
+        assert release <= published <= deadline - 0.010 + 0.005  # margin less thread delay
+        assert t.hold_ms == pytest.approx((published - ready) * 1e3, abs=1.0)
+        assert 85.0 <= t.hold_ms < 140.0
+        assert t.server_total_ms >= t.hold_ms + t.vit_ms + t.prefill_ms + t.action_ms
+        assert t.budget_met
+        assert server.held == 1 and server.held_s == pytest.approx(t.hold_ms / 1e3)
+
+
+@pytest.mark.timeout(60)
+def test_without_phase_spread_nothing_is_held(slow_table) -> None:
+    with serving(**{"emulated.rate_table": slow_table}) as f:
+        server, _, robots, spin = f
+        assert server.params["phase_spread"] is False
+        assert server._spreader is None and server._releases is None
+        r1, r2 = robots["r1"], robots["r2"]
+        for _ in range(2):
+            r1.observe()
+            r2.observe()
+            spin(0.05)
+            seqs = (r1.request(budget_ms=1500.0), r2.request(budget_ms=1500.0))
+            for robot, seq in zip((r1, r2), seqs, strict=True):
+                chunk = answer(robot, seq, spin)
+                assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+                assert chunk.timing.server_total_ms > 180.0  # late, but not held
+                assert chunk.timing.hold_ms == 0.0 and chunk.timing.budget_met
+        assert server.held == 0
+
+
+def _result(status, actions=True):
+    from xinfer_ros.engine.types import EngineResult, StageTimings
+
+    timings = StageTimings(queue_ms=1.0, vit_ms=5.0, prefill_ms=9.0, action_ms=12.0,
+                           output_ms=1.0)
+    return EngineResult(1, "r1", status, reason="" if status == 0 else "crafted",
+                        actions=np.zeros((H, D)) if actions else None, timings=timings)
+
+
+def _deliver(server, seq, budget_ms, age_s, status=0):
+    """Hand the server a crafted engine result for r1 as if its request arrived
+    ``age_s`` ago; r2's phase is put where r1's next request would land at once."""
+    from builtin_interfaces.msg import Time
+
+    from xinfer_ros.core.constants import DELTA
+
+    req = PolicyRequest(robot_id="r1", seq=seq, budget_ms=budget_ms, commit_steps=8,
+                        keyframe_spacing_s=0.03)
+    now = time.monotonic()
+    server._spreader.record_arrival("r2", now + DELTA)
+    with server._lock:
+        server._robots["r1"].live += 1  # as _on_request does before submitting
+    arrival = now - age_s
+    server._on_result("r1", req, ([Time()] * 3, Time()), arrival, _result(status, status == 0))
+    return arrival
+
+
+@pytest.mark.timeout(60)
+def test_release_path_holds_only_late_ok_responses_and_never_past_the_deadline() -> None:
+    from xinfer_ros.engine.types import Status
+
+    with serving(phase_spread=True) as f:
+        server, _, robots, spin = f
+        r1 = robots["r1"]
+        # Late (250 ms after arrival) with room: held about half a period.
+        arrival = _deliver(server, 1, 400.0, 0.250)
+        assert server._releases.pending == 1
+        chunk = answer(r1, 1, spin)
+        assert chunk.status == ActionChunk.STATUS_OK and (chunk.horizon, chunk.action_dim) == (H, D)
+        t = chunk.timing
+        assert 85.0 <= t.hold_ms < 140.0
+        assert arrival + t.server_total_ms / 1e3 <= arrival + 0.400 - 0.004
+        assert t.budget_met and t.budget_ms == 400.0
+        # Late with little room: held at most to deadline - 10 ms margin.
+        arrival = _deliver(server, 2, 400.0, 0.380)
+        chunk = answer(r1, 2, spin)
+        t = chunk.timing
+        assert 0.0 < t.hold_ms <= 10.0 + 5.0
+        assert t.server_total_ms <= 400.0 - 4.0 - 10.0 + 5.0
+        assert t.budget_met
+        # Within T_E: never held.
+        _deliver(server, 3, 400.0, 0.050)
+        assert server._releases.pending == 0
+        assert answer(r1, 3, spin).timing.hold_ms == 0.0
+        # Not OK: never held, even when late.
+        _deliver(server, 4, 400.0, 0.250, status=Status.ERROR)
+        assert server._releases.pending == 0
+        chunk = answer(r1, 4, spin)
+        assert chunk.status == ActionChunk.STATUS_ERROR and chunk.reason == "crafted"
+        assert chunk.timing.hold_ms == 0.0 and not chunk.timing.budget_met
+        assert server.held == 2
+        assert server._robots["r1"].live == 0
+
+
+@pytest.mark.timeout(60)
+def test_phase_spread_forgets_a_silent_robot_and_close_flushes_held_chunks() -> None:
+    with serving(phase_spread=True) as f:
+        server, _, robots, spin = f
+        r1 = robots["r1"]
+        r1.observe()
+        spin(0.05)
+        # A wide budget (> T_E) gives the robot no phase to avoid; a tight one does.
+        assert answer(r1, r1.request(budget_ms=400.0), spin).status == ActionChunk.STATUS_OK
+        assert "r1" not in server._spreader._arrivals
+        r1.observe()
+        spin(0.05)
+        assert answer(r1, r1.request(budget_ms=90.0), spin).status == ActionChunk.STATUS_OK
+        assert "r1" in server._spreader._arrivals
+        spin(0.8)  # silent longer than robot_timeout_s
+        assert server._robots["r1"].present is False
+        assert "r1" not in server._spreader._arrivals
+        # A chunk held at shutdown goes out at once instead of being lost.
+        _deliver(server, 9, 2000.0, 0.250)
+        assert server._releases.pending == 1
+        server._releases.close(run_pending=True)
+        chunk = answer(r1, 9, spin, timeout=1.0)
+        assert chunk.status == ActionChunk.STATUS_OK and chunk.timing.hold_ms < 50.0
+        # After close nothing is held: a late response is published at once.
+        _deliver(server, 10, 2000.0, 0.250)
+        assert answer(r1, 10, spin, timeout=1.0).timing.hold_ms == 0.0
+
+
+@pytest.mark.timeout(30)
+def test_phase_spread_margin_is_validated() -> None:
+    rclpy.init()
+    try:
+        for bad in (-1.0, 1000.5):
+            # rclpy enforces the descriptor's range itself, before the node validates.
+            with pytest.raises((ValueError, InvalidParameterValueException),
+                               match="phase_spread_margin_ms"):
+                InferenceServer(parameter_overrides=[
+                    Parameter("robots", value=["r1"]), Parameter("backend", value="emulated"),
+                    Parameter("phase_spread", value=True),
+                    Parameter("phase_spread_margin_ms", value=bad)])
+    finally:
+        rclpy.shutdown()

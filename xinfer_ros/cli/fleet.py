@@ -11,6 +11,11 @@ Each executor also reports how late its Eq. 1 sends go out after ``max(s_j + T_E
 the request-weighted mean of the robots' means, the largest robot P95 and the largest
 lag: the figures that calibrate the simulator's ``send_jitter``.
 
+With ``--compare-sim`` it also runs the closed-loop simulator on the same policy,
+workload, seed, robots, window, rate table and slots, and with the server's
+``phase_spread`` setting, and reports the simulator's attainment beside the fleet's.
+The report names the ``phase_spread`` setting the server ran with.
+
 DDS stays on loopback: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` is set unless the
 caller set it, and a random ``ROS_DOMAIN_ID`` is chosen unless one is set.
 """
@@ -64,7 +69,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("out/fleet"),
                    help="directory for logs, plots and the JSON report")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--compare-sim", action="store_true",
+                   help="also simulate the same fleet (policy, workload, seed, table, slots, "
+                        "phase_spread) and report its attainment")
     return p
+
+
+def _config_file(name: str) -> str | None:
+    """A rate-table parameter as the server resolves it (``""``: the shipped default)."""
+    from xinfer_ros.nodes.plan import default_config
+
+    if not name:
+        return None
+    path = Path(name)
+    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
+        return str(path)
+    return str(default_config().parent / name)
+
+
+def simulate_fleet(server: dict[str, Any], robots: int, *, workload: str, seed: int,
+                   duration: float, window: tuple[float, float]) -> dict[str, Any]:
+    """The simulator's metrics for the fleet the server parameters describe.
+
+    Same policy, workload, seed, robots, window, rate table, slots and ``phase_spread``
+    as the server; no execution noise (the emulated backend runs the table exactly).
+    """
+    from xinfer_ros.sim.engine_loop import SimConfig, simulate
+
+    backend = server["backend"]
+    slots = list(server.get(f"{backend}.slots", [0]))
+    cfg = SimConfig(policy=server["policy"], robots=robots, workload=workload, seed=seed,
+                    duration=float(duration), window=window,
+                    rate_table=_config_file(server.get(f"{backend}.rate_table", "")),
+                    noise=0.0, slots=None if slots == [0] else tuple(slots),
+                    phase_spread=bool(server.get("phase_spread", False)))
+    return {"config": {k: getattr(cfg, k) for k in (
+                "policy", "robots", "workload", "seed", "duration", "window", "rate_table",
+                "noise", "slots", "phase_spread")},
+            "phase_spread": cfg.phase_spread,
+            "metrics": simulate(cfg).metrics.to_dict()}
 
 
 def _loopback_env() -> dict[str, str]:
@@ -205,10 +248,11 @@ def run_fleet(args: argparse.Namespace) -> int:
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
     args.out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run_", dir=args.out))
+    phase_spread = bool(server.get("phase_spread", False))
     print(f"xinfer-fleet: {len(robots)} robots, model {server['model']} "
           f"({server['backend']} backend), policy {server['policy']}, workload {args.workload},"
-          f" {args.duration:.0f} s; ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); "
-          f"logs in {workdir}")
+          f" phase_spread {'on' if phase_spread else 'off'}, {args.duration:.0f} s; "
+          f"ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
 
     rclpy.init()
     t0 = time.time()
@@ -249,7 +293,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     snap = monitor.snapshot(include_pending=True)
     report: dict[str, Any] = {
         "robots_count": len(robots), "policy": server["policy"], "backend": server["backend"],
-        "model": server["model"], "workload": args.workload, "duration_s": args.duration,
+        "model": server["model"], "workload": args.workload, "phase_spread": phase_spread,
+        "duration_s": args.duration,
         "window_s": list(window), "emulated": server["backend"] == "emulated",
         "robots": {name: _robot_report(obs, window) for name, obs in snap.items()},
         "total": summarize([r for o in snap.values() for r in o.records],
@@ -258,8 +303,19 @@ def run_fleet(args: argparse.Namespace) -> int:
     }
     report["total"]["statuses"] = _sum_statuses(snap)
     report["total"].update(_fleet_send_lag(report["robots"]))
+    if args.compare_sim:
+        report["simulator"] = simulate_fleet(server, len(robots), workload=args.workload,
+                                             seed=args.seed, duration=args.duration,
+                                             window=window)
     print()
     _print_report(report)
+    if "simulator" in report:
+        sim = report["simulator"]["metrics"]
+        print(f"\nsimulator (same policy, workload, seed, table, slots; phase_spread "
+              f"{'on' if phase_spread else 'off'}): attainment {sim['attainment'] * 100:.1f}% "
+              f"P50/P99 {sim['latency_p50_ms']:.1f}/{sim['latency_p99_ms']:.1f} ms; fleet "
+              f"{report['total']['attainment'] * 100:.1f}% "
+              f"({(report['total']['attainment'] - sim['attainment']) * 100:+.1f} pt)")
     json_path = args.json or args.out / "fleet_report.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(report, indent=2, default=float))

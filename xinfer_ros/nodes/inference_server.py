@@ -11,6 +11,15 @@ Server-wide it publishes ``/xinfer/fleet_stats`` (1 Hz) and ``/diagnostics``, an
 serves ``~/get_fleet_stats`` and ``~/set_policy``. A malformed request never crashes
 the server; a robot that falls silent for ``robot_timeout_s`` has its live requests
 cancelled and its buffers freed.
+
+With ``phase_spread`` an OK response that is ready later than ``T_E`` after its
+request arrived may be held, never past the request's deadline less
+``phase_spread_margin_ms``, so that its robot's next request lands in the widest gap
+between the arrival phases of the other robots with tight budgets (at most ``T_E``;
+:mod:`xinfer_ros.core.phase_spread`). The
+chunk's ``timing.hold_ms`` says how long it was held, and ``server_total_ms`` and
+``budget_met`` count the hold. Responses within ``T_E`` and non-OK chunks are never
+held.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from sensor_msgs.msg import Image, JointState
 
 from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.metrics import ResponseRecord, summarize
+from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
 from xinfer_ros.msg import (
     ActionChunk,
     FleetStats,
@@ -46,6 +56,7 @@ from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.plan import parse_robots
 from xinfer_ros.nodes.raw_image import RawImage
+from xinfer_ros.nodes.release import ReleaseScheduler
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.srv import GetFleetStats, SetPolicy
 
@@ -82,6 +93,12 @@ PARAMS = [
     ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
     ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
     ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
+    ParamSpec("phase_spread", False,
+              "hold responses later than T_E, within their deadline, so robots' next sends "
+              "spread over the period"),
+    ParamSpec("phase_spread_margin_ms", PHASE_SPREAD_MARGIN * 1e3,
+              "a held response leaves at least this long before its deadline (ms)",
+              0.0, 1000.0),
     EXECUTOR_PARAM,
 ]
 
@@ -117,6 +134,19 @@ class InferenceServer(Node):
         self._lock = threading.Lock()
         self._robots = {name: _RobotState(name, p["cameras"]) for name in names}
         self._warned: set[str] = set()
+        # Phase spreading: requests and results arrive on different threads, so the
+        # spreader has a lock of its own; held chunks go out from the release thread.
+        self._spread_lock = threading.Lock()
+        self._spreader: PhaseSpreader | None = None
+        self._releases: ReleaseScheduler | None = None
+        #: Chunks published after a phase-spreading hold, and their total hold (s).
+        self.held = 0
+        self.held_s = 0.0
+        if p["phase_spread"]:
+            self._spreader = PhaseSpreader(margin=p["phase_spread_margin_ms"] / 1e3)
+            self._releases = ReleaseScheduler(
+                "phase_spread_release",
+                on_error=lambda exc: self.get_logger().error(f"held chunk not sent: {exc!r}"))
         self._camera_shapes = self._load_camera_shapes(p)
         self.engine = engine if engine is not None else self._build_engine(p)
         self.engine.start()
@@ -152,9 +182,11 @@ class InferenceServer(Node):
         self.create_timer(5.0, self._check_graph)
         mode = "EMULATED backend (timings from the rate table, placeholder actions)" \
             if getattr(self.engine.backend, "emulated", False) else f"{p['backend']} backend"
+        spread = (f"on (margin {p['phase_spread_margin_ms']:g} ms)" if p["phase_spread"]
+                  else "off")
         self.get_logger().info(
             f"serving {len(names)} robots {names} with model {p['model']} on {mode}, "
-            f"policy {self.engine.policy.name}")
+            f"policy {self.engine.policy.name}, phase spreading {spread}")
 
     # -- construction ------------------------------------------------------------------
     @staticmethod
@@ -187,10 +219,20 @@ class InferenceServer(Node):
         return StageEngine(backend, p["policy"], config, rate_table=table)
 
     def close(self) -> None:
-        """Stop the openpi endpoint and the engine (the runtime calls this on shutdown)."""
+        """Stop the openpi endpoint, the engine and the release thread.
+
+        The runtime calls this on shutdown. Chunks still held then are published at
+        once (early, never lost; nothing is sent once the context is shut down).
+        """
         if self._openpi is not None:
             self._openpi.close()
         self.engine.close(drain_timeout=1.0)
+        if self._releases is not None:
+            self._releases.close(run_pending=True)
+            with self._lock:
+                held, held_s = self.held, self.held_s
+            mean = f", mean {held_s / held * 1e3:.1f} ms" if held else ""
+            self.get_logger().info(f"phase spreading held {held} responses{mean}")
 
     # -- inputs -------------------------------------------------------------------------
     def _on_image(self, robot: str, camera: int, cdr: bytes) -> None:
@@ -214,6 +256,12 @@ class InferenceServer(Node):
         state = self._robots[robot]
         state.obs.last_seen = arrival
         state.present = True
+        if self._spreader is not None:
+            # Only tight-budget robots (budget <= T_E) keep a phase the spreader avoids;
+            # a nonsense budget (rejected below) counts as tight: the robot sent now.
+            budget = msg.budget_ms / 1e3 if math.isfinite(msg.budget_ms) else 0.0
+            with self._spread_lock:
+                self._spreader.record_arrival(robot, arrival, budget)
         try:
             inputs, stamps = self._assemble(robot, msg)
         except (ObservationError, ImageConversionError, ValueError) as exc:
@@ -274,15 +322,29 @@ class InferenceServer(Node):
         t = result.timings
         chunk.timing = StageTiming(
             queue_ms=_ms(t.queue_ms), vit_ms=_ms(t.vit_ms), prefill_ms=_ms(t.prefill_ms),
-            action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms),
-            server_total_ms=(time.monotonic() - arrival) * 1e3, budget_ms=req.budget_ms)
+            action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms), budget_ms=req.budget_ms)
+        if self._spreader is not None and chunk.status == ActionChunk.STATUS_OK:
+            self._release(robot, chunk, arrival, time.monotonic())
+        else:
+            self._send(robot, chunk, arrival)
+
+    def _release(self, robot: str, chunk: ActionChunk, arrival: float, ready: float) -> None:
+        """Publish an OK chunk ready at ``ready`` now, or hold it for phase spreading.
+
+        Called on the engine's thread; a held chunk is published on the release thread.
+        """
+        deadline = arrival + chunk.timing.budget_ms / 1e3 - DELTA
+        with self._spread_lock:
+            release = self._spreader.release_time(robot, ready, arrival, deadline)
+        if release > ready and self._releases.schedule(
+                release, lambda: self._send(robot, chunk, arrival, ready=ready)):
+            return
         self._send(robot, chunk, arrival)
 
     def _publish(self, robot: str, req: PolicyRequest, status: int, reason: str,
                  arrival: float) -> None:
         chunk = self._chunk(robot, req, status, reason)
         chunk.timing.budget_ms = req.budget_ms
-        chunk.timing.server_total_ms = (time.monotonic() - arrival) * 1e3
         self._send(robot, chunk, arrival)
 
     def _chunk(self, robot: str, req: PolicyRequest, status: int, reason: str) -> ActionChunk:
@@ -292,7 +354,13 @@ class InferenceServer(Node):
                            keyframe_spacing_s=req.keyframe_spacing_s,
                            commit_steps=req.commit_steps)
 
-    def _send(self, robot: str, chunk: ActionChunk, arrival: float) -> None:
+    def _send(self, robot: str, chunk: ActionChunk, arrival: float,
+              ready: float | None = None) -> None:
+        """Publish ``chunk`` now; ``ready`` is when a held chunk could have gone out."""
+        now = time.monotonic()
+        chunk.timing.server_total_ms = (now - arrival) * 1e3
+        if ready is not None:
+            chunk.timing.hold_ms = max(0.0, now - ready) * 1e3
         # The robot-side δ is outside the server; the server meets the budget when
         # its own span leaves that reserve.
         chunk.timing.budget_met = bool(
@@ -309,6 +377,9 @@ class InferenceServer(Node):
                                 ok=chunk.status == ActionChunk.STATUS_OK)
         with self._lock:
             self._robots[robot].records.append((record, int(chunk.status)))
+            if chunk.timing.hold_ms > 0:
+                self.held += 1
+                self.held_s += chunk.timing.hold_ms / 1e3
 
     # -- presence and statistics --------------------------------------------------------
     def _check_presence(self) -> None:
@@ -318,6 +389,9 @@ class InferenceServer(Node):
                 state.present = False
                 state.obs.clear()
                 self.engine.cancel(state.name, "robot went silent")
+                if self._spreader is not None:
+                    with self._spread_lock:
+                        self._spreader.forget(state.name)
                 self.get_logger().warning(
                     f"{state.name}: no messages for {self.params['robot_timeout_s']} s; "
                     "its live requests are cancelled and its buffers freed")
