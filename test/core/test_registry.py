@@ -27,6 +27,8 @@ def test_known_names():
     ("xinfer_no_arrival", "arrival_aware", False),
     ("xinfer_entry_only", "entry_only", True),
     ("xinfer_zero_slack", "zero_slack_promotion", True),
+    ("xinfer_spread", "arrival_projection", True),
+    ("xinfer_spread", "slot_aware", False),
 ])
 def test_ablation_presets(name, attr, value):
     p = make_policy(name)

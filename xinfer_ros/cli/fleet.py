@@ -38,12 +38,13 @@ from typing import Any
 
 import yaml
 
+from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.nodes.plan import BACKENDS, NodeSpec, PlanError, build_fleet_plan
 
 __all__ = ["build_parser", "main"]
 
 WORKLOADS = ("phases", "multi_budget", "parcel", "uniform", "bursty")
-POLICIES = ("fifo", "edf", "slack_gate", "xinfer")
+POLICIES = SERVED_POLICIES
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,8 +4,9 @@ Names: ``fifo``, ``edf``, ``slack_gate``, ``xinfer``, and the App. C.3 ablations
 ``xinfer`` as presets: ``xinfer_no_interference``, ``xinfer_strict_priority``,
 ``xinfer_no_arrival``, ``xinfer_entry_only``, ``xinfer_zero_slack``; and our admission
 extensions: ``xinfer_no_slot_aware`` / ``xinfer_paper`` (slot-aware admission off:
-Algorithm 1 as written) and the experimental, default-off ``xinfer_projection`` and
-``xinfer_forecast_load``. Names are matched
+Algorithm 1 as written), the experimental, default-off ``xinfer_projection`` and
+``xinfer_forecast_load``, and ``xinfer_spread`` (the settings for a server with phase
+spreading). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -19,7 +20,7 @@ from xinfer_ros.core.errors import UnknownPolicyError
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.xinfer_policy import XInferPolicy
 
-__all__ = ["ABLATIONS", "POLICIES", "make_policy", "policy_names"]
+__all__ = ["ABLATIONS", "POLICIES", "SERVED_POLICIES", "make_policy", "policy_names"]
 
 #: Base policies by name.
 POLICIES: Mapping[str, Callable[..., Policy]] = {
@@ -43,8 +44,17 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
                      "forecast_load": False},
     # Experimental admission extensions (default off): see XInferPolicy.
     "xinfer_projection": {"arrival_projection": True},
+    # The admission settings that did best together with phase-spreading release
+    # (core.phase_spread): forecasts at their projected arrival load, slot-aware
+    # admission off. Without spreading the projection costs phases capacity.
+    "xinfer_spread": {"arrival_projection": True, "slot_aware": False},
     "xinfer_forecast_load": {"forecast_load": True},
 }
+
+
+#: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's
+#: comparison and XInfer's settings for a server with phase spreading.
+SERVED_POLICIES: tuple[str, ...] = ("fifo", "edf", "slack_gate", "xinfer", "xinfer_spread")
 
 
 def policy_names() -> list[str]:

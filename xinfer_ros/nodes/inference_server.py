@@ -43,6 +43,7 @@ from sensor_msgs.msg import Image, JointState
 from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
+from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.msg import (
     ActionChunk,
     FleetStats,
@@ -62,7 +63,7 @@ from xinfer_ros.srv import GetFleetStats, SetPolicy
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
 
-POLICIES = ("fifo", "edf", "slack_gate", "xinfer")
+POLICIES = SERVED_POLICIES
 
 def _check_slots(value: list[int]) -> str | None:
     if list(value) == [0] or (len(value) == 3 and min(value) >= 1):
