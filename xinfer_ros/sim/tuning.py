@@ -162,6 +162,15 @@ def score_candidates(
     return scores
 
 
+def _near_best(scores: Sequence[CandidateScore], window: float,
+               what: str) -> list[CandidateScore]:
+    """Scores whose attainment is within ``window`` of the best one."""
+    if not scores:
+        raise ValueError(f"no {what} candidates to select from")
+    best = max(s.attainment for s in scores)
+    return [s for s in scores if s.attainment >= best - window - 1e-12]
+
+
 def _size(c: Candidate) -> tuple[int, tuple[int, ...]]:
     limits = tuple(dict(c.params)["limits"])
     return (sum(limits), limits)
@@ -177,11 +186,7 @@ def select_edf(scores: Sequence[CandidateScore], tolerance: float = 0.0) -> Cand
     Raises:
         ValueError: on an empty list.
     """
-    if not scores:
-        raise ValueError("no EDF candidates to select from")
-    best = max(s.attainment for s in scores)
-    eligible = [s for s in scores if s.attainment >= best - tolerance - 1e-12]
-    return min(eligible, key=lambda s: _size(s.candidate))
+    return min(_near_best(scores, tolerance, "EDF"), key=lambda s: _size(s.candidate))
 
 
 def select_slack_gate(scores: Sequence[CandidateScore], window: float = 0.01) -> CandidateScore:
@@ -190,8 +195,5 @@ def select_slack_gate(scores: Sequence[CandidateScore], window: float = 0.01) ->
     Raises:
         ValueError: on an empty list.
     """
-    if not scores:
-        raise ValueError("no Slack-Gate candidates to select from")
-    best = max(s.attainment for s in scores)
-    eligible = [s for s in scores if s.attainment >= best - window - 1e-12]
-    return min(eligible, key=lambda s: (s.latency_ms, -s.attainment, s.candidate.label()))
+    return min(_near_best(scores, window, "Slack-Gate"),
+               key=lambda s: (s.latency_ms, -s.attainment, s.candidate.label()))
