@@ -50,3 +50,17 @@ def test_gpu_bench_script_parses() -> None:
     text = script.read_text()
     assert "--dry-run" in text and "vla-2b" in text and "pip install" in text
     assert "torch==" not in text  # never installs a (CUDA) torch
+
+
+def test_bench_engine_phase_spread_holds_late_responses(tmp_path: Path) -> None:
+    # Parcel at 16 robots: xinfer defers wide work past T_E while tight robots keep
+    # their phases, the case phase spreading acts on (about 140 holds in 10 s).
+    out = tmp_path / "r.json"
+    rc = bench.main(["engine", "--backend", "emulated", "--robots", "16", "--workload",
+                     "parcel", "--duration", "10", "--warmup", "1", "--time-scale", "3",
+                     "--phase-spread", "--compare-sim", "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["phase_spread"] is True and report["held"] > 0
+    assert report["metrics"]["errors"] == 0
+    assert "simulator" in report

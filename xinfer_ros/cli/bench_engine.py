@@ -23,6 +23,7 @@ import numpy as np
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
+from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
@@ -93,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare-sim", action="store_true",
                         help="also run the simulator on the same policy, workload, table, "
                              "seed and slots, and report its attainment")
+    parser.add_argument("--phase-spread", action="store_true",
+                        help="release responses later than T_E at the phase-spreading time "
+                             "(as the server's phase_spread); the simulator comparison too")
     parser.add_argument("--link-ms", type=float, default=2.0,
                         help="uplink and downlink delay each (ms); delta = 2 x this")
     parser.add_argument("--seed", type=int, default=0)
@@ -181,8 +185,10 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
     engine.start()
     try:
         engine.audit.keep_from = engine.clock.now() + warmup
+        spreader = (PhaseSpreader(lead=2 * link) if getattr(args, "phase_spread", False)
+                    else None)
         run = run_closed_loop(engine, plans, backend.example_inputs, duration, link_up=link,
-                              link_down=link)
+                              link_down=link, spreader=spreader)
     finally:
         engine.close(drain_timeout=2.0)
         if owned:
@@ -207,6 +213,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
         "rate_table": str(args.rate_table) if args.rate_table else "default",
         "rate_table_provenance": table.provenance,
         "time_scale": args.time_scale,
+        "phase_spread": spreader is not None,
+        "held": spreader.held if spreader is not None else 0,
         "host": platform.node(),
         "load_average": list(os.getloadavg()),
         "metrics": metrics.to_dict(),
@@ -233,7 +241,8 @@ def simulate_same(args: argparse.Namespace, slots: tuple[int, int, int],
                     noise=args.noise, cpu_prep=args.prepare_ms * 1e-3,
                     link_up=args.link_ms * 1e-3, link_down=args.link_ms * 1e-3,
                     tick=args.tick_ms * 1e-3, slots=slots,
-                    budgets_ms=tuple(args.budgets_ms) if args.budgets_ms else None)
+                    budgets_ms=tuple(args.budgets_ms) if args.budgets_ms else None,
+                    phase_spread=bool(getattr(args, "phase_spread", False)))
     return {"config": "xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
             "metrics": simulate(cfg).metrics.to_dict()}
 

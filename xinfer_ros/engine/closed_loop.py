@@ -4,7 +4,9 @@ Each robot has at most one request in flight and sends the next one at
 ``s_{j+1} = max(s_j + T_E, r_j)``. Budgets follow the simulator's workloads
 (``xinfer_ros.sim.workloads``), so the engine benchmark and the simulator replay the
 same budget patterns. Transport outside the server is modelled as fixed uplink and
-downlink delays (δ = up + down), matching the simulator's ``Link``.
+downlink delays (δ = up + down), matching the simulator's ``Link``. With a
+:class:`~xinfer_ros.core.phase_spread.PhaseSpreader` the server side releases each
+response at the spreader's time, as the ROS server and the simulator do.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.core.metrics import ResponseRecord
+from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineResult
 
@@ -81,6 +84,7 @@ def run_closed_loop(
     link_up: float = 0.002,
     link_down: float = 0.002,
     drain: float = 2.0,
+    spreader: PhaseSpreader | None = None,
 ) -> ClosedLoopRun:
     """Drive ``engine`` with closed-loop robots for ``duration`` engine seconds.
 
@@ -93,6 +97,7 @@ def run_closed_loop(
         link_up: robot → server delay (s).
         link_down: server → robot delay (s).
         drain: engine seconds to wait for in-flight requests after ``duration``.
+        spreader: phase-spreading release for OK responses (None: publish when ready).
 
     Returns:
         Every sent request with its result (unanswered ones have none).
@@ -111,8 +116,13 @@ def run_closed_loop(
     heapq.heapify(heap)
 
     def on_result(i: int, rec: Sent, result: EngineResult) -> None:
-        r = result.finished - t0 + link_down
+        ready = result.finished - t0
         with cond:
+            if spreader is not None and result.ok:
+                arrival = rec.send_time + link_up
+                ready = spreader.release_time(str(i), ready, arrival,
+                                              arrival + rec.budget - link_up - link_down)
+            r = ready + link_down
             rec.result, rec.response_time = result, r
             if result.ok:
                 previous[i] = result.actions
@@ -136,6 +146,8 @@ def run_closed_loop(
             k = sent_count[i]
             sent_count[i] += 1
             rec = Sent(i, t_submit - link_up, robots[i].budget(k))
+            if spreader is not None:
+                spreader.record_arrival(str(i), t_submit, rec.budget)
             run.sent.append(rec)
             in_flight[0] += 1
             prev = previous[i]
