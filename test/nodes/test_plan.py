@@ -1,6 +1,12 @@
 import pytest
 
-from xinfer_ros.nodes.plan import PlanError, build_fleet_plan, default_config, parse_robots
+from xinfer_ros.nodes.plan import (
+    PlanError,
+    build_fleet_plan,
+    config_file,
+    default_config,
+    parse_robots,
+)
 
 
 def test_parse_robots_from_count_list_and_string() -> None:
@@ -35,3 +41,11 @@ def test_plan_rejects_bad_backend_and_config(tmp_path) -> None:
     with pytest.raises(PlanError, match="cannot read"):
         build_fleet_plan(2, config=broken)
     assert default_config().is_file()
+
+
+def test_config_file_resolves_bare_names_beside_the_shipped_config(tmp_path) -> None:
+    assert config_file("rate_table_cpu_tiny.json") == \
+        str(default_config().parent / "rate_table_cpu_tiny.json")
+    own = tmp_path / "table.json"
+    assert config_file(str(own)) == str(own)
+    assert config_file("sub/table.json") == "sub/table.json"

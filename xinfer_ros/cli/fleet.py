@@ -39,7 +39,13 @@ from typing import Any
 import yaml
 
 from xinfer_ros.core.registry import SERVED_POLICIES
-from xinfer_ros.nodes.plan import BACKENDS, NodeSpec, PlanError, build_fleet_plan
+from xinfer_ros.nodes.plan import (
+    BACKENDS,
+    NodeSpec,
+    PlanError,
+    build_fleet_plan,
+    config_file,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -76,18 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config_file(name: str) -> str | None:
-    """A rate-table parameter as the server resolves it (``""``: the shipped default)."""
-    from xinfer_ros.nodes.plan import default_config
-
-    if not name:
-        return None
-    path = Path(name)
-    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
-        return str(path)
-    return str(default_config().parent / name)
-
-
 def simulate_fleet(server: dict[str, Any], robots: int, *, workload: str, seed: int,
                    duration: float, window: tuple[float, float]) -> dict[str, Any]:
     """The simulator's metrics for the fleet the server parameters describe.
@@ -99,9 +93,10 @@ def simulate_fleet(server: dict[str, Any], robots: int, *, workload: str, seed: 
 
     backend = server["backend"]
     slots = list(server.get(f"{backend}.slots", [0]))
+    table = server.get(f"{backend}.rate_table", "")  # "" = the shipped default
     cfg = SimConfig(policy=server["policy"], robots=robots, workload=workload, seed=seed,
                     duration=float(duration), window=window,
-                    rate_table=_config_file(server.get(f"{backend}.rate_table", "")),
+                    rate_table=config_file(table) if table else None,
                     noise=0.0, slots=None if slots == [0] else tuple(slots),
                     phase_spread=bool(server.get("phase_spread", False)))
     return {"config": {k: getattr(cfg, k) for k in (

@@ -55,7 +55,7 @@ from xinfer_ros.nodes.image_conversion import ImageConversionError, image_to_rgb
 from xinfer_ros.nodes.observations import ObservationError, RobotObservations, stamp_seconds
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import ParamSpec, declare_params
-from xinfer_ros.nodes.plan import parse_robots
+from xinfer_ros.nodes.plan import config_file, parse_robots
 from xinfer_ros.nodes.raw_image import RawImage
 from xinfer_ros.nodes.release import ReleaseScheduler
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
@@ -208,7 +208,7 @@ class InferenceServer(Node):
         from xinfer_ros.engine.types import EngineConfig
 
         name, slots = p[f"{p['backend']}.rate_table"], list(p[f"{p['backend']}.slots"])
-        table = load_rate_table(_config_path(name)) if name else default_rate_table()
+        table = load_rate_table(config_file(name)) if name else default_rate_table()
         if p["backend"] == "emulated":
             backend = make_backend("emulated", table=table)
         else:
@@ -474,18 +474,6 @@ class InferenceServer(Node):
         response.message = f"policy switched to {name}; live requests keep running"
         self.get_logger().info(response.message)
         return response
-
-
-def _config_path(name: str) -> str:
-    """A path as given, or a bare file name looked up in the shipped config/."""
-    from pathlib import Path
-
-    from xinfer_ros.nodes.plan import default_config
-
-    path = Path(name)
-    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
-        return str(path)
-    return str(default_config().parent / name)
 
 
 def _ms(value: float) -> float:

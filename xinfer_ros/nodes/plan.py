@@ -19,6 +19,7 @@ __all__ = [
     "NodeSpec",
     "PlanError",
     "build_fleet_plan",
+    "config_file",
     "default_config",
     "parse_robots",
 ]
@@ -39,6 +40,14 @@ def default_config() -> Path:
         return Path(get_package_share_directory(PACKAGE)) / "config" / "fleet.yaml"
     except (ImportError, LookupError):
         return DEFAULT_CONFIG
+
+
+def config_file(name: str) -> str:
+    """A path as given, or a bare file name looked up beside the shipped fleet.yaml."""
+    path = Path(name)
+    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
+        return str(path)
+    return str(default_config().parent / name)
 
 
 class PlanError(ValueError):
