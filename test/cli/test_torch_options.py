@@ -26,7 +26,7 @@ def test_both_tools_get_the_same_backend_options() -> None:
     cpu = min(available_cpus())
     args = parser.parse_args(["--action-processes", "2", "--main-cpus", str(cpu),
                               "--action-cpus", str(cpu)])
-    assert (args.model, args.device, args.threads) == ("tiny", "cpu", 1)
+    assert (args.model, args.device, args.threads) == ("pi0-tiny", "cpu", 1)
     assert args.action_processes == 2
     assert args.main_cpus == (cpu,) and args.action_cpus == (cpu,)
     with pytest.raises(SystemExit):

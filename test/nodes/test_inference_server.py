@@ -68,7 +68,8 @@ class Robot:
 def serving(**params):
     """A server on the emulated backend for r1 and r2, a peer node with stand-in robots."""
     rclpy.init()
-    values = {"robots": ["r1", "r2"], "backend": "emulated", "robot_timeout_s": 0.5, **params}
+    values = {"robots": ["r1", "r2"], "backend": "emulated", "model": "tiny",
+              "robot_timeout_s": 0.5, **params}
     server = InferenceServer(
         parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
     peer = rclpy.create_node("robots")

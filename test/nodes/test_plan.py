@@ -24,11 +24,15 @@ def test_plan_has_server_and_a_group_per_robot() -> None:
     assert (server.executable, server.namespace) == ("inference_server", "/")
     assert server.parameters["robots"] == ["r1", "r2"]
     assert server.parameters["backend"] == "emulated" and server.parameters["policy"] == "edf"
-    assert server.parameters["model"] == "tiny"  # from config/fleet.yaml
+    assert server.parameters["model"] == "pi0-tiny"  # from config/fleet.yaml
     groups = {(n.namespace, n.executable) for n in plan[1:]}
     assert groups == {(f"/{r}", e) for r in ("r1", "r2") for e in ("rtc_executor", "robot_sim")}
     sims = [n for n in plan if n.executable == "robot_sim"]
     assert [s.parameters["robot_index"] for s in sims] == [0, 1]
+    # The robots take the model's joints; π0 letterboxes their wide cameras.
+    assert all(s.parameters["action_dim"] == 14 for s in sims)
+    assert sims[0].parameters["camera_widths"] == [352, 320, 320]
+    assert plan[1].parameters == {"robot_id": "r1", "action_dim": 14}
     assert all(s.parameters["workload"] == "parcel" for s in sims)
     assert plan[1].module == "xinfer_ros.nodes.rtc_executor"
 
@@ -49,3 +53,21 @@ def test_config_file_resolves_bare_names_beside_the_shipped_config(tmp_path) -> 
     own = tmp_path / "table.json"
     assert config_file(str(own)) == str(own)
     assert config_file("sub/table.json") == "sub/table.json"
+
+
+def test_plan_fits_the_robots_to_the_model(tmp_path) -> None:
+    import yaml
+
+    own = tmp_path / "arm.yaml"
+    own.write_text(yaml.safe_dump({
+        "name": "arm", "family": "pi0", "transformers_config": {},
+        "robot": {"cameras": ["front", "wrist"], "state_dim": 7, "action_dim": 7}}))
+    plan = build_fleet_plan(1, backend="emulated", model=str(own))
+    server, executor, sim = plan
+    assert executor.parameters["action_dim"] == sim.parameters["action_dim"] == 7
+    assert server.parameters["cameras"] == 2 and len(sim.parameters["camera_widths"]) == 2
+    tiny = build_fleet_plan(1, backend="emulated", model="tiny")[2]
+    assert tiny.parameters["camera_widths"] == [352, 320, 320]
+    assert tiny.parameters["camera_height"] == 224
+    with pytest.raises(PlanError, match="no-such-model"):
+        build_fleet_plan(1, backend="emulated", model="no-such-model")

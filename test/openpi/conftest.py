@@ -67,7 +67,7 @@ def engine() -> Iterator[RecordingEngine]:
 
 @pytest.fixture
 def model() -> ModelSpec:
-    return ModelSpec.from_preset("tiny", (16, 14))
+    return ModelSpec.from_preset("tiny")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import websockets
 
 pytest.importorskip("rcl_interfaces.msg", reason="needs the ROS 2 interfaces (./env.sh)")
 
+from xinfer_ros.model.presets import model_io
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.openpi.client import OpenPIClient
 
@@ -22,6 +23,7 @@ class FakeNode:
     def __init__(self, engine: Any, **overrides: Any) -> None:
         self.engine = engine
         self.params = {"model": "tiny", "robots": ["robot_1"], "max_budget_ms": 10_000.0}
+        self.io = model_io("tiny")
         self._overrides = overrides
 
     def declare_parameter(self, name: str, default: Any, descriptor: Any = None) -> Any:

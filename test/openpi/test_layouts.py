@@ -18,7 +18,7 @@ from xinfer_ros.openpi.layouts import (
 )
 from xinfer_ros.openpi.options import parse_options
 
-MODEL = ModelSpec.from_preset("tiny", (16, 14))  # cameras 224x352, 224x320, 224x320
+MODEL = ModelSpec.from_preset("tiny")  # cameras 224x352, 224x320, 224x320
 
 
 def libero_obs(**over: object) -> dict[str, object]:

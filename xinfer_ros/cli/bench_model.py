@@ -1,14 +1,20 @@
-"""``xinfer-bench model``: per-stage latency and FLOPs of the reference VLA.
+"""``xinfer-bench model``: per-stage latency, FLOPs and π0 parity of a served model.
 
 Times CPU preparation, ViT, Prefill, Action (RTC-guided by default, d = 8) and output
 processing of one request at a time, back to back, on synthetic inputs, and counts the
-FLOPs of each stage on the meta device. On CUDA every stage is synchronised before its
-clock stops.
+FLOPs of each stage on the meta device. Works for every preset family (π0's ``pi0``,
+``pi0-tiny`` or a checkpoint directory; the reference ``tiny``, ``vla-2b``, ``pi05``).
+On CUDA every stage is synchronised before its clock stops.
+
+``--parity`` (π0 only) instead compares the stage split with transformers' own
+``PI0ForConditionalGeneration.sample_actions`` on identical tensors and weights, for
+``--iters`` requests with different inputs and noise, and reports ``max_abs_diff``;
+the exit status is 1 when it exceeds 1e-5.
 
 The "cpu med" column is the calling thread's CPU time (meaningful on CPU with one
 thread): on a shared machine it separates the work from the wait for a core.
 
-CPU threads: the default is one intra-op thread. The tiny preset's matrices are so
+CPU threads: the default is one intra-op thread. The tiny presets' matrices are so
 small that a second OpenMP thread only adds synchronisation, and on a machine shared
 with other work a spinning second thread can stall for milliseconds.
 """
@@ -32,9 +38,12 @@ STAGES: tuple[str, ...] = ("prepare", "vit", "prefill", "action", "output")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``model`` benchmark's options to ``parser``."""
-    parser.add_argument("--model", default="tiny", help="preset name or YAML path (tiny)")
-    parser.add_argument("--checkpoint", default=None, help="load weights from this directory")
+    parser.add_argument("--model", default="pi0-tiny",
+                        help="preset name or YAML path (pi0-tiny)")
+    parser.add_argument("--model-path", "--checkpoint", dest="model_path", default=None,
+                        metavar="DIR", help="load weights from this checkpoint directory")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", default=None, help="parameter dtype (preset default)")
     parser.add_argument("--iters", type=int, default=50, help="timed requests (50)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed requests first (5)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1)")
@@ -46,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="count FLOPs on the meta device without building weights or timing",
     )
+    parser.add_argument("--parity", action="store_true",
+                        help="π0: compare the stage split with transformers' sample_actions")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write results here")
 
 
@@ -67,23 +78,23 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
+def _load(args: argparse.Namespace) -> Any:
+    import torch
+
+    from xinfer_ros.model.serving import load_stage_model
+
+    torch.set_num_threads(max(1, args.threads))
+    return load_stage_model(args.model, model_path=args.model_path, device=args.device,
+                            dtype=args.dtype)
+
+
 def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from xinfer_ros.model import stages
-    from xinfer_ros.model.config import load_preset
-    from xinfer_ros.model.processing import postprocess_actions, prepare_request
-    from xinfer_ros.model.request import RequestState
     from xinfer_ros.model.synthetic import synthetic_inputs
-    from xinfer_ros.model.vla import ReferenceVLA
 
-    torch.set_num_threads(max(1, args.threads))
-    if args.checkpoint:
-        model = ReferenceVLA.from_pretrained(args.checkpoint, device=args.device)
-    else:
-        model = ReferenceVLA.build(load_preset(args.model), device=args.device)
-    config = model.config
-    inputs = synthetic_inputs(config)
+    model = _load(args)
+    inputs = synthetic_inputs(model.io)
     sync = _sync(args.device)
     times: dict[str, list[float]] = {name: [] for name in (*STAGES, "request")}
     cpu_times: dict[str, list[float]] = {name: [] for name in (*STAGES, "request")}
@@ -91,28 +102,22 @@ def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
     for i in range(args.warmup + args.iters):
         t0 = time.perf_counter()
         c0 = time.thread_time()
-        prepared = prepare_request(
-            config,
-            model.tokenizer,
-            inputs.images,
-            inputs.instruction,
-            inputs.state,
+        state = model.prepare(
+            inputs.images, inputs.instruction, inputs.state,
             prev_chunk=None if args.no_rtc else inputs.prev_chunk,
-            d=0 if args.no_rtc else args.d,
-            seed=i,
-        )
-        req = RequestState(prepared)
+            d=0 if args.no_rtc else args.d, seed=i)
         marks = [t0, time.perf_counter()]
         cpu_marks = [c0, time.thread_time()]
-        for stage in (stages.vit, stages.prefill, stages.action):
-            stage(model, req)
+        for stage in (model.vit, model.prefill, model.action):
+            stage(state)
             sync()
             marks.append(time.perf_counter())
             cpu_marks.append(time.thread_time())
-        postprocess_actions(req.actions, config, prepared.rtc)
+        model.finish(state)
         marks.append(time.perf_counter())
         cpu_marks.append(time.thread_time())
-        prefix_len = req.prefix_len
+        prefix_len = model.prefix_length(state)
+        model.release(state)
         if i < args.warmup:
             continue
         for name, start, end in zip(STAGES, marks[:-1], marks[1:], strict=True):
@@ -122,7 +127,9 @@ def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
             cpu_times[name].append((end - start) * 1e3)
         cpu_times["request"].append((cpu_marks[-1] - cpu_marks[0]) * 1e3)
     return {
-        "config": config,
+        "model": model.io.name,
+        "horizon": model.io.horizon,
+        "dtype": str(model.dtype).removeprefix("torch."),
         "params": model.num_parameters_by_stage(),
         "prefix_len": prefix_len,
         "timings": {name: _summary(vals) for name, vals in times.items()},
@@ -133,47 +140,87 @@ def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _flops_only(args: argparse.Namespace) -> int:
-    from xinfer_ros.model.config import load_preset
-    from xinfer_ros.model.flops import count_stage_flops
-    from xinfer_ros.model.vla import ReferenceVLA
+def _write(path: str | None, payload: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
-    config = load_preset(args.model)
-    flops = count_stage_flops(config, rtc=not args.no_rtc, d=args.d)
-    params = ReferenceVLA.build(config, device="meta").num_parameters_by_stage()
-    print(f"model={config.name} prefix_len={flops['prefix_len']} (FLOPs only, meta device)")
+
+def _flops_only(args: argparse.Namespace) -> int:
+    from xinfer_ros.model.flops import count_stage_flops
+    from xinfer_ros.model.serving import load_stage_model
+
+    flops = count_stage_flops(args.model, rtc=not args.no_rtc, d=args.d,
+                              model_path=args.model_path)
+    model = load_stage_model(args.model, model_path=args.model_path, device="meta")
+    params = model.num_parameters_by_stage()
+    print(f"model={model.io.name} prefix_len={flops['prefix_len']} (FLOPs only, meta device)")
     print(f"{'stage':<10}{'GFLOP':>11}{'params M':>10}")
     for name in ("vit", "prefill", "action"):
         print(f"{name:<10}{flops[name] / 1e9:11.3f}{params[name] / 1e6:10.2f}")
-    if args.json:
-        payload = {
-            "model": config.name,
-            "prefix_len": flops["prefix_len"],
-            "rtc_d": None if args.no_rtc else args.d,
-            "flops": {k: v for k, v in flops.items() if k != "prefix_len"},
-            "params": params,
-        }
-        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    _write(args.json, {
+        "model": model.io.name,
+        "prefix_len": flops["prefix_len"],
+        "rtc_d": None if args.no_rtc else args.d,
+        "flops": {k: v for k, v in flops.items() if k != "prefix_len"},
+        "params": params,
+    })
     return 0
+
+
+def _parity(args: argparse.Namespace) -> int:
+    import torch
+
+    from xinfer_ros.model.pi0.checkpoint import build_model
+    from xinfer_ros.model.pi0.parity import PARITY_TOLERANCE, check_parity, parity_request
+    from xinfer_ros.model.pi0.preset import Pi0Preset, resolve_pi0
+    from xinfer_ros.model.presets import load_model_preset
+
+    preset = load_model_preset(args.model)
+    if not isinstance(preset, Pi0Preset):
+        print(f"xinfer-bench model: --parity compares with transformers' PI0; "
+              f"{args.model!r} is not a π0 preset")
+        return 2
+    torch.set_num_threads(max(1, args.threads))
+    # Model units only: the directory needs weights and a config, no tokenizer or stats.
+    config, spec = resolve_pi0(preset, args.model_path, strict=False)
+    model = build_model(config, spec, device=args.device, dtype=args.dtype)
+    results = [check_parity(model, parity_request(spec, seed)) for seed in
+               range(max(1, args.iters))]
+    worst = max(r.max_abs_diff for r in results)
+    ok = worst <= PARITY_TOLERANCE
+    source = args.model_path or f"preset {args.model} (random weights)"
+    print(f"parity of {source}: {len(results)} requests, chunk {list(results[0].shape)}, "
+          f"max_abs_diff={worst:.3e} (largest |action| {max(r.max_abs_value for r in results):.3f}"
+          f"; tolerance {PARITY_TOLERANCE:g}) -> {'OK' if ok else 'FAIL'}")
+    _write(args.json, {
+        "model": spec.name, "model_path": args.model_path, "device": args.device,
+        "dtype": str(model.dtype).removeprefix("torch."), "requests": len(results),
+        "shape": list(results[0].shape), "max_abs_diff": worst,
+        "per_request": [r.max_abs_diff for r in results], "tolerance": PARITY_TOLERANCE,
+        "ok": ok,
+    })
+    return 0 if ok else 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print a table and optionally write JSON; return 0."""
     from xinfer_ros.model.flops import count_stage_flops
 
+    if args.parity:
+        return _parity(args)
     if args.flops_only:
         return _flops_only(args)
     result = _time_requests(args)
-    config = result["config"]
     flops: dict[str, int] = {}
     if not args.no_flops:
-        flops = count_stage_flops(config, rtc=not args.no_rtc, d=args.d)
+        flops = count_stage_flops(args.model, rtc=not args.no_rtc, d=args.d,
+                                  model_path=args.model_path)
     timings = result["timings"]
     gpu_total = sum(timings[s]["median_ms"] for s in ("vit", "prefill", "action"))
     print(
-        f"model={config.name} device={args.device} threads={result['threads']} "
-        f"iters={args.iters} prefix_len={result['prefix_len']} "
-        f"rtc={'off' if args.no_rtc else f'd={args.d}'}"
+        f"model={result['model']} device={args.device} dtype={result['dtype']} "
+        f"threads={result['threads']} iters={args.iters} prefix_len={result['prefix_len']} "
+        f"H={result['horizon']} rtc={'off' if args.no_rtc else f'd={args.d}'}"
     )
     print(
         f"{'stage':<10}{'median ms':>11}{'p99 ms':>10}{'cpu med':>9}{'share':>8}"
@@ -193,19 +240,20 @@ def run(args: argparse.Namespace) -> int:
             f"{name:<10}{row['median_ms']:11.2f}{row['p99_ms']:10.2f}{cpu_med:9.2f}{share:>8}"
             f"{gflop:>11}{params:>10}"
         )
-    if args.json:
-        payload = {
-            "model": config.name,
-            "device": args.device,
-            "threads": result["threads"],
-            "iters": args.iters,
-            "warmup": args.warmup,
-            "rtc_d": None if args.no_rtc else args.d,
-            "prefix_len": result["prefix_len"],
-            "timings_ms": timings,
-            "cpu_timings_ms": result["cpu_timings"],
-            "flops": {k: v for k, v in flops.items() if k != "prefix_len"},
-            "params": result["params"],
-        }
-        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    _write(args.json, {
+        "model": result["model"],
+        "model_path": args.model_path,
+        "device": args.device,
+        "dtype": result["dtype"],
+        "threads": result["threads"],
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "rtc_d": None if args.no_rtc else args.d,
+        "prefix_len": result["prefix_len"],
+        "horizon": result["horizon"],
+        "timings_ms": timings,
+        "cpu_timings_ms": result["cpu_timings"],
+        "flops": {k: v for k, v in flops.items() if k != "prefix_len"},
+        "params": result["params"],
+    })
     return 0

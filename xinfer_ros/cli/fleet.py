@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="model backend (default: config/fleet.yaml)")
     p.add_argument("--model", default=None, help="model preset (default: config)")
+    p.add_argument("--model-path", default=None, metavar="DIR",
+                   help="checkpoint directory of the model (π0: either layout)")
     p.add_argument("--policy", choices=POLICIES, default=None, help="scheduling policy")
     p.add_argument("--workload", choices=WORKLOADS, default="phases",
                    help="budget pattern of the simulated robots")
@@ -232,6 +234,7 @@ def run_fleet(args: argparse.Namespace) -> int:
 
     try:
         plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
+                                model_path=args.model_path,
                                 policy=args.policy, workload=args.workload,
                                 config=args.config, seed=args.seed,
                                 camera_rate_hz=args.camera_rate)

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start server, executors and simulated robots (xinfer-fleet's plan)")
     fleet.add_argument("--backend", choices=BACKENDS, default=None, help="model backend")
     fleet.add_argument("--model", default=None, help="model preset")
+    fleet.add_argument("--model-path", default=None, metavar="DIR",
+                       help="checkpoint directory of the model (π0: either layout)")
     fleet.add_argument("--policy", default=None, help="scheduling policy")
     fleet.add_argument("--workload", default="phases", help="budget pattern of the robots")
     fleet.add_argument("--config", type=Path, default=None, help="server parameter file")
@@ -111,7 +113,8 @@ def _start_fleet(args: argparse.Namespace, env: dict[str, str],
     from xinfer_ros.cli.fleet import _spawn
 
     plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
-                            policy=args.policy, workload=args.workload, config=args.config,
+                            model_path=args.model_path, policy=args.policy,
+                            workload=args.workload, config=args.config,
                             seed=args.seed)
     return {f"{spec.namespace.strip('/') or 'server'}/{spec.name}": _spawn(spec, logs, env)
             for spec in plan}

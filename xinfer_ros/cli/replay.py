@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="replay into a server that is already running (do not start one)")
     srv.add_argument("--backend", choices=BACKENDS, default=None, help="model backend")
     srv.add_argument("--model", default=None, help="model preset")
+    srv.add_argument("--model-path", default=None, metavar="DIR",
+                     help="checkpoint directory of the model (π0: either layout)")
     srv.add_argument("--policy", default=None, help="scheduling policy")
     srv.add_argument("--device", default=None, help="torch device")
     srv.add_argument("--config", type=Path, default=None, help="server parameter file")
@@ -125,7 +127,8 @@ def _start_server(args: argparse.Namespace, robots: list[str], env: dict[str, st
                   workdir: Path) -> subprocess.Popen:
     from xinfer_ros.cli.fleet import _spawn
 
-    spec = build_fleet_plan(robots, backend=args.backend, model=args.model, policy=args.policy,
+    spec = build_fleet_plan(robots, backend=args.backend, model=args.model,
+                            model_path=args.model_path, policy=args.policy,
                             config=args.config)[0]
     if args.device:
         spec.parameters["device"] = args.device
@@ -137,7 +140,8 @@ def _server_info(args: argparse.Namespace) -> dict[str, Any]:
         return {"server": "running"}
     try:
         params = build_fleet_plan(1, backend=args.backend, model=args.model,
-                                  policy=args.policy, config=args.config)[0].parameters
+                                  model_path=args.model_path, policy=args.policy,
+                                  config=args.config)[0].parameters
     except PlanError:
         return {"server": "started"}
     return {"server": "started", "backend": params.get("backend"), "model": params.get("model"),

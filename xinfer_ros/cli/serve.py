@@ -4,7 +4,7 @@ Builds a backend and a :class:`~xinfer_ros.engine.engine.StageEngine` under the 
 scheduling policy and serves it on an openpi-compatible endpoint (see
 :mod:`xinfer_ros.openpi.server`)::
 
-    xinfer-serve --openpi --port 8000 --backend torch --model tiny --policy xinfer
+    xinfer-serve --openpi --port 8000 --backend torch --model pi0-tiny --policy xinfer
     # client (openpi-client from PyPI):
     #   WebsocketClientPolicy(host="127.0.0.1", port=8000).infer(obs)["actions"]
 
@@ -38,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port)")
     p.add_argument("--backend", choices=("emulated", "torch"), default="torch")
-    p.add_argument("--model", default="tiny", help="model preset (config/models/<name>.yaml)")
+    p.add_argument("--model", default="pi0-tiny",
+                   help="model preset: config/models/<name>.yaml or a YAML path (pi0-tiny)")
+    p.add_argument("--model-path", default="",
+                   help="π0 checkpoint directory (transformers' or lerobot's layout)")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
     p.add_argument("--policy", choices=("fifo", "edf", "slack_gate", "xinfer"),
                    default="xinfer", help="scheduling policy")
@@ -67,15 +70,15 @@ def _build_engine(args: argparse.Namespace) -> Any:
     from xinfer_ros.engine.backends import make_backend
     from xinfer_ros.engine.engine import StageEngine
     from xinfer_ros.engine.types import EngineConfig
-    from xinfer_ros.model.config import load_preset
+    from xinfer_ros.model.presets import model_io
 
     table = load_rate_table(args.rate_table) if args.rate_table else default_rate_table()
     if args.backend == "emulated":
-        action = load_preset(args.model).action
         backend = make_backend("emulated", table=table,
-                               action_shape=(action.horizon, action.action_dim))
+                               io=model_io(args.model, args.model_path or None))
     else:
-        backend = make_backend("torch", model=args.model, device=args.device)
+        backend = make_backend("torch", model=args.model, device=args.device,
+                               model_path=args.model_path or None)
     return StageEngine(backend, args.policy, EngineConfig(max_live=args.max_live),
                        rate_table=table)
 
@@ -128,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     engine.start()
     try:
-        model = ModelSpec.from_preset(args.model, engine.backend.action_shape)
+        model = ModelSpec.from_io(engine.backend.io)
         asyncio.run(_serve(OpenPIServer(engine, model, config), args.host))
     except OSError as exc:  # typically: the port is taken
         print(f"xinfer-serve: {exc}", file=sys.stderr)

@@ -34,8 +34,10 @@ def stage_counts(minimum: int | None = None) -> Callable[[str], tuple[int, int, 
 
 def add_torch_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the model, device, thread, Action-process and CPU-pinning options."""
-    parser.add_argument("--model", default="tiny",
-                        help="model preset or YAML path (torch backend)")
+    parser.add_argument("--model", default="pi0-tiny",
+                        help="model preset or YAML path (torch backend; pi0-tiny)")
+    parser.add_argument("--model-path", default=None, metavar="DIR",
+                        help="checkpoint directory (π0: transformers' or lerobot's layout)")
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default=None, help="parameter dtype (preset default)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per CPU lane")
@@ -57,6 +59,6 @@ def make_torch_backend(args: argparse.Namespace) -> Backend:
     pinning).
     """
     return make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
-                        threads=args.threads,
+                        threads=args.threads, model_path=getattr(args, "model_path", None),
                         action_processes=getattr(args, "action_processes", 0),
                         action_cpus=getattr(args, "action_cpus", None))

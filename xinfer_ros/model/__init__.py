@@ -1,6 +1,19 @@
-"""Reference VLA model in torch + transformers: ViT, backbone prefill, action expert.
+"""The served models: transformers' π0 and the paper-shaped reference VLA.
 
-Public API (one request; see :mod:`xinfer_ros.model.stages` for the full picture)::
+Every model is served through one interface, :class:`~xinfer_ros.model.serving.
+StageModel` (prepare on the CPU, ViT / Prefill / Action on the device, finish on the
+CPU), built from a preset by :func:`~xinfer_ros.model.serving.load_stage_model`::
+
+    from xinfer_ros.model import load_stage_model, model_io
+
+    model = load_stage_model("pi0-tiny")        # or "pi0", model_path="/ckpt"
+    state = model.prepare(images, instruction, joints, prev_chunk=prev, d=8, seed=7)
+    model.vit(state); model.prefill(state); model.action(state)
+    chunk = model.finish(state)                 # (H, D) float64, robot units
+
+The π0 family lives in :mod:`xinfer_ros.model.pi0`. The reference VLA (``tiny``,
+``vla-2b``, ``pi05``) keeps its own functional API (one request; see
+:mod:`xinfer_ros.model.stages`)::
 
     from xinfer_ros.model import (ReferenceVLA, RequestState, load_preset,
                                   prepare_request, vit, prefill, action,
@@ -25,20 +38,26 @@ from typing import Any
 
 __all__ = [
     "ByteTokenizer",
+    "CheckpointError",
     "ChunkShapeError",
     "CommitLengthError",
     "ImageError",
     "InputError",
+    "ModelError",
+    "ModelIO",
     "PreparedRequest",
     "RTCInputs",
     "ReferenceVLA",
     "RequestState",
+    "StageModel",
     "StageOrderError",
     "StateError",
     "VLAConfig",
     "action",
     "count_stage_flops",
     "load_preset",
+    "load_stage_model",
+    "model_io",
     "postprocess_actions",
     "prefill",
     "prepare_request",
@@ -49,13 +68,19 @@ __all__ = [
 
 _LOCATIONS: dict[str, str] = {
     "ByteTokenizer": "tokenizer",
+    "CheckpointError": "errors",
     "ChunkShapeError": "errors",
+    "ModelError": "errors",
+    "ModelIO": "presets",
+    "model_io": "presets",
+    "StageModel": "serving",
+    "load_stage_model": "serving",
     "CommitLengthError": "errors",
     "ImageError": "errors",
     "InputError": "errors",
     "StateError": "errors",
     "PreparedRequest": "processing",
-    "RTCInputs": "processing",
+    "RTCInputs": "rtc_inputs",
     "postprocess_actions": "processing",
     "prepare_request": "processing",
     "ReferenceVLA": "vla",

@@ -17,6 +17,7 @@ import yaml
 
 __all__ = [
     "PRESET_DIR",
+    "REFERENCE_FAMILY",
     "ActionSpec",
     "BackboneSpec",
     "CameraSpec",
@@ -26,7 +27,11 @@ __all__ = [
     "VisionSpec",
     "available_presets",
     "load_preset",
+    "preset_file",
 ]
+
+#: ``family`` of a reference-model preset (also the default when a file names none).
+REFERENCE_FAMILY = "reference"
 
 #: Directory of the shipped presets (``<repo>/config/models``).
 PRESET_DIR: Path = Path(__file__).resolve().parents[2] / "config" / "models"
@@ -266,8 +271,8 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def load_preset(name_or_path: str | Path) -> VLAConfig:
-    """Load a preset by name (``tiny``, ``vla-2b``, ``pi05``) or by YAML path.
+def preset_file(name_or_path: str | Path) -> Path:
+    """The YAML file of a preset given by name (``tiny``, ``pi0``, ...) or by path.
 
     Raises:
         FileNotFoundError: If neither a preset nor a file of that name exists.
@@ -279,4 +284,21 @@ def load_preset(name_or_path: str | Path) -> VLAConfig:
         raise FileNotFoundError(
             f"no model preset {name_or_path!r}; available: {available_presets()}"
         )
-    return VLAConfig.from_yaml(path)
+    return path
+
+
+def load_preset(name_or_path: str | Path) -> VLAConfig:
+    """Load a reference-model preset by name (``tiny``, ``vla-2b``, ``pi05``) or YAML path.
+
+    Raises:
+        FileNotFoundError: If neither a preset nor a file of that name exists.
+        ValueError: If the preset is not a reference-model preset (e.g. ``pi0``).
+    """
+    path = preset_file(name_or_path)
+    with path.open(encoding="utf-8") as handle:
+        data = yaml.safe_load(handle)
+    family = data.get("family", REFERENCE_FAMILY) if isinstance(data, dict) else None
+    if family != REFERENCE_FAMILY:
+        raise ValueError(f"model preset {name_or_path!r} is of family {family!r}, not the "
+                         "reference VLA; load it with xinfer_ros.model.presets")
+    return VLAConfig.from_dict({k: v for k, v in data.items() if k != "family"})

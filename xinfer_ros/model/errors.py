@@ -1,21 +1,42 @@
-"""Exceptions raised while preparing a request, before any model work runs.
+"""Exceptions of the model layer, under one root, :class:`ModelError`.
 
-Every class carries ``field``: the name of the offending request field, so a server
-can return it in a non-ok chunk status without parsing the message.
+:class:`InputError` and its subclasses are raised while preparing a request, before
+any model work runs; each carries ``field``, the name of the offending request field,
+so a server can return it in a non-ok chunk status without parsing the message.
+:class:`CheckpointError` is raised at start-up when a model directory, its
+configuration, tokenizer or statistics cannot be used; it names the path.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "ChunkShapeError",
     "CommitLengthError",
     "ImageError",
     "InputError",
+    "ModelError",
     "StateError",
 ]
 
 
-class InputError(ValueError):
+class ModelError(Exception):
+    """Root of the model layer's exceptions."""
+
+
+class CheckpointError(ModelError, ValueError):
+    """A model directory (or a file in it) cannot be served.
+
+    Attributes:
+        path: The directory or file at fault.
+    """
+
+    def __init__(self, path: object, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+
+
+class InputError(ModelError, ValueError):
     """A request field is malformed.
 
     Attributes:

@@ -18,10 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from xinfer_ros.model import stages
 from xinfer_ros.model.config import VLAConfig
-from xinfer_ros.model.processing import prepare_request
-from xinfer_ros.model.request import RequestState
+from xinfer_ros.model.serving import ReferenceStageModel, StageModel, load_stage_model
 from xinfer_ros.model.synthetic import synthetic_inputs
 from xinfer_ros.model.vla import ReferenceVLA
 
@@ -51,41 +49,38 @@ class StageFlopCounter(TorchDispatchMode):
         return out
 
 
-def stage_flops_of(model: ReferenceVLA, req: RequestState) -> dict[str, int]:
-    """Run the three stages of ``req`` on ``model`` and count each stage's FLOPs."""
+def stage_flops_of(model: StageModel, state: Any) -> dict[str, int]:
+    """Run the three stages of ``state`` on ``model`` and count each stage's FLOPs."""
     result: dict[str, int] = {}
-    for name, fn in (("vit", stages.vit), ("prefill", stages.prefill), ("action", stages.action)):
+    for name, fn in (("vit", model.vit), ("prefill", model.prefill), ("action", model.action)):
         counter = StageFlopCounter()
-        with counter:
-            fn(model, req)
+        with counter, torch.no_grad():
+            fn(state)
         result[name] = counter.total
     return result
 
 
-def count_stage_flops(config: VLAConfig, rtc: bool = True, d: int = 8) -> dict[str, int]:
-    """FLOPs of one request per stage for ``config`` (meta device, no weights).
+def count_stage_flops(model: str | VLAConfig, rtc: bool = True, d: int = 8,
+                      model_path: str | None = None) -> dict[str, int]:
+    """FLOPs of one request per stage (meta device, no weights).
 
     Args:
-        config: Model configuration.
+        model: A preset name or YAML path (any family), or a reference configuration.
         rtc: Count a request with a previous chunk (guided Action: forward + VJP).
         d: Commit length of that request.
+        model_path: A π0 checkpoint directory whose configuration replaces the
+            preset's shapes (its weights are not read).
 
     Returns:
         ``{"vit": ..., "prefill": ..., "action": ..., "prefix_len": ...}``.
     """
-    model = ReferenceVLA.build(config, device="meta")
-    inputs = synthetic_inputs(config)
-    prepared = prepare_request(
-        config,
-        model.tokenizer,
-        inputs.images,
-        inputs.instruction,
-        inputs.state,
-        prev_chunk=inputs.prev_chunk if rtc else None,
-        d=d if rtc else 0,
-    )
-    req = RequestState(prepared)
-    with torch.no_grad():
-        flops = stage_flops_of(model, req)
-    flops["prefix_len"] = req.prefix_len
+    if isinstance(model, VLAConfig):
+        served: StageModel = ReferenceStageModel(ReferenceVLA.build(model, device="meta"))
+    else:
+        served = load_stage_model(model, model_path=model_path, device="meta")
+    inputs = synthetic_inputs(served.io)
+    state = served.prepare(inputs.images, inputs.instruction, inputs.state,
+                           prev_chunk=inputs.prev_chunk if rtc else None, d=d if rtc else 0)
+    flops = stage_flops_of(served, state)
+    flops["prefix_len"] = served.prefix_length(state)
     return flops

@@ -22,19 +22,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-import cv2
 import numpy as np
 
 from xinfer_ros.model.config import CameraSpec, VLAConfig
-from xinfer_ros.model.errors import (
-    ChunkShapeError,
-    CommitLengthError,
-    ImageError,
-    InputError,
-    StateError,
-)
+from xinfer_ros.model.errors import ImageError, InputError, StateError
+from xinfer_ros.model.images import ImageInput, decode_image, fit_image, normalize_image
+from xinfer_ros.model.rtc_inputs import RTCInputs, build_rtc_inputs
 from xinfer_ros.model.tokenizer import ByteTokenizer
-from xinfer_ros.rtc.masks import align_previous_chunk, guidance_weights, prefix_weights
 
 __all__ = [
     "ASPECT_TOLERANCE",
@@ -55,31 +49,6 @@ __all__ = [
 #: Largest relative aspect-ratio mismatch accepted before resizing (resizing beyond it
 #: would distort the scene the policy sees).
 ASPECT_TOLERANCE: float = 0.02
-
-ImageInput = np.ndarray | bytes | bytearray | memoryview
-
-
-@dataclasses.dataclass(frozen=True)
-class RTCInputs:
-    """Real-time chunking inputs of one request, already validated and aligned.
-
-    Attributes:
-        aligned_raw: Previous chunk on the new chunk's time axis, robot units ``(H, D)``.
-        aligned_norm: The same in model (normalised) units, float32.
-        weights: Guidance mask ``(H,)`` (soft or hard), float32.
-        frozen: Committed keyframes d (copied exactly into the output).
-        overlap: Keyframes covered by the previous chunk.
-        mode: ``"soft"`` or ``"hard"``.
-        step_weights: Guidance weight per Euler step ``(K,)``.
-    """
-
-    aligned_raw: np.ndarray
-    aligned_norm: np.ndarray
-    weights: np.ndarray
-    frozen: int
-    overlap: int
-    mode: str
-    step_weights: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,28 +71,6 @@ class PreparedRequest:
     seed: int
 
 
-def decode_image(image: ImageInput, field: str) -> np.ndarray:
-    """Return an ``HxWx3`` uint8 RGB array from an array or encoded bytes.
-
-    Raises:
-        ImageError: If bytes do not decode or the array has the wrong rank, channel
-            count or dtype.
-    """
-    if isinstance(image, bytes | bytearray | memoryview):
-        buf = np.frombuffer(bytes(image), dtype=np.uint8)
-        decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
-        if decoded is None:
-            raise ImageError(field, "encoded image could not be decoded")
-        return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
-    if not isinstance(image, np.ndarray):
-        raise ImageError(field, f"expected a numpy array or encoded bytes, got {type(image)}")
-    if image.ndim != 3 or image.shape[2] != 3:
-        raise ImageError(field, f"expected HxWx3 RGB channels, got shape {image.shape}")
-    if image.dtype != np.uint8:
-        raise ImageError(field, f"expected dtype uint8, got {image.dtype}")
-    return image
-
-
 def resize_image(image: np.ndarray, camera: CameraSpec, patch_size: int, field: str) -> np.ndarray:
     """Resize to the camera's model input size after checking the aspect ratio.
 
@@ -144,15 +91,7 @@ def resize_image(image: np.ndarray, camera: CameraSpec, patch_size: int, field: 
             f"size {height}x{width} does not match camera {camera.name} "
             f"({camera.height}x{camera.width}) aspect ratio",
         )
-    shrink = height * width > camera.height * camera.width
-    interp = cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
-    return cv2.resize(image, (camera.width, camera.height), interpolation=interp)
-
-
-def normalize_image(image: np.ndarray) -> np.ndarray:
-    """Return ``(3, H, W)`` float32 pixels in ``[-1, 1]`` (SigLIP normalisation)."""
-    pixels = image.astype(np.float32) * np.float32(1.0 / 127.5) - np.float32(1.0)
-    return np.ascontiguousarray(pixels.transpose(2, 0, 1))
+    return fit_image(image, camera.height, camera.width, "stretch")
 
 
 def group_cameras(
@@ -250,48 +189,13 @@ def prepare_rtc(
         ChunkShapeError: If the previous chunk is not a finite ``(H, D)`` array.
         InputError: On an unknown mode.
     """
-    horizon, action_dim = config.action.horizon, config.action.action_dim
-    if isinstance(d, bool) or not isinstance(d, int | np.integer) or not 0 <= d <= horizon:
-        raise CommitLengthError("d", f"must be an integer in [0, H={horizon}], got {d!r}")
-    if mode not in ("soft", "hard"):
-        raise InputError("rtc_mode", f"must be 'soft' or 'hard', got {mode!r}")
-    if prev_chunk is None:
-        return None
-    prev = np.asarray(prev_chunk, dtype=np.float64)
-    if prev.shape != (horizon, action_dim):
-        raise ChunkShapeError(
-            "prev_chunk", f"expected shape (H, D) = ({horizon}, {action_dim}), got {prev.shape}"
-        )
-    if not np.all(np.isfinite(prev)):
-        raise ChunkShapeError("prev_chunk", "contains NaN or Inf")
-    if (
-        isinstance(prev_shift, bool)
-        or not isinstance(prev_shift, int | np.integer)
-        or not 0 <= prev_shift <= horizon
-    ):
-        raise CommitLengthError(
-            "prev_shift", f"must be an integer in [0, H={horizon}], got {prev_shift!r}"
-        )
-    if d > horizon - prev_shift:
-        raise CommitLengthError(
-            "d", f"{d} exceeds the overlap H - prev_shift = {horizon - prev_shift}"
-        )
-    aligned, overlap = align_previous_chunk(prev, int(prev_shift))
-    mean = _per_dim(config.norm.action_mean, action_dim, 0.0, "action_mean")
-    std = _per_dim(config.norm.action_std, action_dim, 1.0, "action_std")
-    aligned_norm = ((aligned - mean) / std).astype(np.float32)
-    aligned_norm[overlap:] = 0.0
-    weights = prefix_weights(horizon, int(d), overlap, mode)  # type: ignore[arg-type]
-    steps = guidance_weights(config.action.num_steps, config.action.beta if beta is None else beta)
-    return RTCInputs(
-        aligned_raw=aligned,
-        aligned_norm=aligned_norm,
-        weights=weights.astype(np.float32),
-        frozen=int(d),
-        overlap=overlap,
-        mode=mode,
-        step_weights=steps.astype(np.float32),
-    )
+    spec = config.action
+    mean = _per_dim(config.norm.action_mean, spec.action_dim, 0.0, "action_mean")
+    std = _per_dim(config.norm.action_std, spec.action_dim, 1.0, "action_std")
+    return build_rtc_inputs(
+        prev_chunk, d, horizon=spec.horizon, action_dim=spec.action_dim,
+        num_steps=spec.num_steps, beta=spec.beta if beta is None else beta,
+        normalize=lambda aligned: (aligned - mean) / std, prev_shift=prev_shift, mode=mode)
 
 
 def prepare_request(

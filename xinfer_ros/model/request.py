@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Any
 
 import torch
 from transformers import DynamicCache
 
 from xinfer_ros.model.processing import PreparedRequest
 
-__all__ = ["RequestState", "StageOrderError", "StageProgress"]
+__all__ = ["RequestState", "StageOrderError", "StageProgress", "StagedState"]
 
 
 class StageOrderError(RuntimeError):
@@ -26,8 +27,23 @@ class StageProgress(enum.IntEnum):
     DONE = 3
 
 
+class StagedState:
+    """Stage ordering of a request state: needs ``progress`` and ``prepared.request_id``."""
+
+    progress: StageProgress
+    prepared: Any
+
+    def expect(self, stage: StageProgress) -> None:
+        """Raise :class:`StageOrderError` unless ``stage`` is the next one."""
+        if self.progress is not stage:
+            raise StageOrderError(
+                f"request {self.prepared.request_id!r}: cannot run {stage.name}, "
+                f"next stage is {self.progress.name}"
+            )
+
+
 @dataclasses.dataclass
-class RequestState:
+class RequestState(StagedState):
     """Everything one request owns between stages; no state is shared across requests.
 
     Attributes:
@@ -45,14 +61,6 @@ class RequestState:
     prefix_len: int = 0
     actions: torch.Tensor | None = None
     progress: StageProgress = StageProgress.VIT
-
-    def expect(self, stage: StageProgress) -> None:
-        """Raise :class:`StageOrderError` unless ``stage`` is the next one."""
-        if self.progress is not stage:
-            raise StageOrderError(
-                f"request {self.prepared.request_id!r}: cannot run {stage.name}, "
-                f"next stage is {self.progress.name}"
-            )
 
     def release(self) -> None:
         """Drop the device tensors (KV cache, tokens) once the result is taken."""

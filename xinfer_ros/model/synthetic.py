@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 
 from xinfer_ros.model.config import VLAConfig
+from xinfer_ros.model.presets import ModelIO, reference_io
 
 __all__ = ["DEFAULT_INSTRUCTION", "SyntheticInputs", "synthetic_inputs"]
 
@@ -36,27 +37,28 @@ class SyntheticInputs:
     prev_chunk: np.ndarray
 
 
-def synthetic_inputs(config: VLAConfig, seed: int = 0) -> SyntheticInputs:
-    """Build deterministic raw inputs for ``config``.
+def synthetic_inputs(model: VLAConfig | ModelIO, seed: int = 0) -> SyntheticInputs:
+    """Build deterministic raw inputs for a model.
 
     Args:
-        config: Model configuration (camera sizes, H, D, state_dim).
+        model: What the model takes (a reference configuration or any model's
+            :class:`~xinfer_ros.model.presets.ModelIO`): camera sizes, H, D, state_dim.
         seed: Seed of the image noise and of the previous chunk.
     """
+    io = reference_io(model) if isinstance(model, VLAConfig) else model
     rng = np.random.default_rng(seed)
     images = [
         rng.integers(0, 256, size=(cam.height, cam.width, 3), dtype=np.uint8)
-        for cam in config.cameras
+        for cam in io.cameras
     ]
-    spec = config.action
     # A smooth trajectory (sum of low-frequency sines) looks like a real chunk.
-    t = np.linspace(0.0, 1.0, spec.horizon)[:, None]
-    phase = rng.uniform(0.0, 2.0 * np.pi, size=(1, spec.action_dim))
-    amp = rng.uniform(0.3, 1.0, size=(1, spec.action_dim))
+    t = np.linspace(0.0, 1.0, io.horizon)[:, None]
+    phase = rng.uniform(0.0, 2.0 * np.pi, size=(1, io.action_dim))
+    amp = rng.uniform(0.3, 1.0, size=(1, io.action_dim))
     prev = amp * np.sin(2.0 * np.pi * 0.5 * t + phase)
     return SyntheticInputs(
         images=images,
         instruction=DEFAULT_INSTRUCTION,
-        state=np.zeros(spec.state_dim),
+        state=np.zeros(io.state_dim),
         prev_chunk=prev,
     )

@@ -74,8 +74,12 @@ def _check_slots(value: list[int]) -> str | None:
 PARAMS = [
     ParamSpec("robots", ["robot_1"], "allowlist of robot namespaces served",
               check=lambda v: None if v else "the allowlist is empty"),
-    ParamSpec("cameras", 3, "cameras per robot", 1, 16),
-    ParamSpec("model", "tiny", "model preset (config/models/<name>.yaml)"),
+    ParamSpec("cameras", 3, "cameras per robot (π0: up to the model's; a missing one is "
+              "masked)", 1, 16),
+    ParamSpec("model", "pi0", "model preset: config/models/<name>.yaml (pi0, pi0-tiny, tiny, "
+              "vla-2b, pi05) or a YAML path"),
+    ParamSpec("model_path", "", "checkpoint directory (π0: transformers' or lerobot's "
+              "layout; empty: the preset's, else seeded random weights)"),
     ParamSpec("backend", "torch", "model backend", choices=("torch", "emulated")),
     ParamSpec("device", "cpu", "torch device (cpu, cuda)"),
     ParamSpec("policy", "xinfer", "scheduling policy", choices=POLICIES),
@@ -148,8 +152,8 @@ class InferenceServer(Node):
             self._releases = ReleaseScheduler(
                 "phase_spread_release",
                 on_error=lambda exc: self.get_logger().error(f"held chunk not sent: {exc!r}"))
-        self._camera_shapes = self._load_camera_shapes(p)
-        self.engine = engine if engine is not None else self._build_engine(p)
+        self.io = self._model_io(p)
+        self.engine = engine if engine is not None else self._build_engine(p, self.io)
         self.engine.start()
         self._openpi = start_openpi_bridge(self)
         sensors = MutuallyExclusiveCallbackGroup()
@@ -191,17 +195,20 @@ class InferenceServer(Node):
 
     # -- construction ------------------------------------------------------------------
     @staticmethod
-    def _load_camera_shapes(p: dict[str, Any]) -> list[tuple[int, int]]:
-        from xinfer_ros.model.config import load_preset
+    def _model_io(p: dict[str, Any]) -> Any:
+        """What the model takes, checked against ``cameras`` before any weight loads."""
+        from xinfer_ros.model.presets import model_io
 
-        shapes = [(c.height, c.width) for c in load_preset(p["model"]).cameras]
-        if len(shapes) != p["cameras"]:
+        io = model_io(p["model"], p["model_path"] or None)
+        have = len(io.cameras)
+        if p["cameras"] > have or (p["cameras"] < have and not io.masks_missing_cameras):
+            allowed = f"1..{have}" if io.masks_missing_cameras else str(have)
             raise ValueError(f"parameter 'cameras'={p['cameras']} but model {p['model']!r} "
-                             f"takes {len(shapes)} cameras")
-        return shapes
+                             f"takes {allowed} cameras")
+        return io
 
     @staticmethod
-    def _build_engine(p: dict[str, Any]) -> Any:
+    def _build_engine(p: dict[str, Any], io: Any) -> Any:
         from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
         from xinfer_ros.engine.backends import make_backend
         from xinfer_ros.engine.engine import StageEngine
@@ -210,9 +217,10 @@ class InferenceServer(Node):
         name, slots = p[f"{p['backend']}.rate_table"], list(p[f"{p['backend']}.slots"])
         table = load_rate_table(config_file(name)) if name else default_rate_table()
         if p["backend"] == "emulated":
-            backend = make_backend("emulated", table=table)
+            backend = make_backend("emulated", table=table, io=io)
         else:
             backend = make_backend("torch", model=p["model"], device=p["device"],
+                                   model_path=p["model_path"] or None,
                                    action_processes=p["torch.action_processes"],
                                    guidance=p["torch.guidance"])
         config = EngineConfig(max_live=p["max_live_requests"],
@@ -298,10 +306,11 @@ class InferenceServer(Node):
         state = np.asarray(joint.position, dtype=np.float64)
         if not np.all(np.isfinite(state)):
             raise ValueError("joint_states position contains NaN or Inf")
-        for cam, (m, shape) in enumerate(zip(images, self._camera_shapes, strict=True)):
-            if (m.height, m.width) != shape:
-                raise ValueError(f"camera_{cam} image is {m.width}x{m.height}; "
-                                 f"the model takes {shape[1]}x{shape[0]}")
+        if not self.io.resizes_images:
+            for cam, (m, spec) in enumerate(zip(images, self.io.cameras, strict=False)):
+                if (m.height, m.width) != (spec.height, spec.width):
+                    raise ValueError(f"camera_{cam} image is {m.width}x{m.height}; "
+                                     f"the model takes {spec.width}x{spec.height}")
         inputs = {"images": [image_to_rgb(m) for m in images], "state": state,
                   "instruction": msg.instruction, "prev_chunk": prev,
                   "d": int(msg.commit_steps) if prev is not None else 0,

@@ -80,8 +80,8 @@ class OpenPIBridge:
 def start_openpi_bridge(node: Any) -> OpenPIBridge | None:
     """Declare the ``openpi_*`` parameters on ``node`` and start the endpoint if asked.
 
-    ``node`` is the inference server: it has ``engine``, and ``params`` with ``model``
-    and ``robots``.
+    ``node`` is the inference server: it has ``engine``, ``io`` (what its model takes)
+    and ``params`` with ``model`` and ``robots``.
 
     Returns:
         The running bridge, or None when ``openpi_port`` is 0.
@@ -97,7 +97,7 @@ def start_openpi_bridge(node: Any) -> OpenPIBridge | None:
         api_key=p["openpi_api_key"] or None, allowlist=allow,
         reserved_ids=tuple(node.params.get("robots", ())),
         max_message_bytes=p["openpi_max_message_bytes"], model_name=node.params["model"])
-    model = ModelSpec.from_preset(node.params["model"], node.engine.backend.action_shape)
+    model = ModelSpec.from_io(node.io)
     bridge = OpenPIBridge(node.engine, model, config)
     port = bridge.start()
     node.get_logger().info(f"openpi endpoint on ws://{config.host}:{port} sharing the "

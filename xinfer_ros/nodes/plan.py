@@ -111,11 +111,40 @@ def _server_defaults(config: Path) -> dict[str, Any]:
         raise PlanError(f"cannot read server parameters from {config}: {exc}") from exc
 
 
+def _robot_params(server: dict[str, Any]) -> dict[str, Any]:
+    """The simulated robots' joints and cameras for the served model.
+
+    The action dimension is the model's, and so are the cameras when the server's
+    configuration asks for more than the model takes (``server["cameras"]`` is lowered
+    to match). A model that resizes images (π0) sees the robot's own camera sizes
+    (robot_sim's wide frames); the reference model needs its cameras' exact sizes.
+    """
+    from xinfer_ros.model.presets import model_io
+
+    try:
+        io = model_io(str(server.get("model", "")), server.get("model_path") or None)
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"model {server.get('model')!r}: {exc}") from exc
+    server["cameras"] = min(int(server.get("cameras", len(io.cameras))), len(io.cameras))
+    cameras = io.cameras[:server["cameras"]]
+    params: dict[str, Any] = {"action_dim": io.action_dim}
+    if not io.resizes_images:
+        heights = {c.height for c in cameras}
+        if len(heights) != 1:
+            raise PlanError(f"model {io.name!r}: robot_sim renders one camera height, the "
+                            f"model's cameras have {sorted(heights)}")
+        params.update(camera_height=heights.pop(), camera_widths=[c.width for c in cameras])
+    else:
+        params["camera_widths"] = [352, *[320] * (len(cameras) - 1)]
+    return params
+
+
 def build_fleet_plan(
     robots: int | str | list[str] = 3,
     *,
     backend: str | None = None,
     model: str | None = None,
+    model_path: str | None = None,
     policy: str | None = None,
     workload: str = "phases",
     config: Path | str | None = None,
@@ -128,6 +157,7 @@ def build_fleet_plan(
         robots: Count or names of robots; they become the server's allowlist.
         backend: ``torch`` or ``emulated`` (default: the configuration's).
         model: Model preset (default: the configuration's).
+        model_path: Checkpoint directory of the model (default: the configuration's).
         policy: Scheduling policy (default: the configuration's).
         workload: Budget pattern of the simulated robots.
         config: Server parameter file (default: ``config/fleet.yaml``).
@@ -139,18 +169,21 @@ def build_fleet_plan(
     """
     names = parse_robots(robots)
     server = _server_defaults(Path(config) if config else default_config())
-    for key, value in (("backend", backend), ("model", model), ("policy", policy)):
+    for key, value in (("backend", backend), ("model", model), ("model_path", model_path),
+                       ("policy", policy)):
         if value:
             server[key] = value
     if server.get("backend") not in BACKENDS:
         raise PlanError(f"backend {server.get('backend')!r} is not one of {list(BACKENDS)}")
     server["robots"] = names
+    robot = _robot_params(server)
     plan = [NodeSpec("inference_server", "inference_server", "/", server)]
     for index, name in enumerate(names):
         namespace = f"/{name}"
-        plan.append(NodeSpec("rtc_executor", "rtc_executor", namespace, {"robot_id": name}))
+        plan.append(NodeSpec("rtc_executor", "rtc_executor", namespace,
+                             {"robot_id": name, "action_dim": robot["action_dim"]}))
         sim = {"robot_index": index, "fleet_size": len(names), "workload": workload,
-               "seed": seed}
+               "seed": seed, **robot}
         if camera_rate_hz is not None:
             sim["camera_rate_hz"] = float(camera_rate_hz)
         plan.append(NodeSpec("robot_sim", "robot_sim", namespace, sim))

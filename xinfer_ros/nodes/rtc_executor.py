@@ -27,7 +27,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
 
-from xinfer_ros.core.constants import COMMIT_LENGTH, HORIZON, KEYFRAME_SPACING, SEND_PERIOD
+from xinfer_ros.core.constants import COMMIT_LENGTH, KEYFRAME_SPACING, SEND_PERIOD
 from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
@@ -43,7 +43,8 @@ BUDGET_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
 PARAMS = [
     ParamSpec("robot_id", "", "robot name sent with requests (default: the namespace)"),
     ParamSpec("keyframe_spacing_s", KEYFRAME_SPACING, "control tick Δ (s)", 0.001, 1.0),
-    ParamSpec("horizon", HORIZON, "keyframes per chunk H", 1, 1024),
+    ParamSpec("horizon", 0, "keyframes per chunk H the server must return (0: whatever H "
+              "the served model's chunks carry, e.g. 50 for π0)", 0, 1024),
     ParamSpec("action_dim", 14, "joints D", 1, 256),
     ParamSpec("commit_steps", COMMIT_LENGTH, "RTC frozen prefix d", 0, 1024),
     ParamSpec("min_period_s", SEND_PERIOD, "minimum request period T_E (s)", 0.0, 10.0),
@@ -64,10 +65,12 @@ class RtcExecutor(Node):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("rtc_executor", **kwargs)
         p = declare_params(self, PARAMS)
-        if p["commit_steps"] > p["horizon"]:
+        if p["horizon"] and p["commit_steps"] > p["horizon"]:
             raise ValueError(f"commit_steps {p['commit_steps']} exceeds horizon {p['horizon']}")
         self.robot_id: str = p["robot_id"] or self.get_namespace().strip("/") or "robot"
         self.spacing: float = p["keyframe_spacing_s"]
+        self.fixed_horizon: int = p["horizon"]
+        #: H of the chunks being executed (the served model's; 0 until one arrives).
         self.horizon: int = p["horizon"]
         self.action_dim: int = p["action_dim"]
         self.commit: int = p["commit_steps"]
@@ -101,7 +104,8 @@ class RtcExecutor(Node):
         self.create_timer(self.spacing, self._on_timer)
         self.create_timer(p["stats_period_s"], self._publish_stats)
         self.get_logger().info(
-            f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, H={self.horizon}, "
+            f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, "
+            f"H={self.horizon or 'from the chunks'}, "
             f"d={self.commit}, T_E={self.min_period * 1e3:.0f} ms")
 
     def _now_tick(self) -> int:
@@ -162,7 +166,7 @@ class RtcExecutor(Node):
                             commit_steps=self.commit, keyframe_spacing_s=self.spacing,
                             instruction=self.instruction)
         msg.header.stamp = self.get_clock().now().to_msg()
-        if self.requests_sent > 0:
+        if self.requests_sent > 0 and self.horizon:
             prev = self.queue.planned(tick, self.horizon)
             msg.prev_chunk = prev.astype(np.float32).ravel().tolist()
             msg.prev_horizon, msg.prev_action_dim = self.horizon, self.action_dim
@@ -193,12 +197,22 @@ class RtcExecutor(Node):
             self.get_logger().warning(f"request {seq}: status {msg.status}: {msg.reason}")
             return
         try:
+            self._check_horizon(msg.horizon)
             chunk = np.asarray(msg.actions, dtype=np.float64).reshape(
                 msg.horizon, msg.action_dim)
             self.queue.splice(chunk, send_tick, max(self._tick, send_tick), self.commit)
+            self.horizon = int(msg.horizon)
         except (ValueError, SpliceError) as exc:
             self.non_ok_chunks += 1
             self.get_logger().warning(f"request {seq}: unusable chunk: {exc}")
+
+    def _check_horizon(self, horizon: int) -> None:
+        """Refuse a chunk of the wrong length (raises ``ValueError``)."""
+        if self.fixed_horizon and horizon != self.fixed_horizon:
+            raise ValueError(f"chunk has H={horizon}; parameter horizon requires "
+                             f"{self.fixed_horizon}")
+        if horizon < self.commit:
+            raise ValueError(f"chunk has H={horizon}, shorter than commit_steps {self.commit}")
 
     def _arm_send_timer(self, delay: float) -> None:
         # Sends happen at s_j + T_E itself, not at the next control tick.

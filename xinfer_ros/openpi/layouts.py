@@ -25,11 +25,12 @@ Conversions, so that any client image fits the model:
   ``convert_to_uint8``), resized to the model camera with OpenCV, by default keeping
   the aspect ratio and padding with black (openpi's ``resize_with_pad``).
 * a model camera the layout lacks, or an optional camera the observation lacks, is
-  **masked out** the way π0 does with its ``image_masks``: π0 feeds a zero image with
-  mask ``False`` so attention ignores it. Our reference model has no per-camera mask
-  input, so the camera gets an all-zero image and the mask is recorded in
-  :attr:`MappedObservation.image_mask` (and returned to the client as
-  ``xinfer/image_mask``); its tokens are still computed, from the zero image.
+  **masked out**. π0 (``pi0``, ``pi0-tiny``, π0 checkpoints) masks it for real: the
+  camera is passed as ``None`` and its visual tokens are left out of the prefix, as
+  transformers' ``pixel_attention_mask`` does. The reference model has no per-camera
+  mask, so it gets an all-zero image whose tokens are still computed. Either way the
+  mask is recorded in :attr:`MappedObservation.image_mask` (and returned to the client
+  as ``xinfer/image_mask``).
 * state: zero-padded to the model's ``state_dim`` (openpi pads state to the model
   width with ``pad_to_dim``); a longer state is an error.
 """
@@ -40,11 +41,15 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import cv2
 import numpy as np
 import yaml
+
+from xinfer_ros.model.images import ResizeMode, fit_image
+
+if TYPE_CHECKING:
+    from xinfer_ros.model.presets import ModelIO
 
 __all__ = [
     "ALOHA",
@@ -63,8 +68,6 @@ __all__ = [
     "map_observation",
     "to_rgb_uint8",
 ]
-
-ResizeMode = Literal["pad", "stretch"]
 
 #: Longest accepted prompt (characters); the tokenizer would truncate anyway.
 MAX_PROMPT_CHARS = 4096
@@ -106,23 +109,28 @@ class ModelSpec:
         state_dim: state vector length.
         horizon: keyframes per chunk H.
         action_dim: action dimension D.
+        masks_missing_cameras: the model masks a missing camera (π0) instead of
+            taking a zero image for it.
     """
 
     cameras: tuple[tuple[str, int, int], ...]
     state_dim: int
     horizon: int
     action_dim: int
+    masks_missing_cameras: bool = False
 
     @classmethod
-    def from_preset(cls, name: str, action_shape: tuple[int, int] | None = None) -> ModelSpec:
-        """Build from a model preset; ``action_shape`` (the backend's) overrides H, D."""
-        from xinfer_ros.model.config import load_preset
+    def from_io(cls, io: ModelIO) -> ModelSpec:
+        """Build from what a backend serves (:attr:`Backend.io`)."""
+        return cls(tuple((c.name, c.height, c.width) for c in io.cameras), io.state_dim,
+                   io.horizon, io.action_dim, io.masks_missing_cameras)
 
-        cfg = load_preset(name)
-        h, d = action_shape if action_shape is not None else (cfg.action.horizon,
-                                                              cfg.action.action_dim)
-        return cls(tuple((c.name, c.height, c.width) for c in cfg.cameras),
-                   cfg.action.state_dim, int(h), int(d))
+    @classmethod
+    def from_preset(cls, name: str, model_path: str | None = None) -> ModelSpec:
+        """Build from a model preset (and π0 checkpoint directory), without weights."""
+        from xinfer_ros.model.presets import model_io
+
+        return cls.from_io(model_io(name, model_path))
 
     def to_dict(self) -> dict[str, Any]:
         """msgpack/JSON-ready form (sent in the connection metadata)."""
@@ -308,42 +316,21 @@ def to_rgb_uint8(value: Any, name: str) -> np.ndarray:
     raise ObservationError(name, f"expected dtype uint8 or float in [0, 1], got {img.dtype}")
 
 
-def fit_image(img: np.ndarray, height: int, width: int, mode: ResizeMode = "pad") -> np.ndarray:
-    """Resize ``img`` (HxWx3 uint8) to ``height``x``width``.
-
-    ``pad`` scales to fit inside and centres the result on black (no distortion, as
-    openpi's ``resize_with_pad``); ``stretch`` scales each axis independently.
-    """
-    h, w = img.shape[:2]
-    if (h, w) == (height, width):
-        return img
-    if mode == "stretch":
-        interp = cv2.INTER_AREA if h * w > height * width else cv2.INTER_LINEAR
-        return cv2.resize(img, (width, height), interpolation=interp)
-    scale = min(height / h, width / w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    interp = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_LINEAR
-    small = cv2.resize(img, (nw, nh), interpolation=interp)
-    out = np.zeros((height, width, 3), dtype=np.uint8)
-    top, left = (height - nh) // 2, (width - nw) // 2
-    out[top:top + nh, left:left + nw] = small
-    return out
-
-
 @dataclass
 class MappedObservation:
     """Model-ready inputs of one observation.
 
     Attributes:
-        images: one HxWx3 uint8 image per model camera, at the model's size.
-        image_mask: False where the camera was masked out (zero image).
+        images: one HxWx3 uint8 image per model camera, at the model's size; a masked
+            camera is ``None`` for a model that masks cameras, else a zero image.
+        image_mask: False where the camera was masked out.
         state: float64 state, zero-padded to the model's ``state_dim``.
         state_dim_in: length of the state the client sent.
         prompt: the instruction.
         layout: name of the layout used.
     """
 
-    images: list[np.ndarray]
+    images: list[np.ndarray | None]
     image_mask: tuple[bool, ...]
     state: np.ndarray
     state_dim_in: int
@@ -413,7 +400,7 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
     layout = layout if layout is not None else detect_layout(obs)
     state, state_in = _state(obs, layout, model.state_dim)
     prompt = _prompt(obs, layout, default_prompt)
-    images: list[np.ndarray] = []
+    images: list[np.ndarray | None] = []
     mask: list[bool] = []
     for index, (_, height, width) in enumerate(model.cameras):
         source = layout.cameras[index] if index < len(layout.cameras) else None
@@ -421,7 +408,8 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
         if raw is MISSING:
             if source is not None and source.required:
                 raise ObservationError(source.key, "required camera image is missing")
-            images.append(np.zeros((height, width, 3), dtype=np.uint8))
+            images.append(None if model.masks_missing_cameras
+                          else np.zeros((height, width, 3), dtype=np.uint8))
             mask.append(False)
             continue
         rgb = to_rgb_uint8(raw, source.key)

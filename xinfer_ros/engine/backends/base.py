@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.lanes import LaneInfo
+
+if TYPE_CHECKING:
+    from xinfer_ros.model.presets import ModelIO
 
 __all__ = ["Backend", "InputValidationError", "StateFactory"]
 
@@ -51,12 +54,15 @@ class Backend(ABC):
         emulated: True when outputs are placeholders and timings come from a table.
         action_shape: ``(H, D)`` of a returned chunk.
         device: device string (``cpu``, ``cuda``, ``emulated``).
+        io: what the served (or emulated) model takes and returns; None for an
+            emulation that names no model.
     """
 
     name: str = ""
     emulated: bool = False
     action_shape: tuple[int, int] = (16, 14)
     device: str = "cpu"
+    io: ModelIO | None = None
 
     def lane_setup(self, lane: LaneInfo) -> None:  # noqa: B027 - optional hook
         """Per-lane-thread initialisation (CUDA streams, intra-op thread counts)."""
@@ -91,7 +97,8 @@ class Backend(ABC):
     def describe(self) -> dict[str, Any]:
         """JSON-ready description for reports."""
         return {"backend": self.name, "emulated": self.emulated, "device": self.device,
-                "action_shape": list(self.action_shape)}
+                "action_shape": list(self.action_shape),
+                "model": self.io.name if self.io is not None else None}
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the backend's resources."""

@@ -18,7 +18,7 @@ import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from xinfer_ros.core.stages import NUM_STAGES, Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.lanes import LaneInfo
+
+if TYPE_CHECKING:
+    from xinfer_ros.model.presets import ModelIO
 
 __all__ = ["EMULATION_NOTICE", "EmulatedBackend", "EmulatedDevice", "EmulatedState"]
 
@@ -186,6 +189,8 @@ class EmulatedBackend(Backend):
         table: rate table (default: the shipped one).
         clock: engine clock; the engine passes its own.
         action_shape: ``(H, D)`` of the placeholder chunk.
+        io: the emulated model's inputs and outputs (its ``(H, D)`` replaces
+            ``action_shape``); None when no model is named.
         prepare_s: emulated CPU preparation time (s).
         output_s: emulated CPU output time (s); default: the table's ``h_out``.
         noise: log-normal sigma of per-unit work (0: exact).
@@ -202,6 +207,7 @@ class EmulatedBackend(Backend):
         clock: Clock | None = None,
         *,
         action_shape: tuple[int, int] = (HORIZON, 14),
+        io: ModelIO | None = None,
         prepare_s: float = 0.0,
         output_s: float | None = None,
         noise: float = 0.0,
@@ -209,7 +215,9 @@ class EmulatedBackend(Backend):
     ) -> None:
         self.table = table if table is not None else default_rate_table()
         self.clock = clock if clock is not None else Clock()
-        self.action_shape = (int(action_shape[0]), int(action_shape[1]))
+        self.io = io
+        shape = io.action_shape if io is not None else action_shape
+        self.action_shape = (int(shape[0]), int(shape[1]))
         self.prepare_s = float(prepare_s)
         self.output_s = self.table.h_out if output_s is None else float(output_s)
         self.gpu = EmulatedDevice(self.table, self.clock, noise=noise, seed=seed)

@@ -1,6 +1,8 @@
-"""Torch backend: the reference VLA of ``xinfer_ros.model`` on CPU or CUDA.
+"""Torch backend: a :class:`~xinfer_ros.model.serving.StageModel` on CPU or CUDA.
 
-The only engine module that imports torch; :func:`xinfer_ros.engine.backends.make_backend`
+The model is any preset family: transformers' π0 (``pi0``, ``pi0-tiny``, a checkpoint
+directory) or the paper-shaped reference VLA (``tiny``, ``vla-2b``, ``pi05``). This is
+the only engine module that imports torch; :func:`xinfer_ros.engine.backends.make_backend`
 imports it lazily, so the emulated backend works without torch.
 
 On CUDA every lane thread gets its own stream (context lanes for ViT/Prefill, action
@@ -13,9 +15,9 @@ the lanes, and OpenMP spin-waiting across oversubscribed lanes is avoided.
 ``action_processes=N`` (CPU) runs Action units in N worker processes instead of the
 action lane threads, as the paper runs Action in a process of its own (§4.2): the
 model's Python overhead then no longer contends for one interpreter lock with ViT,
-Prefill and the dispatcher. Each worker builds the same seeded weights; a unit sends
-the prefix K/V (a few hundred KiB for ``tiny``) and the RTC inputs over a pipe and
-gets the chunk back.
+Prefill and the dispatcher. Each worker loads the same model (same preset, checkpoint
+and seed); a unit sends the prefix K/V and the CPU inputs over a pipe and gets the
+chunk back.
 """
 
 from __future__ import annotations
@@ -37,31 +39,30 @@ from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
 from xinfer_ros.engine.lanes import LaneInfo
-from xinfer_ros.model import stages as model_stages
-from xinfer_ros.model.config import VLAConfig, load_preset
-from xinfer_ros.model.processing import postprocess_actions, prepare_request
-from xinfer_ros.model.request import RequestState, StageProgress
-from xinfer_ros.model.vla import ReferenceVLA
+from xinfer_ros.model.request import StageProgress
+from xinfer_ros.model.serving import StageModel, load_stage_model
 
 __all__ = ["INPUT_KEYS", "TorchBackend"]
 
 _LOG = logging.getLogger("xinfer_ros.engine.torch")
 
 #: Keys a torch request's inputs mapping may carry (``images``, ``instruction`` and
-#: ``state`` are required).
+#: ``state`` are required; π0 accepts ``None`` images for missing cameras).
 INPUT_KEYS = ("images", "instruction", "state", "prev_chunk", "d", "prev_shift", "rtc_mode",
               "seed")
 
 
 class TorchBackend(Backend):
-    """Run the reference VLA's stage functions on per-request state.
+    """Run a :class:`~xinfer_ros.model.serving.StageModel`'s stages on per-request state.
 
     Args:
-        model: preset name (``tiny``, ``vla-2b``, ``pi05``) or YAML path.
+        model: preset name (``pi0``, ``pi0-tiny``, ``tiny``, ``vla-2b``, ``pi05``) or
+            YAML path.
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: parameter dtype name (preset default when None).
         threads: intra-op threads per lane on CPU.
-        checkpoint: optional ``save_pretrained`` directory (random weights otherwise).
+        model_path: checkpoint directory (π0: either layout; reference: its
+            ``save_pretrained``); random weights when None (π0: the preset's own).
         guidance: apply RTC guidance when a request carries a previous chunk.
         seed: weight seed (preset default when None).
         action_processes: CPU only: run Action units in this many worker processes
@@ -75,12 +76,12 @@ class TorchBackend(Backend):
 
     def __init__(
         self,
-        model: str = "tiny",
+        model: str = "pi0-tiny",
         device: str = "cpu",
         *,
         dtype: str | None = None,
         threads: int = 1,
-        checkpoint: str | None = None,
+        model_path: str | None = None,
         guidance: bool = True,
         seed: int | None = None,
         action_processes: int = 0,
@@ -91,32 +92,24 @@ class TorchBackend(Backend):
         self.guidance = guidance
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError(f"device {device!r} requested but torch.cuda is not available")
+        if action_cpus is not None and not action_processes:
+            raise ValueError("action_cpus pins Action worker processes: it needs "
+                             "action_processes >= 1")
+        if action_processes and self.device.startswith("cuda"):
+            raise ValueError("action_processes runs Action on the CPU; not with a CUDA device")
         if not self.device.startswith("cuda"):
             torch.set_num_threads(self.threads)
-        torch_dtype = None
-        if dtype is not None:
-            from xinfer_ros.model.vla import resolve_dtype
-            torch_dtype = resolve_dtype(dtype)
-        if checkpoint:
-            self.model = ReferenceVLA.from_pretrained(checkpoint, device=self.device,
-                                                      dtype=torch_dtype)
-        else:
-            self.model = _build(load_preset(model), self.device, seed, torch_dtype)
-        self.config_: VLAConfig = self.model.config
-        spec = self.config_.action
-        self.action_shape = (spec.horizon, spec.action_dim)
-        self.model_name = self.config_.name
+        source = _ModelSource(model, model_path or None, seed, dtype)
+        self.model: StageModel = source.load(self.device)
+        self.io = self.model.io
+        self.action_shape = self.io.action_shape
+        self.model_name = self.io.name
         self._examples: dict[int, dict[str, Any]] = {}
         self._workers: _ActionWorkers | None = None
         if action_processes:
-            if self.device.startswith("cuda") or checkpoint:
-                raise ValueError("action_processes needs a CPU preset model (no checkpoint)")
             cpus = tuple(int(c) for c in action_cpus) if action_cpus is not None else None
-            worker = _WorkerSpec(model, seed, dtype, self.threads, guidance, cpus)
-            self._workers = _ActionWorkers(action_processes, worker)
-        elif action_cpus is not None:
-            raise ValueError("action_cpus pins Action worker processes: it needs "
-                             "action_processes >= 1")
+            self._workers = _ActionWorkers(action_processes,
+                                           _WorkerSpec(source, self.threads, guidance, cpus))
         _LOG.info("torch backend: model=%s device=%s dtype=%s threads/lane=%d",
                   self.model_name, self.device, self.model.dtype, self.threads)
 
@@ -135,8 +128,8 @@ class TorchBackend(Backend):
             torch.set_num_threads(self.threads)
 
     # -- request path ---------------------------------------------------------------------
-    def prepare(self, inputs: Any, request_id: int, robot_id: str) -> RequestState:
-        """Validate inputs with the model's ``prepare_request`` (raises InputError)."""
+    def prepare(self, inputs: Any, request_id: int, robot_id: str) -> Any:
+        """Validate inputs with the model's preparation (raises InputError)."""
         if not isinstance(inputs, Mapping):
             raise InputValidationError("inputs", f"expected a mapping with images, instruction "
                                                  f"and state, got {type(inputs).__name__}")
@@ -146,12 +139,11 @@ class TorchBackend(Backend):
         unknown = sorted(set(inputs) - set(INPUT_KEYS))
         if unknown:
             raise InputValidationError(unknown[0], f"unknown input; known: {list(INPUT_KEYS)}")
-        prepared = prepare_request(
-            self.config_, self.model.tokenizer, inputs["images"], inputs["instruction"],
-            inputs["state"], prev_chunk=inputs.get("prev_chunk"), d=inputs.get("d", 0),
+        return self.model.prepare(
+            inputs["images"], inputs["instruction"], inputs["state"],
+            prev_chunk=inputs.get("prev_chunk"), d=inputs.get("d", 0),
             prev_shift=inputs.get("prev_shift", 0), rtc_mode=inputs.get("rtc_mode", "soft"),
             seed=int(inputs.get("seed", request_id)), request_id=f"{robot_id}/{request_id}")
-        return RequestState(prepared)
 
     def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
         """Run one stage function; on CUDA on the lane's stream, synchronised at the end."""
@@ -163,25 +155,24 @@ class TorchBackend(Backend):
         else:
             self._call(stage, state)
 
-    def _call(self, stage: Stage, state: RequestState) -> None:
+    def _call(self, stage: Stage, state: Any) -> None:
         if stage is Stage.VIT:
-            model_stages.vit(self.model, state)
+            self.model.vit(state)
         elif stage is Stage.PREFILL:
-            model_stages.prefill(self.model, state)
+            self.model.prefill(state)
         elif self._workers is not None:
-            self._workers.run(state)
+            self._workers.run(self.model, state)
         else:
-            model_stages.action(self.model, state, guidance=self.guidance)
+            self.model.action(state, guidance=self.guidance)
 
     def finish(self, state: Any) -> np.ndarray:
         """Unnormalise the chunk and copy the committed prefix (model postprocessing)."""
-        return postprocess_actions(state.actions, self.config_, state.prepared.rtc)
+        return self.model.finish(state)
 
     def release(self, state: Any) -> None:
-        """Drop the request's KV cache and tokens."""
-        if isinstance(state, RequestState):
-            state.release()
-            state.actions = None
+        """Drop the request's device tensors."""
+        if hasattr(state, "release"):
+            self.model.release(state)
 
     # -- benchmarks and calibration -------------------------------------------------------
     def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> dict[str, Any]:
@@ -190,8 +181,8 @@ class TorchBackend(Backend):
         if base is None:
             rng = np.random.default_rng(1000 + robot_index)
             images = [rng.integers(0, 256, (c.height, c.width, 3), dtype=np.uint8)
-                      for c in self.config_.cameras]
-            state = rng.uniform(-0.5, 0.5, self.config_.action.state_dim)
+                      for c in self.io.cameras]
+            state = rng.uniform(-0.5, 0.5, self.io.state_dim)
             base = {"images": images, "instruction": "pick up the parcel and place it in the bin",
                     "state": state, "seed": robot_index}
             self._examples[robot_index] = base
@@ -204,20 +195,18 @@ class TorchBackend(Backend):
     def state_factory(self) -> StateFactory:
         """Fresh states at each stage sharing one precomputed prefix (read-only)."""
         inputs = self.example_inputs(0, np.zeros(self.action_shape))
-        prepared = self.prepare(inputs, 0, "calibration").prepared
-        warm = RequestState(prepared)
-        model_stages.vit(self.model, warm)
-        visual = warm.visual_tokens
-        model_stages.prefill(self.model, warm)
-        cache, prefix_len = warm.cache, warm.prefix_len
+        warm = self.prepare(inputs, 0, "calibration")
+        at_vit = self.model.copy_at(warm, StageProgress.VIT)
+        self.model.vit(warm)
+        at_prefill = self.model.copy_at(warm, StageProgress.PREFILL)
+        self.model.prefill(warm)
+        starts = {Stage.VIT: (at_vit, StageProgress.VIT),
+                  Stage.PREFILL: (at_prefill, StageProgress.PREFILL),
+                  Stage.ACTION: (warm, StageProgress.ACTION)}
 
-        def fresh(stage: Stage) -> RequestState:
-            if stage is Stage.VIT:
-                return RequestState(prepared)
-            if stage is Stage.PREFILL:
-                return RequestState(prepared, visual_tokens=visual, progress=StageProgress.PREFILL)
-            return RequestState(prepared, cache=cache, prefix_len=prefix_len,
-                                progress=StageProgress.ACTION)
+        def fresh(stage: Stage) -> Any:
+            state, progress = starts[stage]
+            return self.model.copy_at(state, progress)
         return fresh
 
     def close(self) -> None:
@@ -229,8 +218,8 @@ class TorchBackend(Backend):
     def describe(self) -> dict[str, Any]:
         """Report entry with the model preset and dtype."""
         d = super().describe()
-        d.update(model=self.model_name, dtype=str(self.model.dtype), threads_per_lane=self.threads,
-                 torch=torch.__version__, guidance=self.guidance,
+        d.update(model=self.model_name, family=self.io.family, dtype=str(self.model.dtype),
+                 threads_per_lane=self.threads, torch=torch.__version__, guidance=self.guidance,
                  action_processes=0 if self._workers is None else self._workers.size,
                  action_cpus=(None if self._workers is None or self._workers.cpus is None
                               else list(self._workers.cpus)),
@@ -240,49 +229,28 @@ class TorchBackend(Backend):
         return d
 
 
-def _build(config: VLAConfig, device: str, seed: int | None,
-           dtype: torch.dtype | None) -> ReferenceVLA:
-    """Build seeded random weights; on CUDA initialise them on the device.
+@dataclasses.dataclass(frozen=True)
+class _ModelSource:
+    """Where a model comes from, so that a worker process loads the very same weights."""
 
-    ``ReferenceVLA.build`` initialises on the CPU and then moves the weights, which
-    takes minutes for ``vla-2b``; under a CUDA default device the same code
-    initialises on the GPU in seconds (different random values, same shapes, still
-    seeded). Falls back to the CPU path if the device build fails.
-    """
-    if device.startswith("cuda"):
-        try:
-            with torch.device(device):
-                return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)
-        except (RuntimeError, TypeError, ValueError) as exc:  # pragma: no cover - CUDA only
-            _LOG.warning("on-device build failed (%s); building on the CPU", exc)
-    return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)
+    preset: str
+    model_path: str | None
+    seed: int | None
+    dtype: str | None
+
+    def load(self, device: str) -> StageModel:
+        return load_stage_model(self.preset, model_path=self.model_path, device=device,
+                                dtype=self.dtype, seed=self.seed)
 
 
 @dataclasses.dataclass(frozen=True)
 class _WorkerSpec:
-    """What an Action worker process needs to rebuild the parent's weights."""
+    """What an Action worker process needs to rebuild the parent's model."""
 
-    preset: str
-    seed: int | None
-    dtype: str | None
+    source: _ModelSource
     threads: int
     guidance: bool
     cpus: tuple[int, ...] | None = None
-
-
-@dataclasses.dataclass
-class _LayerKV:
-    """One layer's cached prefix keys and values (what ``action`` reads of a cache)."""
-
-    keys: torch.Tensor
-    values: torch.Tensor
-
-
-@dataclasses.dataclass
-class _PrefixCache:
-    """Duck-typed stand-in for ``DynamicCache`` in a worker: ``layers[i].keys/values``."""
-
-    layers: list[_LayerKV]
 
 
 class _ActionWorkers:
@@ -323,22 +291,21 @@ class _ActionWorkers:
         """The workers' process ids."""
         return tuple(p.pid for p in self._procs if p.pid is not None)
 
-    def run(self, state: RequestState) -> None:
+    def run(self, model: StageModel, state: Any) -> None:
         """Run ``state``'s Action unit in a free worker; sets ``state.actions``."""
         state.expect(StageProgress.ACTION)
         if state.cache is None:
             raise RuntimeError("prefix cache was released before action")
-        kv = [(layer.keys.numpy(), layer.values.numpy()) for layer in state.cache.layers]
-        prepared = dataclasses.replace(state.prepared, pixel_groups=())
+        payload = model.action_payload(state)
         proc, conn = self._idle.get()
         try:
-            conn.send((prepared, kv, state.prefix_len))
-            kind, payload = conn.recv()
+            conn.send(payload)
+            kind, result = conn.recv()
         finally:
             self._idle.put((proc, conn))
         if kind != "ok":
-            raise RuntimeError(payload)
-        state.actions = torch.from_numpy(payload)
+            raise RuntimeError(result)
+        state.actions = torch.from_numpy(result)
         state.progress = StageProgress.DONE
 
     def close(self) -> None:
@@ -353,17 +320,12 @@ class _ActionWorkers:
 
 
 def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
-    """Worker process: build the same seeded model, then serve Action units."""
+    """Worker process: load the same model, then serve Action units."""
     try:
         if spec.cpus is not None:
             os.sched_setaffinity(0, set(spec.cpus))
         torch.set_num_threads(spec.threads)
-        torch_dtype = None
-        if spec.dtype is not None:
-            from xinfer_ros.model.vla import resolve_dtype
-            torch_dtype = resolve_dtype(spec.dtype)
-        model = ReferenceVLA.build(load_preset(spec.preset), device="cpu", seed=spec.seed,
-                                   dtype=torch_dtype)
+        model = spec.source.load("cpu")
         conn.send("ready")
     except Exception as exc:  # report instead of dying silently
         conn.send(f"{type(exc).__name__}: {exc}")
@@ -375,14 +337,9 @@ def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
             return
         if msg is None:
             return
-        prepared, kv, prefix_len = msg
         try:
-            cache = _PrefixCache([_LayerKV(torch.from_numpy(k), torch.from_numpy(v))
-                                  for k, v in kv])
-            req = RequestState(prepared, cache=cache, prefix_len=prefix_len,  # type: ignore[arg-type]
-                               progress=StageProgress.ACTION)
-            model_stages.action(model, req, guidance=spec.guidance)
-            assert req.actions is not None
-            conn.send(("ok", req.actions.detach().numpy()))
+            state = model.action_state(msg)
+            model.action(state, guidance=spec.guidance)
+            conn.send(("ok", state.actions.detach().numpy()))
         except Exception as exc:  # a faulty unit fails alone
             conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,21 @@
+"""transformers' π0 (``PI0ForConditionalGeneration``) served through the stage engine.
+
+Public API::
+
+    from xinfer_ros.model.serving import load_stage_model
+
+    model = load_stage_model("pi0-tiny")                       # seeded random weights
+    model = load_stage_model("pi0", model_path="/ckpt/pi0")   # a real checkpoint
+    state = model.prepare(images, "pick up the cup", joints, seed=7)   # CPU
+    model.vit(state); model.prefill(state); model.action(state)        # device
+    chunk = model.finish(state)                                        # (H, D), robot units
+
+Modules: :mod:`.preset` (presets, checkpoint directories, the resolved spec),
+:mod:`.normalization` (statistics), :mod:`.tokenizer`, :mod:`.processing` (CPU
+preparation and output), :mod:`.checkpoint` (weights in, checkpoints out),
+:mod:`.stages` (ViT / Prefill / Action with RTC) and :mod:`.parity` (the check against
+``sample_actions``). Only :mod:`.checkpoint`, :mod:`.stages` and :mod:`.parity` import
+torch at module level.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,200 @@
+"""π0 weights: loading a checkpoint directory, seeded random weights, writing checkpoints.
+
+Loading goes through ``PI0ForConditionalGeneration.from_pretrained`` (offline), so both
+layouts it reads work: transformers' own and lerobot's key names, which transformers'
+``conversion_mapping`` renames. A missing or mis-shaped weight is an error naming the
+directory; transformers alone would initialise a missing weight at random with a
+warning, which would serve noise.
+
+Writing is for exports and tests: :func:`save_checkpoint` writes either layout; the
+lerobot one renames every key by :func:`lerobot_key`, the inverse of transformers'
+mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+from transformers import PI0Config, PI0ForConditionalGeneration
+
+from xinfer_ros.model.errors import CheckpointError
+from xinfer_ros.model.pi0.normalization import LEROBOT_PIPELINE, OPENPI_STATS
+from xinfer_ros.model.vla import resolve_dtype
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from xinfer_ros.model.pi0.preset import Pi0Spec
+
+__all__ = [
+    "build_model",
+    "lerobot_key",
+    "save_checkpoint",
+    "write_lerobot_stats",
+    "write_openpi_stats",
+]
+
+_LOG = logging.getLogger("xinfer_ros.model.pi0")
+
+Layout = Literal["transformers", "lerobot"]
+
+#: transformers name prefix -> lerobot name prefix (lerobot nests everything in ``model.``).
+_LEROBOT_PREFIXES = (
+    ("model.vlm.language_model.embed_tokens.", "model.paligemma_with_expert.paligemma.lm_head."),
+    ("model.dit.embed_tokens.", "model.paligemma_with_expert.gemma_expert.lm_head."),
+    ("model.vlm.", "model.paligemma_with_expert.paligemma.model."),
+    ("model.dit.", "model.paligemma_with_expert.gemma_expert.model."),
+    ("embed_action_time.", "model."),
+    ("", "model."),
+)
+
+
+def lerobot_key(name: str) -> str:
+    """The lerobot name of a ``PI0ForConditionalGeneration`` state-dict key.
+
+    lerobot's hub checkpoints store the (tied) embeddings as ``lm_head``; transformers'
+    mapping renames them back to ``embed_tokens``.
+    """
+    for ours, theirs in _LEROBOT_PREFIXES:
+        if name.startswith(ours):
+            return theirs + name[len(ours):]
+    raise AssertionError("unreachable: the last prefix matches every name")
+
+
+def _dtype(spec: Pi0Spec, dtype: torch.dtype | str | None) -> torch.dtype:
+    if dtype is None:
+        return resolve_dtype(spec.dtype)
+    return resolve_dtype(dtype) if isinstance(dtype, str) else dtype
+
+
+def build_model(config: PI0Config, spec: Pi0Spec, device: str | torch.device = "cpu",
+                dtype: torch.dtype | str | None = None) -> PI0ForConditionalGeneration:
+    """The model of a resolved spec, in eval mode and without gradients on weights.
+
+    On ``device="meta"``: shapes only (FLOP counting), never read from disk. Else
+    ``spec.model_path`` set: its weights (either layout); otherwise seeded random
+    weights (``spec.seed``, the global RNG untouched).
+
+    Raises:
+        CheckpointError: On weights missing from the directory or of the wrong shape.
+    """
+    torch_dtype = _dtype(spec, dtype)
+    if str(device) == "meta":
+        with torch.device("meta"):
+            model = PI0ForConditionalGeneration(config)
+    elif spec.model_path is not None:
+        model = _load(config, Path(spec.model_path), torch_dtype)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            # Initialising on a CUDA device takes seconds where a 3B CPU init takes minutes.
+            with torch.device(device):
+                model = PI0ForConditionalGeneration(config)
+    model = model.to(device=device, dtype=torch_dtype)
+    model.eval()
+    # RTC guidance differentiates w.r.t. the noisy actions only, never the weights.
+    model.requires_grad_(False)
+    return model
+
+
+def _load(config: PI0Config, directory: Path, dtype: torch.dtype) -> PI0ForConditionalGeneration:
+    try:
+        model, info = PI0ForConditionalGeneration.from_pretrained(
+            str(directory), config=config, dtype=dtype, local_files_only=True,
+            output_loading_info=True)
+    except (OSError, RuntimeError, ValueError) as exc:
+        # transformers raises RuntimeError for weights of the wrong shape.
+        raise CheckpointError(directory, f"weights do not load: {_first_line(exc)}") from exc
+    missing = sorted(info.get("missing_keys", ()))
+    if missing:
+        raise CheckpointError(directory, f"{len(missing)} weights missing, e.g. {missing[:4]}")
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys", ()))
+    if mismatched:
+        raise CheckpointError(directory, f"{len(mismatched)} weights of the wrong shape, "
+                                         f"e.g. {mismatched[:4]}")
+    unexpected = sorted(info.get("unexpected_keys", ()))
+    if unexpected:
+        _LOG.warning("%s: %d weights the model does not use, e.g. %s", directory,
+                     len(unexpected), unexpected[:4])
+    return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def save_checkpoint(model: PI0ForConditionalGeneration, directory: str | Path, *,
+                    layout: Layout = "transformers",
+                    tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
+    """Write a checkpoint that :func:`build_model` (and transformers) can load.
+
+    Args:
+        model: The model.
+        directory: Output directory (created).
+        layout: ``transformers`` (``save_pretrained``) or ``lerobot`` (the same
+            ``config.json``, weights under lerobot's key names).
+        tokenizer: Saved beside the weights when given.
+
+    Returns:
+        The directory.
+    """
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    if layout == "lerobot":
+        from safetensors.torch import save_file
+
+        weights = out / "model.safetensors"
+        renamed = {lerobot_key(k): v.detach().contiguous().cpu()
+                   for k, v in model.state_dict().items()}
+        save_file(renamed, str(weights), metadata={"format": "pt"})
+    elif layout != "transformers":
+        raise ValueError(f"unknown layout {layout!r}")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out))
+    return out
+
+
+def _lists(stats: Mapping[str, Any]) -> dict[str, list[float]]:
+    return {k: np.asarray(v, dtype=np.float64).reshape(-1).tolist() for k, v in stats.items()}
+
+
+def write_openpi_stats(directory: str | Path, state: Mapping[str, Any],
+                       actions: Mapping[str, Any], asset: str | None = None) -> Path:
+    """Write openpi's ``norm_stats.json`` (top level, or under ``assets/<asset>/``)."""
+    folder = Path(directory) / "assets" / asset if asset else Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / OPENPI_STATS
+    payload = {"norm_stats": {"state": _lists(state), "actions": _lists(actions)}}
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def write_lerobot_stats(directory: str | Path, state: Mapping[str, Any],
+                        action: Mapping[str, Any], state_mode: str = "MEAN_STD",
+                        action_mode: str = "MEAN_STD") -> Path:
+    """Write lerobot's pre-processor files: the pipeline JSON and the normaliser stats."""
+    from safetensors.numpy import save_file
+
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    state_file = "policy_preprocessor_step_3_normalizer_processor.safetensors"
+    flat = {f"observation.state.{k}": np.asarray(v, np.float32) for k, v in state.items()}
+    flat.update({f"action.{k}": np.asarray(v, np.float32) for k, v in action.items()})
+    save_file(flat, str(root / state_file))
+    pipeline = {"name": "policy_preprocessor", "steps": [
+        {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+        {"registry_name": "normalizer_processor", "state_file": state_file,
+         "config": {"eps": 1e-8, "norm_map": {"VISUAL": "IDENTITY", "STATE": state_mode,
+                                              "ACTION": action_mode}}},
+    ]}
+    path = root / LEROBOT_PIPELINE
+    path.write_text(json.dumps(pipeline, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,372 @@
+"""One interface over every served model: prepare, three stages, finish.
+
+The engine's torch backend serves a :class:`StageModel`; :func:`load_stage_model`
+builds the right one from a preset's family:
+
+* :class:`ReferenceStageModel`: the paper-shaped reference VLA (``tiny``, ``vla-2b``,
+  ``pi05``), :mod:`xinfer_ros.model.stages`;
+* :class:`Pi0StageModel`: transformers' π0 (``pi0``, ``pi0-tiny``, a checkpoint
+  directory), :mod:`xinfer_ros.model.pi0.stages`.
+
+Per request::
+
+    state = model.prepare(images, instruction, state, prev_chunk=..., d=..., seed=...)  # CPU
+    model.vit(state); model.prefill(state); model.action(state)                        # device
+    chunk = model.finish(state)          # CPU: (H, D) float64 in robot units
+    model.release(state)
+
+For Action units in worker processes (CPU), :meth:`StageModel.action_payload` packs
+what the Action stage reads (prefix keys and values as arrays, the CPU inputs) and
+:meth:`StageModel.action_state` rebuilds it in the worker's own copy of the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from xinfer_ros.model.presets import ModelIO, load_model_preset, reference_io
+from xinfer_ros.model.request import StagedState, StageProgress
+
+__all__ = ["Pi0StageModel", "ReferenceStageModel", "StageModel", "load_stage_model"]
+
+_LOG = logging.getLogger("xinfer_ros.model")
+
+#: Per layer, the prefix keys and values as CPU arrays (an Action payload).
+KVArrays = list[tuple[np.ndarray, np.ndarray]]
+
+
+class StageModel(ABC):
+    """A model split into ViT, Prefill and Action over private per-request state.
+
+    Attributes:
+        io: What the model takes and returns.
+        module: The ``torch.nn.Module`` holding the weights (read-only while serving).
+    """
+
+    io: ModelIO
+    module: torch.nn.Module
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the weights."""
+        return next(self.module.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the weights."""
+        return next(self.module.parameters()).dtype
+
+    @abstractmethod
+    def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
+                prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
+                rtc_mode: str = "soft", seed: int = 0, request_id: str = "") -> StagedState:
+        """Validate and convert one request on the CPU.
+
+        Raises:
+            InputError: A subclass naming the malformed field.
+        """
+
+    @abstractmethod
+    def vit(self, state: Any) -> None:
+        """Run the ViT stage of ``state``."""
+
+    @abstractmethod
+    def prefill(self, state: Any) -> None:
+        """Run the Prefill stage of ``state``."""
+
+    @abstractmethod
+    def action(self, state: Any, guidance: bool = True) -> None:
+        """Run the Action stage of ``state`` (RTC guidance when it has a previous chunk)."""
+
+    @abstractmethod
+    def finish(self, state: Any) -> np.ndarray:
+        """CPU output processing: the ``(H, D)`` chunk in robot units."""
+
+    def release(self, state: Any) -> None:
+        """Drop the device tensors ``state`` holds."""
+        state.release()
+        state.actions = None
+
+    @abstractmethod
+    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+        """A fresh state that runs ``stage`` next from what ``state`` holds (calibration).
+
+        ``state`` must be ready for ``stage``; the copy shares its read-only tensors,
+        so several copies may run at once.
+        """
+
+    @abstractmethod
+    def action_payload(self, state: Any) -> Any:
+        """What the Action stage of ``state`` reads, as picklable CPU data."""
+
+    @abstractmethod
+    def action_state(self, payload: Any) -> StagedState:
+        """A state ready for Action, from :meth:`action_payload`'s output."""
+
+    @abstractmethod
+    def num_parameters_by_stage(self) -> dict[str, int]:
+        """Parameter count of the modules each stage runs."""
+
+    @abstractmethod
+    def prefix_length(self, state: Any) -> int:
+        """Prefix tokens (visual and text) of a state after Prefill."""
+
+
+def _kv_arrays(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> KVArrays:
+    return [(k.detach().cpu().numpy(), v.detach().cpu().numpy()) for k, v in layers]
+
+
+def _count(*modules: torch.nn.Module) -> int:
+    return sum(p.numel() for module in modules for p in module.parameters())
+
+
+class ReferenceStageModel(StageModel):
+    """The reference VLA (``xinfer_ros.model.vla``) behind :class:`StageModel`."""
+
+    def __init__(self, model: Any) -> None:
+        from xinfer_ros.model import stages
+
+        self.module = model
+        self.io = reference_io(model.config)
+        self._stages = stages
+
+    def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
+                prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
+                rtc_mode: str = "soft", seed: int = 0, request_id: str = "") -> StagedState:
+        """See :meth:`StageModel.prepare` (every camera required, aspect ratio kept)."""
+        from xinfer_ros.model.processing import prepare_request
+        from xinfer_ros.model.request import RequestState
+
+        prepared = prepare_request(
+            self.module.config, self.module.tokenizer, images, instruction, state,
+            prev_chunk=prev_chunk, d=d, prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed,
+            request_id=request_id)
+        return RequestState(prepared)
+
+    def vit(self, state: Any) -> None:
+        """See :meth:`StageModel.vit`."""
+        self._stages.vit(self.module, state)
+
+    def prefill(self, state: Any) -> None:
+        """See :meth:`StageModel.prefill`."""
+        self._stages.prefill(self.module, state)
+
+    def action(self, state: Any, guidance: bool = True) -> None:
+        """See :meth:`StageModel.action`."""
+        self._stages.action(self.module, state, guidance=guidance)
+
+    def finish(self, state: Any) -> np.ndarray:
+        """See :meth:`StageModel.finish`."""
+        from xinfer_ros.model.processing import postprocess_actions
+
+        return postprocess_actions(state.actions, self.module.config, state.prepared.rtc)
+
+    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+        """See :meth:`StageModel.copy_at` (the reference Action only reads the cache)."""
+        from xinfer_ros.model.request import RequestState
+
+        if stage is StageProgress.VIT:
+            return RequestState(state.prepared)
+        return dataclasses.replace(state, progress=stage, actions=None)
+
+    def action_payload(self, state: Any) -> Any:
+        """See :meth:`StageModel.action_payload`."""
+        kv = _kv_arrays([(layer.keys, layer.values) for layer in state.cache.layers])
+        return dataclasses.replace(state.prepared, pixel_groups=()), kv, state.prefix_len
+
+    def action_state(self, payload: Any) -> StagedState:
+        """See :meth:`StageModel.action_state`."""
+        from xinfer_ros.model.request import RequestState
+
+        prepared, kv, prefix_len = payload
+        cache = _PrefixCache([_LayerKV(torch.from_numpy(k), torch.from_numpy(v))
+                              for k, v in kv])
+        return RequestState(prepared, cache=cache, prefix_len=prefix_len,  # type: ignore[arg-type]
+                            progress=StageProgress.ACTION)
+
+    def num_parameters_by_stage(self) -> dict[str, int]:
+        """See :meth:`StageModel.num_parameters_by_stage`."""
+        return dict(self.module.num_parameters_by_stage())
+
+    def prefix_length(self, state: Any) -> int:
+        """See :meth:`StageModel.prefix_length`."""
+        return int(state.prefix_len)
+
+
+@dataclasses.dataclass
+class _LayerKV:
+    """One layer's cached prefix keys and values (what the reference Action reads)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+@dataclasses.dataclass
+class _PrefixCache:
+    """Stand-in for ``DynamicCache`` for the reference Action: ``layers[i].keys/values``."""
+
+    layers: list[_LayerKV]
+
+
+class Pi0StageModel(StageModel):
+    """transformers' π0 (:mod:`xinfer_ros.model.pi0`) behind :class:`StageModel`.
+
+    Args:
+        model: The ``PI0ForConditionalGeneration``.
+        processor: CPU preparation and output processing of its resolved spec.
+    """
+
+    def __init__(self, model: Any, processor: Any) -> None:
+        from xinfer_ros.model.pi0 import stages
+
+        self.module = model
+        self.processor = processor
+        self.spec = processor.spec
+        self.io = self.spec.io()
+        self._stages = stages
+
+    def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
+                prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
+                rtc_mode: str = "soft", seed: int = 0, request_id: str = "") -> StagedState:
+        """See :meth:`StageModel.prepare` (missing cameras masked, any image size)."""
+        from xinfer_ros.model.pi0.processing import Pi0Inputs
+
+        prepared = self.processor.prepare(
+            Pi0Inputs(images, instruction, state), prev_chunk=prev_chunk, d=d,
+            prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed, request_id=request_id)
+        return self._stages.Pi0State(prepared)
+
+    def vit(self, state: Any) -> None:
+        """See :meth:`StageModel.vit`."""
+        self._stages.vit(self.module, state)
+
+    def prefill(self, state: Any) -> None:
+        """See :meth:`StageModel.prefill`."""
+        self._stages.prefill(self.module, state)
+
+    def action(self, state: Any, guidance: bool = True) -> None:
+        """See :meth:`StageModel.action`."""
+        self._stages.action(self.module, state, guidance=guidance)
+
+    def finish(self, state: Any) -> np.ndarray:
+        """See :meth:`StageModel.finish`."""
+        return self.processor.postprocess(state.actions, state.prepared.rtc)
+
+    def _state_with_prefix(self, prepared: Any, kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                           ) -> StagedState:
+        from transformers import DynamicCache
+
+        # Action appends to its cache and resets it per step: each state needs its own.
+        cache = DynamicCache()
+        for index, (keys, values) in enumerate(kv):
+            cache.update(keys, values, index)
+        return self._stages.Pi0State(prepared, cache=cache, prefix_kv=list(kv),
+                                     progress=StageProgress.ACTION)
+
+    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+        """See :meth:`StageModel.copy_at`."""
+        if stage is StageProgress.VIT:
+            return self._stages.Pi0State(state.prepared)
+        if stage is StageProgress.PREFILL:
+            return dataclasses.replace(state, progress=stage, actions=None)
+        return self._state_with_prefix(state.prepared, state.prefix_kv)
+
+    def action_payload(self, state: Any) -> Any:
+        """See :meth:`StageModel.action_payload`."""
+        prepared = dataclasses.replace(state.prepared, pixels=np.zeros((0,), np.float32))
+        return prepared, _kv_arrays(state.prefix_kv)
+
+    def action_state(self, payload: Any) -> StagedState:
+        """See :meth:`StageModel.action_state`."""
+        prepared, kv = payload
+        tensors = [(torch.from_numpy(k).to(self.device), torch.from_numpy(v).to(self.device))
+                   for k, v in kv]
+        return self._state_with_prefix(prepared, tensors)
+
+    def prefix_length(self, state: Any) -> int:
+        """See :meth:`StageModel.prefix_length` (prompt padding included)."""
+        return int(state.prepared.input_ids.shape[0])
+
+    def num_parameters_by_stage(self) -> dict[str, int]:
+        """Parameters per stage.
+
+        ViT: vision tower, projector and token embeddings; Prefill: the language model;
+        Action: the expert and the action/time projections.
+        """
+        vlm = self.module.model.vlm
+        embeddings = vlm.get_input_embeddings()
+        prefix = _count(vlm.vision_tower, vlm.multi_modal_projector, embeddings)
+        return {"vit": prefix,
+                "prefill": _count(vlm.language_model) - _count(embeddings),
+                "action": _count(self.module.model.dit, self.module.embed_action_time,
+                                 self.module.action_out_proj)}
+
+
+def load_stage_model(preset: str | Path, *, model_path: str | Path | None = None,
+                     device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
+                     seed: int | None = None) -> StageModel:
+    """Build the served model of a preset (any family).
+
+    Args:
+        preset: Preset name or YAML path.
+        model_path: Checkpoint directory: a π0 checkpoint (either layout) for the pi0
+            family, a ``save_pretrained`` directory of the reference family.
+        device: ``cpu``, ``cuda``, ``cuda:N`` or ``meta`` (shapes only).
+        dtype: Parameter dtype (the preset's when ``None``).
+        seed: Seed of random weights (the preset's when ``None``).
+
+    Raises:
+        CheckpointError: On an unusable checkpoint directory, tokenizer or statistics.
+        FileNotFoundError: On an unknown preset.
+    """
+    from xinfer_ros.model.config import VLAConfig
+    from xinfer_ros.model.vla import resolve_dtype
+
+    torch_dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype
+    loaded = load_model_preset(preset)
+    if isinstance(loaded, VLAConfig):
+        from xinfer_ros.model.vla import ReferenceVLA
+
+        if model_path:
+            return ReferenceStageModel(ReferenceVLA.from_pretrained(model_path, device=device,
+                                                                    dtype=torch_dtype))
+        return ReferenceStageModel(_build_reference(loaded, device, seed, torch_dtype))
+    from xinfer_ros.model.pi0.checkpoint import build_model
+    from xinfer_ros.model.pi0.preset import resolve_pi0
+    from xinfer_ros.model.pi0.processing import Pi0Processor
+    from xinfer_ros.model.pi0.tokenizer import load_tokenizer
+
+    if seed is not None:
+        loaded = dataclasses.replace(loaded, seed=int(seed))
+    config, spec = resolve_pi0(loaded, model_path)
+    tokenizer = load_tokenizer(spec.tokenizer_path, spec.vocab_size)
+    model = build_model(config, spec, device=device, dtype=torch_dtype)
+    return Pi0StageModel(model, Pi0Processor(spec, tokenizer))
+
+
+def _build_reference(config: Any, device: str | torch.device, seed: int | None,
+                     dtype: torch.dtype | None) -> Any:
+    """Seeded reference weights; on CUDA initialised on the device.
+
+    ``ReferenceVLA.build`` initialises on the CPU and then moves the weights, which
+    takes minutes for ``vla-2b``; under a CUDA default device the same code
+    initialises on the GPU in seconds (different random values, same shapes, still
+    seeded). Falls back to the CPU path if the device build fails.
+    """
+    from xinfer_ros.model.vla import ReferenceVLA
+
+    if str(device).startswith("cuda"):
+        try:
+            with torch.device(device):
+                return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)
+        except (RuntimeError, TypeError, ValueError) as exc:  # pragma: no cover - CUDA only
+            _LOG.warning("on-device build failed (%s); building on the CPU", exc)
+    return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)
