@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Generate a small sample fleet bag: a few seconds of 1-2 simulated robots.
 
-Nothing is downloaded: it starts a fleet (server with the deterministic ``tiny`` torch
-model on CPU, an RTC executor and a simulated robot per robot) and records it with
-``xinfer-record --with-fleet``. The bag is generated rather than shipped: the server
+Nothing is downloaded: it starts a fleet (server with a deterministic torch model on
+CPU, ``pi0-tiny`` by default, an RTC executor and a simulated robot per robot) and
+records it with ``xinfer-record --with-fleet``. The bag is generated rather than shipped: the server
 checks camera sizes, so real-size frames make even a short bag tens of MB.
 
     ./env.sh python scripts/make_sample_bag.py out/bags/sample --robots 1 --duration 4
@@ -22,21 +22,22 @@ __all__ = ["main", "make_sample_bag"]
 
 def make_sample_bag(output: Path, *, robots: int = 1, duration: float = 4.0,
                     backend: str = "torch", storage: str = "mcap",
-                    logs: Path | None = None) -> int:
+                    logs: Path | None = None, model: str = "pi0-tiny") -> int:
     """Record a short fleet run into ``output``; return ``xinfer-record``'s status.
 
     Args:
         output: Bag directory to create (must not exist).
         robots: Simulated robots (1-2 keep it small).
         duration: Seconds recorded once the server is up.
-        backend: ``torch`` (deterministic tiny model) or ``emulated``.
+        backend: ``torch`` (deterministic weights) or ``emulated``.
         storage: ``mcap`` or ``sqlite3``.
         logs: Directory for the fleet's node logs (default: a temp dir).
+        model: Model preset of the server (π0's ``pi0-tiny``, or the reference ``tiny``).
     """
     from xinfer_ros.cli.record import main as record
 
     argv = ["--with-fleet", "--robots", str(robots), "--duration", str(duration),
-            "--backend", backend, "--model", "tiny", "--storage", storage,
+            "--backend", backend, "--model", model, "--storage", storage,
             "--output", str(output)]
     if logs is not None:
         argv += ["--logs", str(logs)]
@@ -52,9 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--backend", choices=("torch", "emulated"), default="torch")
     p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     p.add_argument("--logs", type=Path, default=None, help="fleet node logs")
+    p.add_argument("--model", default="pi0-tiny", help="model preset of the server")
     args = p.parse_args(argv)
     return make_sample_bag(args.output, robots=args.robots, duration=args.duration,
-                           backend=args.backend, storage=args.storage, logs=args.logs)
+                           backend=args.backend, storage=args.storage, logs=args.logs,
+                           model=args.model)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,25 @@ def test_fleet_runner_reports_on_an_emulated_fleet(tmp_path) -> None:
     assert (tmp_path / "fleet_latency.png").stat().st_size > 10_000
 
 
+@pytest.mark.timeout(240)
+def test_fleet_serves_pi0_tiny_chunks_end_to_end(tmp_path) -> None:
+    # transformers' π0 (pi0-tiny, random weights) on the torch backend, as make demo runs it.
+    report_path = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "xinfer_ros.cli.fleet", "--model", "pi0-tiny", "--robots", "2",
+         "--duration", "35", "--warmup", "20", "--no-progress", "--out", str(tmp_path),
+         "--json", str(report_path)],
+        check=False, capture_output=True, text=True, timeout=230, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["emulated"] is False and report["model"] == "pi0-tiny"
+    for robot in report["robots"].values():
+        assert robot["statuses"].get("ok", 0) >= 15, robot["statuses"]
+        # Each H = 50 chunk reached the executor and was spliced, none refused.
+        assert robot["chunks_applied"] >= 15 and robot["non_ok_chunks"] <= 2
+        assert robot["requests_sent"] >= robot["chunks_applied"]
+
+
 @pytest.mark.timeout(60)
 def test_simulator_comparison_follows_the_servers_phase_spread() -> None:
     from xinfer_ros.cli.fleet import simulate_fleet

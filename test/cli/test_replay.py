@@ -1,7 +1,7 @@
 """xinfer-record and xinfer-replay end to end, and replay of bags from elsewhere.
 
-The sample bag is generated here (a short fleet run with the deterministic tiny torch
-model on CPU), never downloaded or shipped.
+The sample bag is generated here (a short fleet run with the deterministic pi0-tiny
+torch model on CPU), never downloaded or shipped.
 """
 
 import json
@@ -144,7 +144,7 @@ def written_bag(tmp_path_factory, factory) -> Path:
 # -- the recorded sample ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sample_bag(tmp_path_factory) -> Path:
-    """A short recording of one simulated robot served by the tiny torch model."""
+    """A short recording of one simulated robot served by π0 (pi0-tiny, torch)."""
     out = tmp_path_factory.mktemp("sample")
     bag = out / "bag"
     proc = run_cli([str(ROOT / "scripts" / "make_sample_bag.py"), str(bag), "--robots", "1",
@@ -170,7 +170,7 @@ def test_record_then_replay_reproduces_the_actions_exactly(sample_bag, tmp_path)
     for attempt in range(2):
         report_path = tmp_path / f"report_{attempt}.json"
         proc = run_cli(["-m", "xinfer_ros.cli.replay", str(sample_bag), "--backend", "torch",
-                        "--model", "tiny", "--require-identical", "--max-action-rms", "0",
+                        "--model", "pi0-tiny", "--require-identical", "--max-action-rms", "0",
                         "--max-attainment-drop", "none", "--json", str(report_path),
                         "--out", str(tmp_path)], timeout=180)
         report = json.loads(report_path.read_text())

@@ -410,3 +410,44 @@ def test_phase_spread_margin_is_validated() -> None:
                     Parameter("phase_spread_margin_ms", value=bad)])
     finally:
         rclpy.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_pi0_server_takes_robot_sized_images_and_answers_with_its_horizon() -> None:
+    with serving(model="pi0-tiny") as (server, _, robots, spin):
+        assert server.io.resizes_images and server.io.horizon == 50
+        r1 = robots["r1"]
+        r1.observe(shapes=[(480, 640), (100, 100), (224, 320)])  # whatever the robot has
+        spin(0.2)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+        assert (chunk.horizon, chunk.action_dim) == (50, 14)
+
+
+def test_camera_count_must_fit_the_model() -> None:
+    rclpy.init()
+    try:
+        server = InferenceServer(parameter_overrides=[
+            Parameter("backend", value="emulated"), Parameter("model", value="pi0-tiny"),
+            Parameter("cameras", value=2)])
+        assert server.io.masks_missing_cameras
+        server.close()
+        server.destroy_node()
+        for model, cameras in (("tiny", 2), ("pi0-tiny", 4)):
+            with pytest.raises(ValueError, match="parameter 'cameras'"):
+                InferenceServer(parameter_overrides=[
+                    Parameter("backend", value="emulated"), Parameter("model", value=model),
+                    Parameter("cameras", value=cameras)])
+    finally:
+        rclpy.shutdown()
+
+
+def test_unusable_model_path_stops_the_server_at_start_up(tmp_path) -> None:
+    rclpy.init()
+    try:
+        with pytest.raises(ValueError, match="no config.json"):
+            InferenceServer(parameter_overrides=[
+                Parameter("backend", value="emulated"), Parameter("model", value="pi0"),
+                Parameter("model_path", value=str(tmp_path))])
+    finally:
+        rclpy.shutdown()

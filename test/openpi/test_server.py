@@ -166,3 +166,40 @@ def test_large_messages_are_prepared_off_the_event_loop(start_server: Any) -> No
             client.infer({**aloha, "state": np.zeros(15)})
     assert reply["actions"].shape == (16, 14)
     assert reply["xinfer/image_mask"] == [True, True, False]
+
+
+@pytest.mark.torch
+def test_libero_client_gets_pi0_tiny_chunks_with_the_third_camera_masked() -> None:
+    """A real π0 engine (pi0-tiny, torch) behind the endpoint; LIBERO has 2 of 3 cameras."""
+    pytest.importorskip("torch")
+    from xinfer_ros.engine.backends import make_backend
+    from xinfer_ros.engine.engine import StageEngine
+    from xinfer_ros.openpi.layouts import ModelSpec
+    from xinfer_ros.openpi.server import OpenPIServer, ServerThread
+
+    backend = make_backend("torch", model="pi0-tiny")
+    model = ModelSpec.from_io(backend.io)
+    assert model.masks_missing_cameras and model.horizon == 50
+    recorded: list[Any] = []
+    with StageEngine(backend, "xinfer") as engine:
+        real_submit = engine.submit
+
+        def submit(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            recorded.append(inputs)
+            return real_submit(inputs, *args, **kwargs)
+
+        engine.submit = submit  # type: ignore[method-assign]
+        thread = ServerThread(OpenPIServer(engine, model, ServerConfig(port=0,
+                                                                       default_budget_ms=5000)))
+        thread.start()
+        try:
+            with OpenPIClient(uri(thread)) as client:
+                reply = client.infer(libero(**{"observation/image": np.full((256, 256, 3), 90,
+                                                                         np.uint8)}))
+        finally:
+            thread.close()
+    assert reply["actions"].shape == (50, 7)  # LIBERO's 7 of the model's 14 dimensions
+    assert np.all(np.isfinite(reply["actions"])) and reply["xinfer/image_mask"] == \
+        [True, True, False]
+    images = recorded[0]["images"]
+    assert images[2] is None and images[0].shape == (112, 112, 3)  # letterboxed, masked

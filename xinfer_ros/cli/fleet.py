@@ -154,6 +154,8 @@ def _robot_report(obs: Any, window: tuple[float, float]) -> dict[str, Any]:
         "trigger_misses": int(ex.trigger_misses) if ex else None,
         "request_timeouts": int(ex.request_timeouts) if ex else None,
         "requests_sent": int(ex.requests_sent) if ex else None,
+        "chunks_applied": int(ex.chunks_applied) if ex else None,
+        "non_ok_chunks": int(ex.non_ok_chunks) if ex else None,
         "send_lag_mean_ms": float(ex.send_lag_mean_ms) if ex else None,
         "send_lag_p95_ms": float(ex.send_lag_p95_ms) if ex else None,
         "send_lag_max_ms": float(ex.send_lag_max_ms) if ex else None,
