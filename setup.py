@@ -17,7 +17,8 @@ setup(
     install_requires=["numpy>=1.26", "pyyaml>=6.0", "matplotlib>=3.8", "tqdm>=4.66"],
     extras_require={
         # torch is left to the user on purpose: an unpinned torch pulls a CUDA build.
-        "model": ["transformers>=5.0", "safetensors>=0.4", "opencv-python-headless>=4.9"],
+        "model": ["transformers>=5.24", "tokenizers>=0.20", "safetensors>=0.4",
+                  "opencv-python-headless>=4.9"],
         "bags": ["rosbags>=0.10"],
         "openpi": ["websockets>=13", "msgpack>=1.0"],
         "test": ["pytest>=8.3", "pytest-timeout>=2.3", "hypothesis>=6.100"],

@@ -445,7 +445,7 @@ def test_camera_count_must_fit_the_model() -> None:
 def test_unusable_model_path_stops_the_server_at_start_up(tmp_path) -> None:
     rclpy.init()
     try:
-        with pytest.raises(ValueError, match="no config.json"):
+        with pytest.raises(ValueError, match=r"no config\.json"):
             InferenceServer(parameter_overrides=[
                 Parameter("backend", value="emulated"), Parameter("model", value="pi0"),
                 Parameter("model_path", value=str(tmp_path))])

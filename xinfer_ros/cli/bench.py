@@ -18,7 +18,7 @@ __all__ = ["BENCHMARKS", "build_parser", "main"]
 #: Sub-command name -> one-line help. The module is ``xinfer_ros.cli.bench_<name>``.
 BENCHMARKS: dict[str, str] = {
     "decision": "scheduler decision cost (policy update + admission check)",
-    "model": "reference VLA per-stage latency and FLOPs",
+    "model": "per-stage latency, FLOPs and π0 parity of a served model",
     "engine": "closed-loop engine benchmark (async / serial / lockstep)",
     "transport": "latency the ROS path adds over the in-process engine",
     "openpi": "latency the openpi WebSocket path adds over the in-process engine",

@@ -299,15 +299,18 @@ class Pi0StageModel(StageModel):
         """Parameters per stage.
 
         ViT: vision tower, projector and token embeddings; Prefill: the language model;
-        Action: the expert and the action/time projections.
+        Action: the expert and the action/time projections. The expert's own token
+        embedding (present in the checkpoint, never run: its inputs are embeddings)
+        is not counted.
         """
-        vlm = self.module.model.vlm
+        vlm, dit = self.module.model.vlm, self.module.model.dit
         embeddings = vlm.get_input_embeddings()
         prefix = _count(vlm.vision_tower, vlm.multi_modal_projector, embeddings)
         return {"vit": prefix,
                 "prefill": _count(vlm.language_model) - _count(embeddings),
-                "action": _count(self.module.model.dit, self.module.embed_action_time,
-                                 self.module.action_out_proj)}
+                "action": _count(dit, self.module.embed_action_time,
+                                 self.module.action_out_proj)
+                - _count(dit.get_input_embeddings())}
 
 
 def load_stage_model(preset: str | Path, *, model_path: str | Path | None = None,
