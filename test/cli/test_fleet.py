@@ -46,16 +46,23 @@ def test_fleet_serves_pi0_tiny_chunks_end_to_end(tmp_path) -> None:
     report_path = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "xinfer_ros.cli.fleet", "--model", "pi0-tiny", "--robots", "2",
-         "--duration", "35", "--warmup", "20", "--no-progress", "--out", str(tmp_path),
+         "--duration", "20", "--warmup", "4", "--no-progress", "--out", str(tmp_path),
          "--json", str(report_path)],
         check=False, capture_output=True, text=True, timeout=230, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(report_path.read_text())
     assert report["emulated"] is False and report["model"] == "pi0-tiny"
+    # Timed from the server's first answer: model loading is not in the window.
+    assert report["server_ready_s"] > 0 and report["window_s"][0] > report["server_ready_s"]
+    # Budgets fitted to this machine's calibrated pi0-tiny table, and said so.
+    assert report["budget_scale"] > 1 and "rate_table_cpu_pi0_tiny.json" in proc.stdout
+    assert set(report["total"]["per_budget"]) == {f"{90 * report['budget_scale']:g}",
+                                                  f"{400 * report['budget_scale']:g}"}
     for robot in report["robots"].values():
         assert robot["statuses"].get("ok", 0) >= 15, robot["statuses"]
         # Each H = 50 chunk reached the executor and was spliced, none refused.
         assert robot["chunks_applied"] >= 15 and robot["non_ok_chunks"] <= 2
+        assert robot["starved_ticks"] == 0 or robot["starved_ticks"] < robot["ticks"] / 10
         assert robot["requests_sent"] >= robot["chunks_applied"]
 
 

@@ -4,6 +4,7 @@ import contextlib
 import math
 import time
 
+import cv2
 import numpy as np
 import pytest
 
@@ -14,7 +15,7 @@ from rclpy.exceptions import InvalidParameterValueException  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
-from sensor_msgs.msg import Image, JointState  # noqa: E402
+from sensor_msgs.msg import CompressedImage, Image, JointState  # noqa: E402
 from xinfer_ros.msg import ActionChunk, FleetStats, PolicyRequest  # noqa: E402
 from xinfer_ros.srv import GetFleetStats, SetPolicy  # noqa: E402
 
@@ -34,21 +35,34 @@ class Robot:
                                            qos_profile_sensor_data) for i in range(3)]
         self.joints = node.create_publisher(JointState, f"/{name}/joint_states",
                                             qos_profile_sensor_data)
+        self.compressed = [node.create_publisher(
+            CompressedImage, f"/{name}/camera_{i}/image_raw/compressed",
+            qos_profile_sensor_data) for i in range(3)]
         self.requests = node.create_publisher(PolicyRequest, f"/{name}/policy_request", 10)
         self.chunks: list[ActionChunk] = []
         node.create_subscription(ActionChunk, f"/{name}/action_chunk", self.chunks.append, 50)
         self.seq = 0
 
-    def observe(self, shapes=SHAPES, state=None, encoding="rgb8", truncate=False) -> None:
+    def observe(self, shapes=SHAPES, state=None, *, encoding="rgb8", truncate=False,
+                names=None, transport="raw") -> None:
         stamp = self.node.get_clock().now().to_msg()
-        for pub, (h, w) in zip(self.cams, shapes, strict=True):
-            msg = Image(**rgb_to_image_fields(np.full((h, w, 3), 90, np.uint8)))
+        for cam, (h, w) in enumerate(shapes):
+            pixels = np.full((h, w, 3), 90, np.uint8)
+            if transport == "compressed":
+                ok, jpeg = cv2.imencode(".jpg", pixels)
+                assert ok
+                out = CompressedImage(format="jpeg", data=jpeg.tobytes())
+                out.header.stamp = stamp
+                self.compressed[cam].publish(out)
+                continue
+            msg = Image(**rgb_to_image_fields(pixels))
             msg.encoding = encoding
             if truncate:
                 msg.data = bytes(msg.data)[: len(msg.data) // 2]
             msg.header.stamp = stamp
-            pub.publish(msg)
-        js = JointState(position=list(np.zeros(D) if state is None else state))
+            self.cams[cam].publish(msg)
+        js = JointState(position=list(np.zeros(D) if state is None else state),
+                        name=list(names or []))
         js.header.stamp = stamp
         self.joints.publish(js)
 
@@ -138,8 +152,7 @@ def test_bad_requests_get_non_ok_chunks_and_others_keep_being_served(fleet) -> N
         ("budget", lambda: (r1.observe(), r1.request(budget_ms=math.nan))),
         ("prev_chunk", lambda: (r1.observe(), r1.request(prev=np.zeros(H * D - 3)))),
         ("commit_steps", lambda: (r1.observe(), r1.request(commit=H + 1))),
-        ("camera_0 image is 100x100", lambda: (r1.observe(shapes=[(100, 100)] * 3),
-                                               r1.request())),
+        ("depth image (16UC1)", lambda: (r1.observe(encoding="16UC1"), r1.request())),
         ("encoding", lambda: (r1.observe(encoding="yuv422"), r1.request())),
         ("truncated", lambda: (r1.observe(truncate=True), r1.request())),
         ("NaN", lambda: (r1.observe(state=[math.nan] * D), r1.request())),
@@ -451,3 +464,71 @@ def test_unusable_model_path_stops_the_server_at_start_up(tmp_path) -> None:
                 Parameter("model_path", value=str(tmp_path))])
     finally:
         rclpy.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_frames_of_another_size_are_letterboxed_unless_strict() -> None:
+    with serving() as (server, _, robots, spin):
+        r1 = robots["r1"]
+        r1.observe(shapes=[(100, 100)] * 3)  # the reference model takes 224x352, 224x320
+        spin(0.2)
+        assert answer(r1, r1.request(), spin).status == ActionChunk.STATUS_OK
+        frame = np.full((100, 100, 3), 90, np.uint8)
+        now = server.get_clock().now().nanoseconds * 1e-9
+        raw = server._robots["r1"].obs.assemble(now, 10.0)[0][0]
+        letterboxed = server._rgb(0, raw, raw.message())
+        assert letterboxed.shape == (224, 352, 3) and not letterboxed[:, :50].any()
+        assert (letterboxed[:, 176] == frame[0, 0]).all()
+    with serving(strict_image_size=True) as (_, _, robots, spin):
+        r1 = robots["r1"]
+        r1.observe(shapes=[(100, 100)] * 3)
+        spin(0.2)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_REJECTED
+        assert "camera_0 image is 100x100" in chunk.reason and "strict" in chunk.reason
+
+
+@pytest.mark.timeout(60)
+def test_compressed_camera_topics_per_parameter() -> None:
+    with serving(image_transports=["compressed"]) as (server, _, robots, spin):
+        assert "/r1/camera_2/image_raw/compressed" in server._sensor_types
+        r1 = robots["r1"]
+        r1.observe()  # raw frames only: not what this server reads
+        spin(0.2)
+        assert "camera_0" in answer(r1, r1.request(), spin).reason
+        r1.observe(transport="compressed")
+        spin(0.3)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+    rclpy.init()
+    try:
+        with pytest.raises(ValueError, match="image_transports"):
+            InferenceServer(parameter_overrides=[
+                Parameter("backend", value="emulated"), Parameter("model", value="tiny"),
+                Parameter("image_transports", value=["raw", "compressed"])])
+    finally:
+        rclpy.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_joints_are_read_by_name() -> None:
+    names = [f"j{i}" for i in range(D)]
+    with serving(joint_names=names) as (_, _, robots, spin):
+        r1 = robots["r1"]
+        r1.observe(names=list(reversed(names)))  # any order the driver publishes
+        spin(0.2)
+        assert answer(r1, r1.request(), spin).status == ActionChunk.STATUS_OK
+        r1.observe(names=["elbow", *names[1:]])
+        spin(0.2)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_REJECTED and "lacks joint(s) ['j0']" in \
+            chunk.reason
+
+
+def test_joint_positions_follow_the_models_order() -> None:
+    from xinfer_ros.nodes.observations import ObservationError, joint_positions
+
+    assert joint_positions(["b", "a"], [2.0, 1.0], ["a", "b"]) == [1.0, 2.0]
+    assert joint_positions([], [3.0, 4.0], []) == [3.0, 4.0]
+    with pytest.raises(ObservationError, match="names"):
+        joint_positions(["a"], [1.0, 2.0], ["a"])

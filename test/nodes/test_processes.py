@@ -65,6 +65,36 @@ def test_robot_side_nodes_exit_cleanly_on_sigint(module, params, executor, tmp_p
     assert "FATAL" not in output and "Traceback" not in output, output
 
 
+@pytest.mark.timeout(60)
+def test_executor_started_without_a_server_never_commands(tmp_path) -> None:
+    from std_msgs.msg import Float64MultiArray
+    from xinfer_ros.msg import ExecutorStats, PolicyRequest
+
+    proc = start("xinfer_ros.nodes.rtc_executor", "/alone", {"stats_period_s": 0.2}, tmp_path)
+    rclpy.init()
+    node = rclpy.create_node("watcher")
+    commands, requests, stats = [], [], []
+    node.create_subscription(Float64MultiArray, "/alone/commands", commands.append, 10)
+    node.create_subscription(PolicyRequest, "/alone/policy_request", requests.append, 10)
+    node.create_subscription(ExecutorStats, "/alone/executor_stats", stats.append, 10)
+    spinner = SingleThreadedExecutor()
+    spinner.add_node(node)
+    try:
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            spinner.spin_once(timeout_sec=0.05)
+        assert proc.poll() is None
+        assert requests and stats  # it runs and asks for chunks ...
+        assert commands == []      # ... but never commands a pose it was not given
+        assert stats[-1].commanding is False and stats[-1].ticks == 0
+    finally:
+        spinner.shutdown()
+        node.destroy_node()
+        rclpy.shutdown()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("executor", ["events", "single"])

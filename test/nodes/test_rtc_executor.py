@@ -8,8 +8,11 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 pytestmark = pytest.mark.ros
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import QoSProfile  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget  # noqa: E402
 
@@ -21,11 +24,12 @@ H, D, NS = 16, 4, "robot_t"
 class Harness:
     """An executor plus a node that answers its requests with ramps."""
 
-    def __init__(self, answer: bool = True) -> None:
+    def __init__(self, answer: bool = True, **params: object) -> None:
         rclpy.init()
+        values = {"action_dim": D, "default_budget_ms": 250.0, "request_timeout_s": 0.5,
+                  "stats_period_s": 0.2, **params}
         self.executor_node = RtcExecutor(namespace=NS, parameter_overrides=[
-            Parameter("action_dim", value=D), Parameter("default_budget_ms", value=250.0),
-            Parameter("request_timeout_s", value=0.5), Parameter("stats_period_s", value=0.2)])
+            Parameter(k, value=v) for k, v in values.items()])
         self.peer = rclpy.create_node("peer", namespace=NS)
         self.requests: list[tuple[float, PolicyRequest]] = []
         self.commands: list[list[float]] = []
@@ -37,6 +41,10 @@ class Harness:
         self.peer.create_subscription(Float64MultiArray, "commands",
                                       lambda m: self.commands.append(list(m.data)), 10)
         self.peer.create_subscription(ExecutorStats, "executor_stats", self.stats.append, 10)
+        self.diagnostics: list[DiagnosticArray] = []
+        self.peer.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append,
+                                      10)
+        self.joints_pub = self.peer.create_publisher(JointState, "joint_states", 10)
         self.spinner = SingleThreadedExecutor()
         self.spinner.add_node(self.executor_node)
         self.spinner.add_node(self.peer)
@@ -131,16 +139,88 @@ def test_replayed_chunk_is_never_applied(harness: Harness) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_silent_server_leads_to_hold_timeouts_and_resend() -> None:
+def test_silent_server_leads_to_timeouts_and_resend_without_any_command() -> None:
     h = Harness(answer=False)
     try:
         h.spin(1.3)
         ex = h.executor_node
         assert ex.request_timeouts >= 1 and len(h.requests) >= 2
-        assert ex.queue.counters.starved_ticks > 0 and ex.queue.counters.trigger_misses >= 1
-        assert all(c == [0.0] * D for c in h.commands)  # holds the initial command
+        # Safe start: no command (no zero pose) before a chunk, nothing counted as starved.
+        assert h.commands == [] and not ex.started and not ex.commanding
+        assert ex.queue.counters.starved_ticks == 0 and ex.queue.counters.trigger_misses >= 1
+        assert h.stats[-1].commanding is False
+        assert h.diagnostics[-1].status[0].level == DiagnosticStatus.WARN
+        assert "waiting for the first chunk" in h.diagnostics[-1].status[0].message
         h.answer = True
         h.spin(0.8)
-        assert ex.queue.counters.chunks_applied >= 1
+        assert ex.queue.counters.chunks_applied >= 1 and h.commands
+        assert ex.commanding and h.stats[-1].commanding
     finally:
         h.close()
+
+
+@pytest.mark.timeout(30)
+def test_hold_state_start_publishes_the_measured_joints() -> None:
+    h = Harness(answer=False, startup="hold_state")
+    try:
+        measured = [0.1 * i for i in range(D)]
+        for _ in range(5):
+            h.joints_pub.publish(JointState(position=measured))
+            h.spin(0.1)
+        assert h.commands and all(c == pytest.approx(measured) for c in h.commands)
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+def test_commands_stop_after_hold_timeout_and_resume_with_the_next_chunk() -> None:
+    h = Harness(hold_timeout_s=0.2, request_timeout_s=0.3)
+    try:
+        h.spin(0.8)
+        ex = h.executor_node
+        assert ex.commanding and h.commands
+        h.answer = False  # the server is gone: the queue runs dry after H = 16 ticks
+        h.spin(16 * 0.03 + 0.2 + 0.4)
+        assert not ex.commanding and ex.halts == 1
+        count = len(h.commands)
+        h.spin(0.5)
+        assert len(h.commands) == count  # nothing is commanded any more
+        assert h.stats[-1].commanding is False and h.stats[-1].halts == 1
+        status = h.diagnostics[-1].status[0]
+        assert status.level == DiagnosticStatus.ERROR and "commands stopped" in status.message
+        h.answer = True
+        h.spin(0.8)
+        assert ex.commanding and len(h.commands) > count
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+def test_budget_from_a_default_qos_publisher_and_out_of_range_clamped() -> None:
+    h = Harness(max_budget_ms=1000.0)
+    try:
+        plain = h.peer.create_publisher(ResponseBudget, "budget", QoSProfile(depth=10))
+        h.spin(0.5)
+        plain.publish(ResponseBudget(budget_ms=120.0))
+        h.spin(0.5)
+        ex = h.executor_node
+        assert ex.budget_ms == 120.0 and h.requests[-1][1].budget_ms == 120.0
+        plain.publish(ResponseBudget(budget_ms=5000.0))
+        h.spin(0.5)
+        assert ex.budget_ms == 1000.0 and ex.budget_clamps == 1
+        assert h.requests[-1][1].budget_ms == 1000.0
+        assert h.stats[-1].budget_clamps == 1
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+def test_stats_report_splice_smoothness_per_joint(harness: Harness) -> None:
+    harness.spin(1.3)
+    stats = harness.stats[-1]
+    assert len(stats.switch_step_max) == len(stats.within_step_max) == D
+    # Each chunk keeps the previous level on its d frozen keyframes and steps by 100
+    # after them: the handover itself is continuous, the step lies within the chunk.
+    assert max(stats.switch_step_max) == 0.0
+    assert min(stats.within_step_max) == pytest.approx(100.0)
+    assert harness.executor_node.smoothness.switches >= 3

@@ -3,13 +3,20 @@
 Starts the node plan of :func:`xinfer_ros.nodes.plan.build_fleet_plan` (the same one
 ``fleet.launch.py`` uses) as processes without ``ros2 launch``: the inference server,
 and an RTC executor and a simulated robot per robot. It shows live progress, stops the
-fleet after ``--duration`` seconds, prints a per-robot report (requests, attainment,
+fleet ``--duration`` seconds after the server's first answer (model loading is not
+timed), prints a per-robot report (requests, attainment,
 P50/P99, starvation, status counts) and writes JSON and plots.
 
 Each executor also reports how late its Eq. 1 sends go out after ``max(s_j + T_E, r_j)``
 (``send_lag_*_ms``, cumulative since it started, warm-up included); the fleet line gives
 the request-weighted mean of the robots' means, the largest robot P95 and the largest
 lag: the figures that calibrate the simulator's ``send_jitter``.
+
+Budgets fit the machine: the workloads' budgets are the paper's, set for its GPU. With
+``--budget-scale auto`` (the default) they are multiplied by how much slower one request
+runs alone on the server's calibrated rate table than on the paper's GPU (the shipped
+default table), never by less than 1, and the run says so in one line. The report gives
+attainment per budget class; the plot marks each robot's budget and its misses.
 
 With ``--compare-sim`` it also runs the closed-loop simulator on the same policy,
 workload, seed, robots, window, rate table and slots, and with the server's
@@ -65,11 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=POLICIES, default=None, help="scheduling policy")
     p.add_argument("--workload", choices=WORKLOADS, default="phases",
                    help="budget pattern of the simulated robots")
-    p.add_argument("--duration", type=float, default=60.0, help="run length (s)")
+    p.add_argument("--duration", type=float, default=60.0,
+                   help="run length once the server answers (s)")
+    p.add_argument("--startup-timeout", type=float, default=180.0,
+                   help="give up when the server has answered nothing after this long (s)")
     p.add_argument("--camera-rate", type=float, default=None,
                    help="simulated camera frame rate (Hz; default: robot_sim's 10 Hz)")
     p.add_argument("--warmup", type=float, default=10.0,
-                   help="requests sent before this (s) are not measured")
+                   help="requests sent in the first WARMUP seconds after the server's first "
+                        "answer are not measured (s)")
     p.add_argument("--drain", type=float, default=1.0,
                    help="requests sent in the last DRAIN seconds are not measured (s)")
     p.add_argument("--config", type=Path, default=None, help="server parameter file")
@@ -78,32 +89,82 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("out/fleet"),
                    help="directory for logs, plots and the JSON report")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--budget-scale", default="auto", type=_scale_arg,
+                   help="factor on the workload's budgets, or auto: fit them to the "
+                        "server's calibrated rate table (default)")
     p.add_argument("--compare-sim", action="store_true",
                    help="also simulate the same fleet (policy, workload, seed, table, slots, "
                         "phase_spread) and report its attainment")
     return p
 
 
+def _scale_arg(text: str) -> float | None:
+    if text == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.01 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"expected auto or a factor in [0.01, 100], got {text!r}")
+    return value
+
+
+def _backend_param(server: dict[str, Any], key: str, default: Any) -> Any:
+    """A ``<backend>.<key>`` server parameter, flat or nested as YAML writes it."""
+    backend = server["backend"]
+    nested = server.get(backend)
+    if isinstance(nested, dict) and key in nested:
+        return nested[key]
+    return server.get(f"{backend}.{key}", default)
+
+
+def _server_table(server: dict[str, Any]) -> str | None:
+    """The rate-table file the server reads (``None``: the shipped default)."""
+    table = _backend_param(server, "rate_table", "")
+    return config_file(table) if table else None
+
+
+def fit_budget_scale(server: dict[str, Any]) -> tuple[float, str]:
+    """The factor that fits the paper's budgets to the server's calibrated table.
+
+    Returns:
+        The factor (at least 1) and a one-line reason.
+    """
+    from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
+
+    path = _server_table(server)
+    table = load_rate_table(path) if path else default_rate_table()
+    here, paper = table.isolated_request_s, default_rate_table().isolated_request_s
+    scale = max(1.0, round(here / paper, 2))
+    where = Path(path).name if path else "the paper's GPU (default table)"
+    if scale == 1.0:
+        return scale, (f"budgets as in the paper: one request alone takes {here * 1e3:.0f} ms "
+                       f"on {where}, within the paper GPU's {paper * 1e3:.0f} ms")
+    return scale, (f"budgets x{scale:g}: one request alone takes {here * 1e3:.0f} ms on this "
+                   f"machine ({where}) against {paper * 1e3:.0f} ms on the paper's GPU")
+
+
 def simulate_fleet(server: dict[str, Any], robots: int, *, workload: str, seed: int,
-                   duration: float, window: tuple[float, float]) -> dict[str, Any]:
+                   duration: float, window: tuple[float, float],
+                   budget_scale: float = 1.0) -> dict[str, Any]:
     """The simulator's metrics for the fleet the server parameters describe.
 
-    Same policy, workload, seed, robots, window, rate table, slots and ``phase_spread``
-    as the server; no execution noise (the emulated backend runs the table exactly).
+    Same policy, workload (and budget scale), seed, robots, window, rate table, slots
+    and ``phase_spread`` as the server; no execution noise (the emulated backend runs the
+    table exactly).
     """
     from xinfer_ros.sim.engine_loop import SimConfig, simulate
 
-    backend = server["backend"]
-    slots = list(server.get(f"{backend}.slots", [0]))
-    table = server.get(f"{backend}.rate_table", "")  # "" = the shipped default
+    slots = list(_backend_param(server, "slots", [0]))
     cfg = SimConfig(policy=server["policy"], robots=robots, workload=workload, seed=seed,
-                    duration=float(duration), window=window,
-                    rate_table=config_file(table) if table else None,
+                    duration=float(duration), window=window, rate_table=_server_table(server),
                     noise=0.0, slots=None if slots == [0] else tuple(slots),
-                    phase_spread=bool(server.get("phase_spread", False)))
+                    phase_spread=bool(server.get("phase_spread", False)),
+                    budget_scale=budget_scale)
     return {"config": {k: getattr(cfg, k) for k in (
                 "policy", "robots", "workload", "seed", "duration", "window", "rate_table",
-                "noise", "slots", "phase_spread")},
+                "noise", "slots", "phase_spread", "budget_scale")},
             "phase_spread": cfg.phase_spread,
             "metrics": simulate(cfg).metrics.to_dict()}
 
@@ -193,6 +254,9 @@ def _print_report(report: dict[str, Any]) -> None:
               f"{r['latency_p50_ms']:>8.1f}{r['latency_p99_ms']:>8.1f}{starved:>9}{late:>6}"
               f"{lag:>8}{lag95:>7}  {r.get('statuses', '')}")
     total = report["total"]
+    for budget, attainment in total.get("per_budget", {}).items():
+        print(f"  budget {budget:>6} ms: {total['per_budget_requests'][budget]:>5} requests, "
+              f"attainment {attainment * 100:5.1f}%")
     if total.get("send_lag_mean_ms") is not None:
         print(f"\nsend lag behind Eq. 1 (ms, since start): mean "
               f"{total['send_lag_mean_ms']:.2f} (request-weighted over robots), P95 "
@@ -207,17 +271,29 @@ def _plot(report: dict[str, Any], records: dict[str, list[Any]], out: Path) -> P
     import numpy as np
 
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    for name, recs in records.items():
+    for name, unordered in records.items():
+        recs = sorted(unordered, key=lambda r: r.send_time)
         lat = np.sort([r.latency * 1e3 for r in recs if r.response_time is not None])
         if len(lat):
             ax[0].plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name)
         sends = [r.send_time for r in recs]
-        ax[1].plot(sends, [r.latency * 1e3 for r in recs], ".", ms=3, label=name)
-    ax[0].set(xlabel="latency (ms)", ylabel="CDF", title="request latency")
-    ax[1].set(xlabel="send time (s)", ylabel="latency (ms)", title="latency over time")
+        line = ax[1].plot(sends, [r.latency * 1e3 for r in recs], ".", ms=3, label=name)[0]
+        # The robot's budget as it changed, and its misses on top.
+        ax[1].step(sends, [r.budget * 1e3 for r in recs], where="post", lw=0.8,
+                   color=line.get_color(), alpha=0.6)
+        missed = [r for r in recs if not r.on_time]
+        ax[1].plot([r.send_time for r in missed],
+                   [r.latency * 1e3 if r.response_time is not None else r.budget * 1e3
+                    for r in missed], "x", ms=4, color=line.get_color())
+    for budget in report["total"].get("per_budget", {}):
+        ax[0].axvline(float(budget), ls="--", lw=0.8, color="grey")
+    ax[1].axvspan(*report["window_s"], color="grey", alpha=0.08, lw=0)
+    ax[0].set(xlabel="latency (ms)", ylabel="CDF", title="request latency (dashed: budgets)")
+    ax[1].set(xlabel="send time (s)", ylabel="latency (ms)",
+              title="latency over time (steps: budget, x: miss; shaded: measured)")
     ax[0].legend(fontsize=7)
     fig.suptitle(f"xinfer-fleet: {report['robots_count']} robots, {report['policy']}, "
-                 f"{report['backend']} backend")
+                 f"{report['backend']} backend, budgets x{report.get('budget_scale', 1):g}")
     fig.tight_layout()
     path = out / "fleet_latency.png"
     fig.savefig(path, dpi=110)
@@ -240,7 +316,13 @@ def run_fleet(args: argparse.Namespace) -> int:
                                 policy=args.policy, workload=args.workload,
                                 config=args.config, seed=args.seed,
                                 camera_rate_hz=args.camera_rate)
-    except PlanError as exc:
+        scale, why = fit_budget_scale(plan[0].parameters)
+        if args.budget_scale is not None:
+            scale, why = args.budget_scale, f"budgets x{args.budget_scale:g} (--budget-scale)"
+        for spec in plan[1:]:
+            if spec.executable == "robot_sim":
+                spec.parameters["budget_scale"] = scale
+    except (PlanError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     server = plan[0].parameters
@@ -254,6 +336,7 @@ def run_fleet(args: argparse.Namespace) -> int:
           f"({server['backend']} backend), policy {server['policy']}, workload {args.workload},"
           f" phase_spread {'on' if phase_spread else 'off'}, {args.duration:.0f} s; "
           f"ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
+    print(f"xinfer-fleet: {why}")
 
     rclpy.init()
     t0 = time.time()
@@ -264,25 +347,34 @@ def run_fleet(args: argparse.Namespace) -> int:
     spin_thread.start()
     procs = [_spawn(spec, workdir, env) for spec in plan]
     died: list[str] = []
-    # A request sent in the last seconds may still be in flight when the fleet stops;
-    # only requests that had time to be answered are measured.
-    window = (args.warmup, max(args.warmup, args.duration - args.drain))
+    ready: float | None = None
     try:
         with tqdm(total=int(args.duration), unit="s", disable=args.no_progress,
                   desc="fleet", dynamic_ncols=True) as bar:
-            while (elapsed := time.time() - t0) < args.duration:
-                time.sleep(min(1.0, args.duration - elapsed))
-                recs = [r for o in monitor.snapshot().values() for r in o.records]
-                done = [r for r in recs if r.send_time >= args.warmup]
-                on_time = sum(r.on_time for r in done)
-                bar.set_postfix(responses=len(recs),
-                                attainment=f"{on_time / len(done):.1%}" if done else "-")
-                bar.n = int(time.time() - t0)
-                bar.refresh()
+            while True:
+                time.sleep(0.5)
+                elapsed = time.time() - t0
                 died = [f"{s.namespace}/{s.name} (exit {p.returncode})"
                         for s, p in zip(plan, procs, strict=True) if p.poll() is not None]
                 if died:
                     break
+                if ready is None:
+                    # The run is timed from the server's first answer, so model loading
+                    # (seconds for transformers and the Action workers) is not measured.
+                    ready = monitor.first_answer
+                    if ready is None and elapsed > args.startup_timeout:
+                        break
+                    bar.set_postfix(server="starting" if ready is None else "serving")
+                    continue
+                if elapsed >= ready + args.duration:
+                    break
+                recs = [r for o in monitor.snapshot().values() for r in o.records]
+                done = [r for r in recs if r.send_time >= ready + args.warmup]
+                on_time = sum(r.on_time for r in done)
+                bar.set_postfix(responses=len(recs),
+                                attainment=f"{on_time / len(done):.1%}" if done else "-")
+                bar.n = int(elapsed - ready)
+                bar.refresh()
     except KeyboardInterrupt:
         print("\ninterrupted; stopping the fleet")
     finally:
@@ -290,13 +382,24 @@ def run_fleet(args: argparse.Namespace) -> int:
         spinner.shutdown()
         monitor.destroy_node()
         rclpy.try_shutdown()
+    if ready is None:
+        print(f"error: the server answered no request within {args.startup_timeout:g} s"
+              f"{'; node(s) exited: ' + ', '.join(died) if died else ''}; see {workdir}",
+              file=sys.stderr)
+        return 1
+    print(f"xinfer-fleet: the server answered {ready:.1f} s after the start; the run is "
+          f"timed from then")
+    # A request sent in the last seconds may still be in flight when the fleet stops;
+    # only requests that had time to be answered are measured.
+    window = (ready + args.warmup, max(ready + args.warmup, ready + args.duration - args.drain))
 
     snap = monitor.snapshot(include_pending=True)
     report: dict[str, Any] = {
         "robots_count": len(robots), "policy": server["policy"], "backend": server["backend"],
         "model": server["model"], "workload": args.workload, "phase_spread": phase_spread,
-        "duration_s": args.duration,
-        "window_s": list(window), "emulated": server["backend"] == "emulated",
+        "budget_scale": scale, "budget_scale_reason": why, "duration_s": args.duration,
+        "server_ready_s": ready, "window_s": list(window),
+        "emulated": server["backend"] == "emulated",
         "robots": {name: _robot_report(obs, window) for name, obs in snap.items()},
         "total": summarize([r for o in snap.values() for r in o.records],
                            window=window).to_dict(),
@@ -306,8 +409,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     report["total"].update(_fleet_send_lag(report["robots"]))
     if args.compare_sim:
         report["simulator"] = simulate_fleet(server, len(robots), workload=args.workload,
-                                             seed=args.seed, duration=args.duration,
-                                             window=window)
+                                             seed=args.seed, duration=ready + args.duration,
+                                             window=window, budget_scale=scale)
     print()
     _print_report(report)
     if "simulator" in report:

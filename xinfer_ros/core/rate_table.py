@@ -180,6 +180,14 @@ class RateTable:
                                  f"{self.bounds}, e.g. {shown}")
         object.__setattr__(self, "rates", clean)
 
+    @property
+    def isolated_request_s(self) -> float:
+        """Latency of one request alone on the device (s).
+
+        Every stage's work and issue overhead, then output processing.
+        """
+        return sum(self.work) + sum(self.overhead) + self.h_out
+
     def rate(self, stage: int, n: Sequence[int]) -> float:
         """ρ_s(n̄) with n̄ clipped to the bounds (negative counts clip to 0)."""
         c = self.bounds

@@ -48,6 +48,8 @@ class FleetMonitor(Node):
         self.t0 = t0
         self.robots = {name: RobotObservation(i) for i, name in enumerate(robots)}
         self.fleet_stats: FleetStats | None = None
+        #: Seconds after ``t0`` of the first chunk of any status: the server is serving.
+        self.first_answer: float | None = None
         self._lock = threading.Lock()
         for name in robots:
             self.create_subscription(PolicyRequest, f"/{name}/policy_request",
@@ -66,6 +68,8 @@ class FleetMonitor(Node):
     def _on_chunk(self, robot: str, msg: ActionChunk) -> None:
         now = time.time() - self.t0
         with self._lock:
+            if self.first_answer is None:
+                self.first_answer = now
             obs = self.robots[robot]
             obs.statuses[STATUS_NAMES.get(msg.status, str(msg.status))] += 1
             sent = obs.pending.pop(msg.seq, None)

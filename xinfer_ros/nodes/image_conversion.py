@@ -14,7 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ImageConversionError", "ImageLike", "image_to_rgb", "rgb_to_image_fields"]
+__all__ = ["DEPTH_ENCODINGS", "ImageConversionError", "ImageLike", "check_colour",
+           "image_to_rgb", "rgb_to_image_fields"]
 
 
 class ImageConversionError(ValueError):
@@ -42,10 +43,13 @@ _ENCODINGS: dict[str, tuple[int, str, str]] = {
     "8UC1": (1, "u1", "mono"),
     "8UC3": (3, "u1", "bgr"),  # OpenCV's default channel order
     "mono16": (1, "u2", "mono"),
-    "16UC1": (1, "u2", "mono"),
     "rgb16": (3, "u2", "rgb"),
     "bgr16": (3, "u2", "bgr"),
 }
+
+
+#: Depth encodings: a depth camera is not a colour camera the policy was trained on.
+DEPTH_ENCODINGS = ("16UC1", "32FC1")
 
 
 def _numpy_to_rgb(msg: ImageLike) -> npt.NDArray[np.uint8]:
@@ -114,14 +118,26 @@ def image_to_rgb(msg: ImageLike, *, use_cv_bridge: bool = True) -> npt.NDArray[n
         A C-contiguous RGB array that owns its memory.
 
     Raises:
-        ImageConversionError: On an unsupported encoding, a step shorter than a row,
-            or data shorter than ``height`` rows.
+        ImageConversionError: On a depth or unsupported encoding, a step shorter than a
+            row, or data shorter than ``height`` rows.
     """
+    check_colour(msg)
     if use_cv_bridge:
         out = _cv_bridge_to_rgb(msg)
         if out is not None:
             return out
     return _numpy_to_rgb(msg)
+
+
+def check_colour(msg: ImageLike) -> None:
+    """Refuse a depth image before any conversion would turn it into grey.
+
+    Raises:
+        ImageConversionError: Naming the depth encoding.
+    """
+    if msg.encoding in DEPTH_ENCODINGS:
+        raise ImageConversionError(
+            f"depth image ({msg.encoding}) on a colour camera topic: the model takes RGB")
 
 
 def rgb_to_image_fields(rgb: npt.NDArray[np.uint8]) -> dict[str, Any]:

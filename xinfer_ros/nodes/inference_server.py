@@ -38,12 +38,13 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 
 from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
 from xinfer_ros.core.registry import SERVED_POLICIES
+from xinfer_ros.model.images import decode_image, fit_image
 from xinfer_ros.msg import (
     ActionChunk,
     FleetStats,
@@ -52,7 +53,12 @@ from xinfer_ros.msg import (
     StageTiming,
 )
 from xinfer_ros.nodes.image_conversion import ImageConversionError, image_to_rgb
-from xinfer_ros.nodes.observations import ObservationError, RobotObservations, stamp_seconds
+from xinfer_ros.nodes.observations import (
+    ObservationError,
+    RobotObservations,
+    joint_positions,
+    stamp_seconds,
+)
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.plan import config_file, parse_robots
@@ -64,6 +70,11 @@ from xinfer_ros.srv import GetFleetStats, SetPolicy
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
 
 POLICIES = SERVED_POLICIES
+#: Camera transports (image_transport's names) and their topic suffix and message type.
+TRANSPORTS = ("raw", "compressed")
+_TRANSPORT_TOPICS = {"raw": ("image_raw", Image, "sensor_msgs/msg/Image"),
+                     "compressed": ("image_raw/compressed", CompressedImage,
+                                    "sensor_msgs/msg/CompressedImage")}
 
 def _check_slots(value: list[int]) -> str | None:
     if list(value) == [0] or (len(value) == 3 and min(value) >= 1):
@@ -93,6 +104,16 @@ PARAMS = [
     ParamSpec("torch.action_processes", 0,
               "CPU only: run Action units in this many worker processes (0: threads)", 0, 16),
     ParamSpec("torch.guidance", True, "real-time-chunking guidance in the Action stage"),
+    ParamSpec("image_transports", ["raw"], "per camera (or one for all): raw "
+              "(camera_i/image_raw, sensor_msgs/Image) or compressed (camera_i/image_raw/"
+              "compressed, sensor_msgs/CompressedImage, JPEG or PNG)",
+              check=lambda v: None if v and set(v) <= set(TRANSPORTS) else
+              f"entries must be {' or '.join(TRANSPORTS)}, got {list(v)}"),
+    ParamSpec("strict_image_size", False, "reject frames whose size differs from the "
+              "model's input instead of resizing them with padding"),
+    ParamSpec("joint_names", [""], "the model's joint order: joint_states positions are "
+              "read by these names ([\"\"]: in the message's order)",
+              check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
     ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
     ParamSpec("max_budget_ms", 10_000.0, "largest accepted budget (ms)", 1.0, 3_600_000.0),
     ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
@@ -153,6 +174,12 @@ class InferenceServer(Node):
                 "phase_spread_release",
                 on_error=lambda exc: self.get_logger().error(f"held chunk not sent: {exc!r}"))
         self.io = self._model_io(p)
+        self._joint_order = [n for n in p["joint_names"] if n]
+        transports = list(p["image_transports"])
+        if len(transports) not in (1, p["cameras"]):
+            raise ValueError(f"parameter 'image_transports' has {len(transports)} entries; "
+                             f"give one for all cameras or one per camera ({p['cameras']})")
+        self._transports = transports * p["cameras"] if len(transports) == 1 else transports
         self.engine = engine if engine is not None else self._build_engine(p, self.io)
         self.engine.start()
         self._openpi = start_openpi_bridge(self)
@@ -163,10 +190,11 @@ class InferenceServer(Node):
         for name in names:
             self._sensor_types[f"/{name}/joint_states"] = "sensor_msgs/msg/JointState"
             for cam in range(p["cameras"]):
-                self._sensor_types[f"/{name}/camera_{cam}/image_raw"] = "sensor_msgs/msg/Image"
+                suffix, kind, type_name = _TRANSPORT_TOPICS[self._transports[cam]]
+                topic = f"/{name}/camera_{cam}/{suffix}"
+                self._sensor_types[topic] = type_name
                 self.create_subscription(
-                    Image, f"/{name}/camera_{cam}/image_raw",
-                    lambda m, n=name, c=cam: self._on_image(n, c, m),
+                    kind, topic, lambda m, n=name, c=cam, k=kind: self._on_image(n, c, m, k),
                     qos_profile_sensor_data, callback_group=sensors,
                     event_callbacks=_NO_EVENTS, raw=True)
             self.create_subscription(JointState, f"/{name}/joint_states",
@@ -199,7 +227,10 @@ class InferenceServer(Node):
         """What the model takes, checked against ``cameras`` before any weight loads."""
         from xinfer_ros.model.presets import model_io
 
-        io = model_io(p["model"], p["model_path"] or None)
+        try:
+            io = model_io(p["model"], p["model_path"] or None)
+        except FileNotFoundError as exc:
+            raise ValueError(f"parameter 'model': {exc}") from None
         have = len(io.cameras)
         if p["cameras"] > have or (p["cameras"] < have and not io.masks_missing_cameras):
             allowed = f"1..{have}" if io.masks_missing_cameras else str(have)
@@ -244,10 +275,10 @@ class InferenceServer(Node):
             self.get_logger().info(f"phase spreading held {held} responses{mean}")
 
     # -- inputs -------------------------------------------------------------------------
-    def _on_image(self, robot: str, camera: int, cdr: bytes) -> None:
+    def _on_image(self, robot: str, camera: int, cdr: bytes, kind: type) -> None:
         # Kept serialized: only the frame a request picks is ever deserialized.
         try:
-            frame = RawImage(cdr)
+            frame = RawImage(cdr, kind)
         except ImageConversionError as exc:
             self.get_logger().warning(f"{robot}: camera_{camera} frame dropped: {exc}",
                                       throttle_duration_sec=5.0)
@@ -302,21 +333,36 @@ class InferenceServer(Node):
                 raise ValueError("prev_chunk contains NaN or Inf")
         frames, joint = self._robots[robot].obs.assemble(
             stamp_seconds(msg.header.stamp), self.params["max_observation_age_s"])
-        images: list[Image] = [frame.message() for frame in frames]
-        state = np.asarray(joint.position, dtype=np.float64)
+        messages = [frame.message() for frame in frames]
+        images = [self._rgb(cam, frame, m)
+                  for cam, (frame, m) in enumerate(zip(frames, messages, strict=True))]
+        state = np.asarray(joint_positions(joint.name, joint.position, self._joint_order),
+                           dtype=np.float64)
         if not np.all(np.isfinite(state)):
             raise ValueError("joint_states position contains NaN or Inf")
-        if not self.io.resizes_images:
-            for cam, (m, spec) in enumerate(zip(images, self.io.cameras, strict=False)):
-                if (m.height, m.width) != (spec.height, spec.width):
-                    raise ValueError(f"camera_{cam} image is {m.width}x{m.height}; "
-                                     f"the model takes {spec.width}x{spec.height}")
-        inputs = {"images": [image_to_rgb(m) for m in images], "state": state,
+        inputs = {"images": images, "state": state,
                   "instruction": msg.instruction, "prev_chunk": prev,
                   "d": int(msg.commit_steps) if prev is not None else 0,
                   "seed": int(msg.seq)}
-        stamps = ([m.header.stamp for m in images], joint.header.stamp)
+        stamps = ([m.header.stamp for m in messages], joint.header.stamp)
         return inputs, stamps
+
+    def _rgb(self, cam: int, frame: RawImage, msg: Any) -> np.ndarray:
+        """The frame as RGB at a size the model takes.
+
+        As is for a model that resizes (π0); else letterboxed to the camera's input. A
+        frame of another size is refused with ``strict_image_size``.
+        """
+        rgb = decode_image(bytes(msg.data), f"camera_{cam}") if frame.compressed \
+            else image_to_rgb(msg)
+        spec = self.io.cameras[cam]
+        height, width = rgb.shape[:2]
+        if (height, width) == (spec.height, spec.width):
+            return rgb
+        if self.params["strict_image_size"]:
+            raise ValueError(f"camera_{cam} image is {width}x{height}; the model takes "
+                             f"{spec.width}x{spec.height} (strict_image_size)")
+        return rgb if self.io.resizes_images else fit_image(rgb, spec.height, spec.width)
 
     # -- outputs ------------------------------------------------------------------------
     def _on_result(self, robot: str, req: PolicyRequest, stamps: Any, arrival: float,

@@ -9,10 +9,11 @@ a ``header.stamp``).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ObservationError", "RobotObservations", "stamp_seconds"]
+__all__ = ["ObservationError", "RobotObservations", "joint_positions", "stamp_seconds"]
 
 
 class ObservationError(ValueError):
@@ -22,6 +23,28 @@ class ObservationError(ValueError):
 def stamp_seconds(stamp: Any) -> float:
     """A builtin_interfaces/Time as float seconds."""
     return stamp.sec + stamp.nanosec * 1e-9
+
+
+def joint_positions(names: Sequence[str], positions: Sequence[float],
+                    order: Sequence[str]) -> list[float]:
+    """Positions in the model's joint ``order``, looked up by name.
+
+    An empty ``order`` takes the message's positions as they are.
+
+    Raises:
+        ObservationError: When a joint of ``order`` is missing from ``names``, or the
+            message has fewer names than positions' worth of joints.
+    """
+    if not order:
+        return list(positions)
+    if len(names) != len(positions):
+        raise ObservationError(f"joint_states has {len(names)} names for {len(positions)} "
+                               "positions; joints are read by name")
+    index = {name: i for i, name in enumerate(names)}
+    missing = [name for name in order if name not in index]
+    if missing:
+        raise ObservationError(f"joint_states lacks joint(s) {missing}; it has {list(names)}")
+    return [positions[index[name]] for name in order]
 
 
 @dataclass

@@ -1,4 +1,10 @@
-"""Declared, described and validated node parameters."""
+"""Declared, described and validated node parameters.
+
+Every invalid value (out of range, of the wrong type, an integer where a float is
+declared, an unknown choice) raises ``ValueError`` with one line naming the parameter
+and what it accepts; :func:`xinfer_ros.nodes.runtime.spin_node` turns it into exit
+status 2.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 
 __all__ = ["ParamSpec", "declare_params"]
@@ -50,18 +57,25 @@ class ParamSpec:
                 from_value=float(self.low), to_value=float(self.high), step=0.0)]
         return desc
 
+    def allowed(self) -> str:
+        """What the parameter accepts, in words."""
+        if self.choices is not None:
+            return f"one of {list(self.choices)}"
+        kind = {bool: "true or false", int: "an integer", float: "a float (e.g. 1.0, not 1)",
+                str: "a string", list: "a list"}.get(type(self.default), "a value")
+        if self.low is not None and self.high is not None:
+            return f"{kind} in [{self.low:g}, {self.high:g}]"
+        return kind
+
     def validate(self, value: Any) -> None:
         """Raise ``ValueError`` naming the parameter when ``value`` is not acceptable."""
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if math.isnan(value):
-                raise ValueError(f"parameter {self.name!r} is NaN")
-            if self.low is not None and value < self.low:
-                raise ValueError(f"parameter {self.name!r}={value} is below {self.low}")
-            if self.high is not None and value > self.high:
-                raise ValueError(f"parameter {self.name!r}={value} is above {self.high}")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and (math.isnan(value) or (self.low is not None and value < self.low)
+                       or (self.high is not None and value > self.high)):
+            raise ValueError(f"parameter {self.name!r}={value} is out of range: "
+                             f"{self.allowed()}")
         if self.choices is not None and value not in self.choices:
-            raise ValueError(
-                f"parameter {self.name!r}={value!r} is not one of {list(self.choices)}")
+            raise ValueError(f"parameter {self.name!r}={value!r}: {self.allowed()}")
         if self.check is not None and (error := self.check(value)):
             raise ValueError(f"parameter {self.name!r}: {error}")
 
@@ -74,7 +88,13 @@ def declare_params(node: Node, specs: list[ParamSpec]) -> dict[str, Any]:
     """
     values: dict[str, Any] = {}
     for spec in specs:
-        value = node.declare_parameter(spec.name, spec.default, spec.descriptor()).value
+        try:
+            value = node.declare_parameter(spec.name, spec.default, spec.descriptor()).value
+        except ParameterException as exc:
+            # rclpy's text: "Trying to set parameter 'x' to '1' of type 'INTEGER', ..."
+            given = str(exc).split(" to ", 1)[-1].split(", expecting", 1)[0]
+            raise ValueError(f"parameter {spec.name!r} cannot be {given}: "
+                             f"{spec.allowed()}") from None
         spec.validate(value)
         values[spec.name] = value
     return values

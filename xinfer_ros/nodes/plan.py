@@ -150,6 +150,7 @@ def build_fleet_plan(
     config: Path | str | None = None,
     seed: int = 0,
     camera_rate_hz: float | None = None,
+    budget_scale: float | None = None,
 ) -> list[NodeSpec]:
     """The nodes of a fleet: one server, and an executor and a robot_sim per robot.
 
@@ -163,6 +164,7 @@ def build_fleet_plan(
         config: Server parameter file (default: ``config/fleet.yaml``).
         seed: Seed of the robots' workload and scenes.
         camera_rate_hz: Frame rate of the simulated cameras (default: robot_sim's).
+        budget_scale: Factor on the workload's budgets (default: robot_sim's, 1).
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -186,5 +188,7 @@ def build_fleet_plan(
                "seed": seed, **robot}
         if camera_rate_hz is not None:
             sim["camera_rate_hz"] = float(camera_rate_hz)
+        if budget_scale is not None:
+            sim["budget_scale"] = float(budget_scale)
         plan.append(NodeSpec("robot_sim", "robot_sim", namespace, sim))
     return plan

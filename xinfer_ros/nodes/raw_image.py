@@ -1,4 +1,4 @@
-"""Camera frames kept serialized until a request uses them.
+"""Camera frames (sensor_msgs/Image or CompressedImage) kept serialized until used.
 
 The server receives every camera at 10 Hz but uses only the frame each request picks.
 Subscribing with ``raw=True`` hands the callback the message's CDR bytes; the header
@@ -6,7 +6,8 @@ stamp, all the buffers need to pick a frame, is read straight from those bytes, 
 only the chosen frame is deserialized. That skips building a Python Image (and its
 230 KB data array) for every frame nobody uses.
 
-CDR layout of sensor_msgs/Image as the rmw serializes it: a 4-byte encapsulation
+CDR layout of sensor_msgs/Image (and CompressedImage, which also starts with a
+Header) as the rmw serializes it: a 4-byte encapsulation
 header (``00 01``: little-endian CDR, ``00 00``: big-endian; then two option bytes),
 then ``header.stamp.sec`` (int32) and ``header.stamp.nanosec`` (uint32), both aligned
 to 4 relative to the end of the encapsulation header, then the rest.
@@ -15,9 +16,10 @@ to 4 relative to the end of the encapsulation header, then the rest.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 
 from xinfer_ros.nodes.image_conversion import ImageConversionError
 
@@ -47,15 +49,15 @@ def peek_stamp(cdr: bytes) -> tuple[int, int] | None:
     return sec, nanosec
 
 
-def deserialize_image(cdr: bytes) -> Image:
-    """A sensor_msgs/Image from its CDR bytes.
+def deserialize_image(cdr: bytes, message_type: type[Any] = Image) -> Any:
+    """A sensor_msgs/Image (or ``message_type``, e.g. CompressedImage) from CDR bytes.
 
     Raises:
-        ImageConversionError: When the bytes are not a serialized Image (truncated or
+        ImageConversionError: When the bytes are not a serialized image (truncated or
             corrupt), so the request using the frame gets a reason like any bad image.
     """
     try:
-        return deserialize_message(cdr, Image)
+        return deserialize_message(cdr, message_type)
     except RuntimeError as exc:  # rclpy raises RMWError, a RuntimeError
         raise ImageConversionError(
             f"image message of {len(cdr)} bytes cannot be deserialized: {exc}") from exc
@@ -65,13 +67,14 @@ class RawImage:
     """One serialized camera frame with its stamp.
 
     Attributes:
-        cdr: The serialized sensor_msgs/Image.
+        cdr: The serialized sensor_msgs/Image (or CompressedImage).
+        message_type: ``Image`` or ``CompressedImage``.
         stamp_s: ``header.stamp`` in seconds.
     """
 
-    __slots__ = ("_message", "cdr", "stamp_s")
+    __slots__ = ("_message", "cdr", "message_type", "stamp_s")
 
-    def __init__(self, cdr: bytes) -> None:
+    def __init__(self, cdr: bytes, message_type: type[Any] = Image) -> None:
         """Keep ``cdr``; read its stamp, deserializing only when it cannot be peeked.
 
         Raises:
@@ -79,19 +82,25 @@ class RawImage:
                 deserialize either.
         """
         self.cdr = cdr
-        self._message: Image | None = None
+        self.message_type = message_type
+        self._message: Any = None
         stamp = peek_stamp(cdr)
         if stamp is None:
-            self._message = deserialize_image(cdr)
+            self._message = deserialize_image(cdr, message_type)
             stamp = (self._message.header.stamp.sec, self._message.header.stamp.nanosec)
         self.stamp_s = stamp[0] + stamp[1] * 1e-9
 
-    def message(self) -> Image:
-        """The deserialized Image (built on first use, then kept).
+    @property
+    def compressed(self) -> bool:
+        """Whether the frame is a CompressedImage (JPEG/PNG bytes)."""
+        return self.message_type is CompressedImage
+
+    def message(self) -> Any:
+        """The deserialized message (built on first use, then kept).
 
         Raises:
             ImageConversionError: When the bytes do not deserialize.
         """
         if self._message is None:
-            self._message = deserialize_image(self.cdr)
+            self._message = deserialize_image(self.cdr, self.message_type)
         return self._message

@@ -57,7 +57,7 @@ PARAMS = [
               check=lambda v: None if v else "the robot list is empty"),
     ParamSpec("cameras", 3, "cameras per robot", 0, 16),
     ParamSpec("output", "", "bag directory to create (must not exist)",
-              check=lambda v: None if v else "parameter 'output' is required"),
+              check=lambda v: None if v else "required: the bag directory to create"),
     ParamSpec("storage", "mcap", "bag storage", choices=tuple(STORAGES)),
     ParamSpec("bag_version", 8, "rosbag2 metadata version (8: Jazzy+, 9: Kilted)", 8, 9),
     ParamSpec("distro", "", "typestore distribution: humble, jazzy, kilted (default $ROS_DISTRO)"),

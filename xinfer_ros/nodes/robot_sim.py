@@ -38,6 +38,8 @@ PARAMS = [
     ParamSpec("workload", "phases", "budget pattern",
               choices=tuple(w for w in WORKLOADS if w != "custom")),
     ParamSpec("seed", 0, "workload seed", 0, 2**31 - 1),
+    ParamSpec("budget_scale", 1.0, "multiplies every budget of the workload (fit the paper's "
+              "GPU budgets to a slower machine)", 0.01, 100.0),
     ParamSpec("action_dim", 14, "joints D", 1, 256),
     ParamSpec("camera_widths", [352, 320, 320], "width of each camera (px)"),
     ParamSpec("camera_height", 224, "camera height (px)", 16, 4096),
@@ -95,7 +97,8 @@ class RobotSim(Node):
         widths = [int(w) for w in p["camera_widths"]]
         if not widths or any(w < 16 for w in widths):
             raise ValueError(f"parameter 'camera_widths' must list widths >= 16, got {widths}")
-        workload = build_workload(p["workload"], p["fleet_size"], p["seed"])
+        workload = build_workload(p["workload"], p["fleet_size"], p["seed"],
+                                  budget_scale=p["budget_scale"])
         self._schedule = workload.robots[p["robot_index"]].budgets
         self._workload = p["workload"]
         self._tau = p["tracking_time_constant_s"]

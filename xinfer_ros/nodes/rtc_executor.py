@@ -10,6 +10,17 @@ Only the chunk answering the request in flight is accepted, so a chunk replayed 
 server restart is never applied. A request unanswered for ``request_timeout_s`` is
 abandoned (the robot keeps holding) and the next one goes out.
 
+Safe start and loss of the server: nothing is published on ``commands`` before the
+first chunk arrives (``startup: silent``), or the robot's measured joint positions
+from ``joint_states`` are (``startup: hold_state``); never a default pose. When chunks
+stop, the last command is held for at most ``hold_timeout_s`` after the queue ran dry;
+then commands stop (the robot's controller holds) until a chunk arrives, and
+``executor_stats.commanding`` and ``/diagnostics`` say so.
+
+The ``budget`` subscription matches both a latched (transient local) and a default
+(volatile) publisher. A budget outside ``[min_budget_ms, max_budget_ms]`` (the
+server's accepted range) is clamped into it, with a throttled warning, and counted.
+
 ``executor_stats`` also reports how late each Eq. 1 send goes out after its target
 ``max(s_j + T_E, r_j)`` (timer wake-up and executor latency;
 :class:`xinfer_ros.rtc.send_lag.SendLagStats`). The first request and resends after a
@@ -23,8 +34,10 @@ import sys
 import time
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from xinfer_ros.core.constants import COMMIT_LENGTH, KEYFRAME_SPACING, SEND_PERIOD
@@ -32,6 +45,7 @@ from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBu
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.rtc.send_lag import SendLagStats
+from xinfer_ros.rtc.smoothness import SpliceSmoothness
 from xinfer_ros.rtc.splice import ActionQueue, SpliceError
 
 __all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
@@ -39,6 +53,12 @@ __all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
 #: The controller's budget is state, not a stream: the latest value reaches late joiners.
 BUDGET_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+#: A transient-local subscription never matches a volatile publisher (a controller's
+#: default QoS); the executor subscribes with both so that either kind reaches it.
+BUDGET_QOS_VOLATILE = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.VOLATILE)
+#: Startup behaviours before the first chunk.
+STARTUP_MODES = ("silent", "hold_state")
 
 PARAMS = [
     ParamSpec("robot_id", "", "robot name sent with requests (default: the namespace)"),
@@ -50,6 +70,15 @@ PARAMS = [
     ParamSpec("min_period_s", SEND_PERIOD, "minimum request period T_E (s)", 0.0, 10.0),
     ParamSpec("default_budget_ms", 400.0, "budget until one arrives on budget (ms)",
               1.0, 60_000.0),
+    ParamSpec("min_budget_ms", 1.0, "smallest budget sent; lower ones are clamped (ms)",
+              0.001, 3_600_000.0),
+    ParamSpec("max_budget_ms", 10_000.0, "largest budget sent; higher ones are clamped "
+              "(ms; the server's max_budget_ms)", 0.001, 3_600_000.0),
+    ParamSpec("startup", "silent", "before the first chunk: publish nothing (silent) or "
+              "the measured joint positions from joint_states (hold_state)",
+              choices=STARTUP_MODES),
+    ParamSpec("hold_timeout_s", 1.0, "hold the last command this long once the queue runs "
+              "dry, then stop commanding until a chunk arrives (s)", 0.0, 3600.0),
     ParamSpec("request_timeout_s", 1.0, "abandon a request unanswered this long (s)",
               0.05, 60.0),
     ParamSpec("instruction", "pick up the parcel and place it on the conveyor",
@@ -67,7 +96,15 @@ class RtcExecutor(Node):
         p = declare_params(self, PARAMS)
         if p["horizon"] and p["commit_steps"] > p["horizon"]:
             raise ValueError(f"commit_steps {p['commit_steps']} exceeds horizon {p['horizon']}")
-        self.robot_id: str = p["robot_id"] or self.get_namespace().strip("/") or "robot"
+        if p["min_budget_ms"] > p["max_budget_ms"]:
+            raise ValueError(f"parameter 'min_budget_ms'={p['min_budget_ms']} exceeds "
+                             f"'max_budget_ms'={p['max_budget_ms']}")
+        namespace = self.get_namespace().strip("/")
+        self.robot_id: str = p["robot_id"] or namespace or "robot"
+        if namespace and self.robot_id != namespace:
+            self.get_logger().warning(
+                f"robot_id {self.robot_id!r} differs from the namespace /{namespace}: the "
+                "server rejects requests whose robot_id does not match their namespace")
         self.spacing: float = p["keyframe_spacing_s"]
         self.fixed_horizon: int = p["horizon"]
         #: H of the chunks being executed (the served model's; 0 until one arrives).
@@ -77,9 +114,21 @@ class RtcExecutor(Node):
         self.min_period: float = p["min_period_s"]
         self.timeout: float = p["request_timeout_s"]
         self.instruction: str = p["instruction"]
-        self.budget_ms: float = p["default_budget_ms"]
+        self.budget_range: tuple[float, float] = (p["min_budget_ms"], p["max_budget_ms"])
+        self.budget_ms: float = self._clamp_budget(p["default_budget_ms"])
+        self.budget_clamps = 0
+        self.startup: str = p["startup"]
+        self.hold_timeout: float = p["hold_timeout_s"]
 
         self.queue = ActionQueue(self.action_dim)
+        self.smoothness = SpliceSmoothness(self.action_dim)
+        #: A chunk has been applied: commands flow (before it, see ``startup``).
+        self.started = False
+        #: Commands are being published now.
+        self.commanding = False
+        self.halts = 0
+        self._dry_since: float | None = None
+        self._measured: np.ndarray | None = None  # latest joint positions (hold_state)
         self.seq = 0
         self.requests_sent = 0
         self.request_timeouts = 0
@@ -98,7 +147,12 @@ class RtcExecutor(Node):
         self.cmd_pub = self.create_publisher(Float64MultiArray, "commands", 10)
         self.req_pub = self.create_publisher(PolicyRequest, "policy_request", 10)
         self.stats_pub = self.create_publisher(ExecutorStats, "executor_stats", 10)
-        self.create_subscription(ResponseBudget, "budget", self._on_budget, BUDGET_QOS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        for qos in (BUDGET_QOS, BUDGET_QOS_VOLATILE):
+            self.create_subscription(ResponseBudget, "budget", self._on_budget, qos)
+        if self.startup == "hold_state":
+            self.create_subscription(JointState, "joint_states", self._on_joints,
+                                     qos_profile_sensor_data)
         self._chunk_sub = self.create_subscription(ActionChunk, "action_chunk", self._on_chunk,
                                                    10)
         self.create_timer(self.spacing, self._on_timer)
@@ -106,27 +160,73 @@ class RtcExecutor(Node):
         self.get_logger().info(
             f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, "
             f"H={self.horizon or 'from the chunks'}, "
-            f"d={self.commit}, T_E={self.min_period * 1e3:.0f} ms")
+            f"d={self.commit}, T_E={self.min_period * 1e3:.0f} ms, startup {self.startup}, "
+            f"hold {self.hold_timeout:g} s")
 
     def _now_tick(self) -> int:
         return int((time.monotonic() - self._t0) / self.spacing)
 
+    def _clamp_budget(self, budget_ms: float) -> float:
+        low, high = self.budget_range
+        return min(max(budget_ms, low), high)
+
     def _on_budget(self, msg: ResponseBudget) -> None:
         if not math.isfinite(msg.budget_ms) or msg.budget_ms <= 0:
-            self.get_logger().warning(f"ignoring budget {msg.budget_ms} ms (must be > 0)")
+            self.budget_clamps += 1
+            self.get_logger().warning(f"ignoring budget {msg.budget_ms} ms (must be > 0)",
+                                      throttle_duration_sec=5.0)
             return
-        self.budget_ms = float(msg.budget_ms)
+        budget = self._clamp_budget(float(msg.budget_ms))
+        if budget != msg.budget_ms:
+            self.budget_clamps += 1
+            low, high = self.budget_range
+            self.get_logger().warning(
+                f"budget {msg.budget_ms:g} ms outside [{low:g}, {high:g}] ms; sending "
+                f"{budget:g} ms", throttle_duration_sec=5.0)
+        self.budget_ms = budget
+
+    def _on_joints(self, msg: JointState) -> None:
+        if len(msg.position) == self.action_dim:
+            self._measured = np.asarray(msg.position, dtype=np.float64)
+        else:
+            self.get_logger().warning(
+                f"joint_states has {len(msg.position)} positions, the robot {self.action_dim}"
+                "; startup hold_state publishes nothing", throttle_duration_sec=10.0)
 
     def _on_timer(self) -> None:
+        now = time.monotonic()
         # Catch up on ticks a busy executor missed, so keyframes stay on the time grid.
         target = self._now_tick()
-        command = None
+        if not self.started:
+            self._tick = max(self._tick, target + 1)
+            if self.startup == "hold_state" and self._measured is not None:
+                self.cmd_pub.publish(Float64MultiArray(data=self._measured.tolist()))
+            self._maybe_send(now)
+            return
+        command, starved = None, False
         while self._tick <= target:
-            command, _ = self.queue.pop(self._tick)
+            command, starved = self.queue.pop(self._tick)
+            self.smoothness.record(command, None if starved else self.queue.origin_tick)
             self._tick += 1
         if command is not None:
+            self._hold_or_halt(now, starved)
+        if command is not None and self.commanding:
             self.cmd_pub.publish(Float64MultiArray(data=command.tolist()))
-        self._maybe_send(time.monotonic())
+        self._maybe_send(now)
+
+    def _hold_or_halt(self, now: float, starved: bool) -> None:
+        """Hold the last command for ``hold_timeout_s`` of an empty queue, then stop."""
+        if not starved:
+            self._dry_since = None
+            return
+        if self._dry_since is None:
+            self._dry_since = now
+        if self.commanding and now - self._dry_since > self.hold_timeout:
+            self.commanding = False
+            self.halts += 1
+            self.get_logger().error(
+                f"no new chunk for {now - self._dry_since:.2f} s after the queue ran dry: "
+                "commands stopped (the controller holds) until a chunk arrives")
 
     def _maybe_send(self, now: float) -> None:
         if self._in_flight is not None:
@@ -202,6 +302,10 @@ class RtcExecutor(Node):
                 msg.horizon, msg.action_dim)
             self.queue.splice(chunk, send_tick, max(self._tick, send_tick), self.commit)
             self.horizon = int(msg.horizon)
+            if not self.commanding:
+                self.get_logger().info("chunk received: commanding the robot")
+            self.started = self.commanding = True
+            self._dry_since = None
         except (ValueError, SpliceError) as exc:
             self.non_ok_chunks += 1
             self.get_logger().warning(f"request {seq}: unusable chunk: {exc}")
@@ -234,10 +338,37 @@ class RtcExecutor(Node):
             trigger_misses=c.trigger_misses, chunks_applied=c.chunks_applied,
             requests_sent=self.requests_sent, request_timeouts=self.request_timeouts,
             non_ok_chunks=self.non_ok_chunks, budget_ms=self.budget_ms,
+            budget_clamps=self.budget_clamps,
             last_latency_ms=self.last_latency_ms, send_lag_mean_ms=self.send_lag.mean_ms,
-            send_lag_p95_ms=self.send_lag.p95_ms, send_lag_max_ms=self.send_lag.max_ms)
+            send_lag_p95_ms=self.send_lag.p95_ms, send_lag_max_ms=self.send_lag.max_ms,
+            commanding=self.commanding, halts=self.halts,
+            switch_step_max=self.smoothness.switch_max.tolist(),
+            within_step_max=self.smoothness.within_max.tolist())
         msg.header.stamp = self.get_clock().now().to_msg()
         self.stats_pub.publish(msg)
+        self.diag_pub.publish(self._diagnostics(msg))
+
+    def _diagnostics(self, stats: ExecutorStats) -> DiagnosticArray:
+        if not self.started:
+            level, text = DiagnosticStatus.WARN, f"waiting for the first chunk ({self.startup})"
+        elif not self.commanding:
+            level, text = DiagnosticStatus.ERROR, (
+                f"no chunk for over {self.hold_timeout:g} s: commands stopped")
+        elif self._dry_since is not None:
+            level, text = DiagnosticStatus.WARN, "action queue empty: holding the last command"
+        else:
+            level, text = DiagnosticStatus.OK, "commanding"
+        diag = DiagnosticArray()
+        diag.header.stamp = stats.header.stamp
+        diag.status.append(DiagnosticStatus(
+            level=level, name=f"xinfer/executor/{self.robot_id}", hardware_id=self.robot_id,
+            message=text, values=[
+                KeyValue(key="commanding", value=str(self.commanding).lower()),
+                KeyValue(key="halts", value=str(self.halts)),
+                KeyValue(key="starved_ticks", value=str(stats.starved_ticks)),
+                KeyValue(key="request_timeouts", value=str(self.request_timeouts)),
+                KeyValue(key="budget_ms", value=f"{self.budget_ms:g}")]))
+        return diag
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,6 +98,14 @@ class ActionQueue:
         self._last_command = self._check_vector(initial_command, "initial_command")
 
     @property
+    def origin_tick(self) -> int:
+        """Send tick of the request whose chunk is queued (-1 before the first one).
+
+        It identifies the chunk the commands come from.
+        """
+        return self._origin_tick
+
+    @property
     def last_command(self) -> FloatArray:
         """The command executed most recently (or the initial command)."""
         return self._last_command.copy()

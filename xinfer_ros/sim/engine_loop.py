@@ -85,6 +85,7 @@ class SimConfig:
             deadline) so their robots' next sends land in the widest phase gap
             (:mod:`xinfer_ros.core.phase_spread`); off reproduces the paper's server.
         budgets_ms: Custom/uniform budgets (ms).
+        budget_scale: Factor on every budget of the workload.
         phase_length: Responses per budget phase.
         budget_csv: Per-response budget CSV for ``custom``.
         parcel_traces: Parcel trace file (``None``: the shipped set).
@@ -110,6 +111,7 @@ class SimConfig:
     slots: tuple[int, int, int] | None = None
     phase_spread: bool = False
     budgets_ms: tuple[float, ...] | None = None
+    budget_scale: float = 1.0
     phase_length: int = 30
     budget_csv: str | None = None
     parcel_traces: str | None = None
@@ -215,6 +217,7 @@ class Simulation:
             parcel_traces=cfg.parcel_traces,
             duration=cfg.duration,
             window=cfg.window,
+            budget_scale=cfg.budget_scale,
         )
         self.policy = (policy_factory or make_sim_policy)(cfg, self.table)
         self.link = Link(cfg.link_up, cfg.link_down)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ __all__ = [
     "BudgetSchedule",
     "CyclicBudgets",
     "RobotSpec",
+    "ScaledBudgets",
     "SequenceBudgets",
     "Workload",
     "build_workload",
@@ -104,6 +105,26 @@ class SequenceBudgets(BudgetSchedule):
     def values(self) -> tuple[float, ...]:
         """Return the distinct budgets."""
         return tuple(sorted(set(self.sequence)))
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledBudgets(BudgetSchedule):
+    """Another schedule's budgets times ``scale`` (a workload fitted to a slower server)."""
+
+    inner: BudgetSchedule
+    scale: float
+
+    def __post_init__(self) -> None:
+        if not self.scale > 0:
+            raise ValueError(f"budget scale must be positive, got {self.scale!r}")
+
+    def __call__(self, k: int) -> float:
+        """Return the budget of request ``k``."""
+        return self.inner(k) * self.scale
+
+    def values(self) -> tuple[float, ...]:
+        """Return the distinct budgets."""
+        return tuple(v * self.scale for v in self.inner.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +290,7 @@ def build_workload(
     parcel_traces: Path | str | None = None,
     duration: float = 210.0,
     window: tuple[float, float] = (30.0, 210.0),
+    budget_scale: float = 1.0,
 ) -> Workload:
     """Build a named workload for ``robots`` robots.
 
@@ -283,6 +305,7 @@ def build_workload(
         parcel_traces: Trace file for ``parcel`` (default: the shipped set).
         duration: Last send time (s); the run drains in-flight requests after it.
         window: Measurement window by send time (s).
+        budget_scale: Factor on every budget (1: the paper's budgets).
 
     Raises:
         ValueError: On an unknown name, a non-positive robot count or bad budgets.
@@ -328,4 +351,7 @@ def build_workload(
             raise ValueError("custom workload needs budgets_ms or budget_csv")
     else:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
+    if budget_scale != 1.0:
+        specs = [replace(spec, budgets=ScaledBudgets(spec.budgets, budget_scale))
+                 for spec in specs]
     return Workload(name, tuple(specs), duration, window, meta)
