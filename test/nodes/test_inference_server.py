@@ -532,3 +532,34 @@ def test_joint_positions_follow_the_models_order() -> None:
     assert joint_positions([], [3.0, 4.0], []) == [3.0, 4.0]
     with pytest.raises(ObservationError, match="names"):
         joint_positions(["a"], [1.0, 2.0], ["a"])
+
+
+@pytest.mark.timeout(60)
+def test_diagnostics_per_robot_and_for_the_server() -> None:
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+    with serving(**{"diagnostics.error_threshold": 2}) as (_, peer, robots, spin):
+        arrays: list[DiagnosticArray] = []
+        peer.create_subscription(DiagnosticArray, "/diagnostics", arrays.append, 10)
+        r1 = robots["r1"]
+        for _ in range(2):  # two failures: NaN joint states
+            r1.observe(state=[math.nan] * D)
+            answer(r1, r1.request(), spin)
+        spin(1.3)
+        status = {s.name: s for s in arrays[-1].status}
+        assert status["xinfer/robots/r1"].level == DiagnosticStatus.ERROR
+        assert "2 of 2 requests failed: joint_states position contains NaN" in \
+            status["xinfer/robots/r1"].message
+        assert status["xinfer/robots/r2"].level == DiagnosticStatus.STALE
+        server = status["xinfer/server"]
+        values = {v.key: v.value for v in server.values}
+        assert values["model"] == "tiny" and values["backend"] == "emulated"
+        assert int(values["rss_mib"]) > 10 and server.level == DiagnosticStatus.OK
+
+
+def test_set_policy_can_be_switched_off() -> None:
+    with serving(allow_set_policy=False) as (server, _, _, spin):
+        spin(0.2)
+        services = dict(server.get_service_names_and_types())
+        assert "/inference_server/get_fleet_stats" in services
+        assert "/inference_server/set_policy" not in services

@@ -44,3 +44,16 @@ def test_invalid_parameter_exits_2_with_one_line(node: str, assignment: str, wor
     assert len(err) == 1 and err[0].startswith("error: "), err
     for word in words:
         assert word in err[0], err[0]
+
+
+def test_nodes_keep_discovery_on_loopback_unless_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from xinfer_ros.nodes.runtime import keep_discovery_local
+
+    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE")
+    keep_discovery_local()
+    assert os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET")
+    keep_discovery_local()
+    assert os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"

@@ -203,3 +203,23 @@ def test_libero_client_gets_pi0_tiny_chunks_with_the_third_camera_masked() -> No
         [True, True, False]
     images = recorded[0]["images"]
     assert images[2] is None and images[0].shape == (112, 112, 3)  # letterboxed, masked
+
+
+def test_api_key_comes_from_a_file_or_the_environment(tmp_path: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from xinfer_ros.openpi.server import API_KEY_ENV, resolve_api_key
+
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    assert resolve_api_key(None) is None
+    monkeypatch.setenv(API_KEY_ENV, "from-env")
+    assert resolve_api_key(None) == "from-env"
+    key = tmp_path / "key"
+    key.write_text("from-file\n")
+    assert resolve_api_key(str(key)) == "from-file"
+    key.write_text("  \n")
+    with pytest.raises(ValueError, match="is empty"):
+        resolve_api_key(str(key))
+    with pytest.raises(ValueError, match="API key file"):
+        resolve_api_key(str(tmp_path / "missing"))
+    # The key is no parameter or argument that ps or ros2 param get would show.
+    assert "--api-key" not in build_parser().format_help().replace("--api-key-file", "")

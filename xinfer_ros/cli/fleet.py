@@ -217,6 +217,10 @@ def _robot_report(obs: Any, window: tuple[float, float]) -> dict[str, Any]:
         "requests_sent": int(ex.requests_sent) if ex else None,
         "chunks_applied": int(ex.chunks_applied) if ex else None,
         "non_ok_chunks": int(ex.non_ok_chunks) if ex else None,
+        # RTC at work: per joint, the largest command step at a chunk switch and
+        # within a chunk (robot units); the worst joint of each.
+        "switch_step_max": max(ex.switch_step_max, default=0.0) if ex else None,
+        "within_step_max": max(ex.within_step_max, default=0.0) if ex else None,
         "send_lag_mean_ms": float(ex.send_lag_mean_ms) if ex else None,
         "send_lag_p95_ms": float(ex.send_lag_p95_ms) if ex else None,
         "send_lag_max_ms": float(ex.send_lag_max_ms) if ex else None,
@@ -257,6 +261,12 @@ def _print_report(report: dict[str, Any]) -> None:
     for budget, attainment in total.get("per_budget", {}).items():
         print(f"  budget {budget:>6} ms: {total['per_budget_requests'][budget]:>5} requests, "
               f"attainment {attainment * 100:5.1f}%")
+    steps = [(r["switch_step_max"], r["within_step_max"]) for r in report["robots"].values()
+             if r.get("switch_step_max") is not None]
+    if steps:
+        print(f"RTC splices: largest command step at a chunk switch "
+              f"{max(a for a, _ in steps):.3f}, within a chunk {max(b for _, b in steps):.3f} "
+              "(robot units, worst joint and robot)")
     if total.get("send_lag_mean_ms") is not None:
         print(f"\nsend lag behind Eq. 1 (ms, since start): mean "
               f"{total['send_lag_mean_ms']:.2f} (request-weighted over robots), P95 "

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -27,11 +26,12 @@ from typing import Any
 
 __all__ = ["build_parser", "main"]
 
-_API_KEY_ENV = "XINFER_OPENPI_API_KEY"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
+    from xinfer_ros.openpi.server import API_KEY_ENV
+
     p = argparse.ArgumentParser(prog="xinfer-serve", description=__doc__.splitlines()[0])
     p.add_argument("--openpi", action="store_true", required=True,
                    help="serve the openpi WebSocket protocol (the only protocol so far)")
@@ -54,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-budget-ms", type=float, default=10_000.0)
     p.add_argument("--default-prompt", default=None,
                    help="instruction for observations without a prompt (default: required)")
-    p.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Api-Key <key>' (or set ${_API_KEY_ENV})")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help=f"require 'Authorization: Api-Key <key>' with the key in FILE (or set "
+                        f"${API_KEY_ENV}; a key on the command line would show in ps)")
     p.add_argument("--allow", nargs="+", default=None, metavar="ROBOT",
                    help="allowlist of robot ids (URL path or xinfer/robot_id)")
     p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024)
@@ -85,13 +86,13 @@ def _build_engine(args: argparse.Namespace) -> Any:
 
 def _config(args: argparse.Namespace) -> Any:
     from xinfer_ros.openpi.layouts import load_layout
-    from xinfer_ros.openpi.server import ServerConfig
+    from xinfer_ros.openpi.server import ServerConfig, resolve_api_key
 
     return ServerConfig(
         host=args.host, port=args.port, layout=load_layout(args.layout),
         default_budget_ms=args.budget_ms, max_budget_ms=args.max_budget_ms,
         default_prompt=args.default_prompt,
-        api_key=args.api_key or os.environ.get(_API_KEY_ENV) or None,
+        api_key=resolve_api_key(args.api_key_file),
         allowlist=tuple(args.allow) if args.allow else None,
         max_message_bytes=args.max_message_bytes, max_connections=args.max_connections,
         request_timeout_s=args.request_timeout_s, model_name=args.model)

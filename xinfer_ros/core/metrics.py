@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from xinfer_ros.core.constants import ATTAINMENT_TARGET
+
 __all__ = [
     "DEFAULT_WINDOW",
     "ResponseRecord",
@@ -228,7 +230,7 @@ def summarize_rounds(rounds: Sequence[WindowMetrics]) -> RoundSummary:
     return RoundSummary(rounds=len(rounds), mean=mean, minimum=lo, maximum=hi)
 
 
-def passes_attainment(metrics: WindowMetrics, target: float = 0.95) -> bool:
+def passes_attainment(metrics: WindowMetrics, target: float = ATTAINMENT_TARGET) -> bool:
     """Heterogeneous-budget criterion: at least ``target`` SLO attainment (§6.1).
 
     A run that left any request unanswered fails whatever its attainment: a starved

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import array
 import math
+import os
 import sys
 import threading
 import time
@@ -40,7 +41,8 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
-from xinfer_ros.core.constants import DELTA
+from xinfer_ros.core.constants import ATTAINMENT_TARGET, DELTA
+from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
 from xinfer_ros.core.registry import SERVED_POLICIES
@@ -119,6 +121,14 @@ PARAMS = [
     ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
     ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
     ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
+    ParamSpec("diagnostics.stale_after_s", 2.0, "a robot silent this long is STALE in "
+              "/diagnostics (s)", 0.1, 3600.0),
+    ParamSpec("diagnostics.error_threshold", 3, "this many rejected or failed requests in "
+              "the statistics window make a robot ERROR in /diagnostics", 1, 1_000_000),
+    ParamSpec("diagnostics.attainment_target", ATTAINMENT_TARGET, "attainment below this "
+              "makes a robot WARN in /diagnostics", 0.0, 1.0),
+    ParamSpec("allow_set_policy", True, "serve ~/set_policy (false: the policy is fixed at "
+              "start-up; any node on the ROS graph could otherwise switch it)"),
     ParamSpec("phase_spread", False,
               "hold responses later than T_E, within their deadline, so robots' next sends "
               "spread over the period"),
@@ -147,6 +157,7 @@ class _RobotState:
         self.records: deque[tuple[ResponseRecord, int]] = deque(maxlen=_RECORDS_PER_ROBOT)
         self.live = 0
         self.present = False
+        self.last_error = ""  # reason of the latest non-OK chunk
 
 
 class InferenceServer(Node):
@@ -209,7 +220,8 @@ class InferenceServer(Node):
         self._stats_pub = self.create_publisher(FleetStats, "/xinfer/fleet_stats", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_service(GetFleetStats, "~/get_fleet_stats", self._srv_stats)
-        self.create_service(SetPolicy, "~/set_policy", self._srv_policy)
+        if p["allow_set_policy"]:
+            self.create_service(SetPolicy, "~/set_policy", self._srv_policy)
         self.create_timer(1.0, self._publish_stats)
         self.create_timer(0.1, self._check_presence)
         self.create_timer(5.0, self._check_graph)
@@ -433,6 +445,8 @@ class InferenceServer(Node):
                                 ok=chunk.status == ActionChunk.STATUS_OK)
         with self._lock:
             self._robots[robot].records.append((record, int(chunk.status)))
+            if chunk.status in (ActionChunk.STATUS_REJECTED, ActionChunk.STATUS_ERROR):
+                self._robots[robot].last_error = chunk.reason
             if chunk.timing.hold_ms > 0:
                 self.held += 1
                 self.held_s += chunk.timing.hold_ms / 1e3
@@ -489,17 +503,45 @@ class InferenceServer(Node):
         self._stats_pub.publish(stats)
         diag = DiagnosticArray()
         diag.header.stamp = stats.header.stamp
+        now = time.monotonic()
+        p = self.params
+        limits = HealthLimits(stale_after_s=p["diagnostics.stale_after_s"],
+                              error_threshold=p["diagnostics.error_threshold"],
+                              target=p["diagnostics.attainment_target"])
         for r in stats.robots:
-            ok = not r.requests or r.attainment >= 0.95
+            state = self._robots[r.robot_id]
+            seen = state.obs.last_seen
+            health = robot_health(now - seen if seen else math.inf, r.requests, r.errors,
+                                  r.attainment, last_error=state.last_error, limits=limits)
             diag.status.append(DiagnosticStatus(
-                level=DiagnosticStatus.OK if ok else DiagnosticStatus.WARN,
-                name=f"xinfer/{r.robot_id}", hardware_id=r.robot_id,
-                message="ok" if ok else f"attainment {r.attainment:.1%} below 95%",
+                level=bytes([int(health.level)]), name=f"xinfer/robots/{r.robot_id}",
+                hardware_id=r.robot_id, message=health.message,
                 values=[KeyValue(key="request_rate_hz", value=f"{r.requests / stats.window_s:.2f}"),
                         KeyValue(key="attainment", value=f"{r.attainment:.4f}"),
+                        KeyValue(key="errors", value=str(r.errors)),
+                        KeyValue(key="shed", value=str(r.shed)),
                         KeyValue(key="queue_depth", value=str(r.queue_depth)),
                         KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}")]))
+        diag.status.append(self._server_status(stats))
         self._diag_pub.publish(diag)
+
+    def _server_status(self, stats: FleetStats) -> DiagnosticStatus:
+        """One entry for the server: what it serves, on what, how loaded."""
+        backend = self.engine.backend
+        values = {"model": self.params["model"], "model_path": self.params["model_path"],
+                  "backend": self.params["backend"], "device": str(backend.device),
+                  "policy": stats.policy, "queue_depth": str(stats.total.queue_depth),
+                  "rss_mib": f"{_rss_bytes() / 2**20:.0f}"}
+        if str(backend.device).startswith("cuda"):
+            import torch
+
+            values["cuda_allocated_mib"] = f"{torch.cuda.memory_allocated() / 2**20:.0f}"
+        full = stats.total.queue_depth >= self.params["max_live_requests"]
+        return DiagnosticStatus(
+            level=DiagnosticStatus.WARN if full else DiagnosticStatus.OK,
+            name="xinfer/server", hardware_id=self.get_fully_qualified_name(),
+            message="at max_live_requests: new requests are shed" if full else "serving",
+            values=[KeyValue(key=k, value=v) for k, v in values.items()])
 
     def _srv_stats(self, request: GetFleetStats.Request,
                    response: GetFleetStats.Response) -> GetFleetStats.Response:
@@ -529,6 +571,15 @@ class InferenceServer(Node):
         response.message = f"policy switched to {name}; live requests keep running"
         self.get_logger().info(response.message)
         return response
+
+
+def _rss_bytes() -> int:
+    """Resident memory of this process (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _ms(value: float) -> float:

@@ -15,7 +15,8 @@ and in ``InferenceServer.close()``, before ``self.engine.close(...)``::
 
 Parameters (declared on the node by :func:`start_openpi_bridge`): ``openpi_port`` (0:
 off, the default), ``openpi_host`` (127.0.0.1), ``openpi_layout``, ``openpi_budget_ms``,
-``openpi_api_key``, ``openpi_allow`` (comma-separated ids, empty: any),
+``openpi_api_key_file`` (the key itself is never a parameter: a file, or the environment
+variable ``XINFER_OPENPI_API_KEY``), ``openpi_allow`` (comma-separated ids, empty: any),
 ``openpi_max_message_bytes``. The node's ROS robot names are reserved: an openpi client
 cannot take one (the engine would shed that robot's requests as superseded). openpi
 robots do not appear in ``/xinfer/fleet_stats`` (the node's statistics are per ROS
@@ -28,7 +29,7 @@ from typing import Any
 
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.openpi.layouts import ModelSpec, load_layout
-from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread
+from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread, resolve_api_key
 
 __all__ = ["OPENPI_PARAMS", "OpenPIBridge", "start_openpi_bridge"]
 
@@ -38,7 +39,8 @@ OPENPI_PARAMS = [
     ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
     ParamSpec("openpi_budget_ms", 180.0, "budget of openpi requests without one (ms)",
               1.0, 3_600_000.0),
-    ParamSpec("openpi_api_key", "", "required Api-Key header (empty: none)"),
+    ParamSpec("openpi_api_key_file", "", "file holding the required Api-Key (empty: "
+              "$XINFER_OPENPI_API_KEY, else no key); never the key itself"),
     ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),
     ParamSpec("openpi_max_message_bytes", 16 * 1024 * 1024, "largest openpi message",
               1024, 1 << 30),
@@ -94,7 +96,7 @@ def start_openpi_bridge(node: Any) -> OpenPIBridge | None:
         host=p["openpi_host"], port=p["openpi_port"], layout=load_layout(p["openpi_layout"]),
         default_budget_ms=p["openpi_budget_ms"],
         max_budget_ms=float(node.params.get("max_budget_ms", 10_000.0)),
-        api_key=p["openpi_api_key"] or None, allowlist=allow,
+        api_key=resolve_api_key(p["openpi_api_key_file"]), allowlist=allow,
         reserved_ids=tuple(node.params.get("robots", ())),
         max_message_bytes=p["openpi_max_message_bytes"], model_name=node.params["model"])
     model = ModelSpec.from_io(node.io)

@@ -38,6 +38,7 @@ from rosbags.rosbag2.writer import Connection
 from xinfer_ros.nodes.bag_types import BagTopic, TopicKind, fleet_topics, make_typestore
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.plan import parse_robots
+from xinfer_ros.nodes.runtime import keep_discovery_local
 
 __all__ = [
     "PARAMS",
@@ -263,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Record until SIGINT/SIGTERM (or ``max_duration_s``); return the exit status."""
     # rclpy's own handlers would shut the context down at once and lose what DDS
     # already delivered; ours only set a flag, and the loop drains before closing.
+    keep_discovery_local()
     rclpy.init(args=list(sys.argv if argv is None else argv),
                signal_handler_options=SignalHandlerOptions.NO)
     with StopFlag() as flag:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +20,8 @@ from rclpy.signals import SignalHandlerOptions, install_signal_handlers
 
 from xinfer_ros.nodes.params import ParamSpec
 
-__all__ = ["EXECUTORS", "EXECUTOR_PARAM", "make_executor", "spin_node"]
+__all__ = ["EXECUTORS", "EXECUTOR_PARAM", "keep_discovery_local", "make_executor",
+           "spin_node"]
 
 #: Executors a node can run under (its ``executor`` parameter).
 EXECUTORS = ("events", "single")
@@ -33,6 +35,16 @@ EXECUTOR_PARAM = ParamSpec(
 
 #: Longest the events executor waits before it checks for shutdown again (s).
 _SHUTDOWN_POLL_S = 0.1
+
+
+def keep_discovery_local() -> None:
+    """Keep DDS discovery on this machine unless the user chose otherwise.
+
+    rmw reads ``ROS_AUTOMATIC_DISCOVERY_RANGE`` when the context starts, so this runs
+    before ``rclpy.init``: ``ros2 run`` and ``ros2 launch`` of these nodes stay on
+    loopback by default. A fleet spread over several machines sets it (``SUBNET``).
+    """
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
 
 def make_executor(kind: str, threads: int = 1) -> Executor:
@@ -111,6 +123,7 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     """
     # Signal handling is set up once the executor is known (_spin); until then
     # Python's defaults apply (Ctrl-C raises KeyboardInterrupt).
+    keep_discovery_local()
     rclpy.init(args=list(sys.argv if argv is None else argv),
                signal_handler_options=SignalHandlerOptions.NO)
     try:

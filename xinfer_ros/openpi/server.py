@@ -37,11 +37,13 @@ import http
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -62,7 +64,13 @@ from xinfer_ros.openpi.layouts import (
 )
 from xinfer_ros.openpi.options import XINFER_KEYS, RequestOptions, parse_options, valid_robot_id
 
-__all__ = ["OpenPIServer", "ServerConfig", "ServerThread"]
+__all__ = [
+    "API_KEY_ENV",
+    "OpenPIServer",
+    "ServerConfig",
+    "ServerThread",
+    "resolve_api_key",
+]
 
 _LOG = logging.getLogger("xinfer_ros.openpi")
 
@@ -72,6 +80,30 @@ _MAX_ROBOT_COUNTERS = 4096
 
 #: Status names of :class:`~xinfer_ros.engine.types.Status`, as sent to clients.
 _STATUS_NAMES = {0: "ok", 1: "rejected", 2: "shed", 3: "error"}
+
+
+#: Environment variable holding the endpoint's API key.
+API_KEY_ENV = "XINFER_OPENPI_API_KEY"
+
+
+def resolve_api_key(key_file: str | None = None) -> str | None:
+    """The endpoint's API key: from ``key_file`` when given, else ``$XINFER_OPENPI_API_KEY``.
+
+    The key never travels as a command-line argument or a ROS parameter, where ``ps``
+    or ``ros2 param get`` would show it.
+
+    Raises:
+        ValueError: When ``key_file`` cannot be read or is empty.
+    """
+    if key_file:
+        try:
+            key = Path(key_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"API key file {key_file}: {exc.strerror or exc}") from None
+        if not key:
+            raise ValueError(f"API key file {key_file} is empty")
+        return key
+    return os.environ.get(API_KEY_ENV) or None
 
 
 @dataclass(frozen=True)

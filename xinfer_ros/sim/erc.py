@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from xinfer_ros.core.constants import ATTAINMENT_TARGET
 from xinfer_ros.core.metrics import WindowMetrics, passes_attainment, passes_latency
 
 __all__ = ["Criterion", "ErcResult", "erc_from_grid", "passes", "search_erc"]
@@ -29,7 +30,7 @@ class Criterion(str, Enum):
 def passes(
     metrics: WindowMetrics,
     criterion: Criterion,
-    target: float = 0.95,
+    target: float = ATTAINMENT_TARGET,
     p50_limit_ms: float = 150.0,
 ) -> bool:
     """Whether one round passes ``criterion`` (a :class:`Criterion` or its value)."""
@@ -91,7 +92,7 @@ def search_erc(
     hi: int,
     *,
     patience: int = 1,
-    target: float = 0.95,
+    target: float = ATTAINMENT_TARGET,
     p50_limit_ms: float = 150.0,
     on_count: Callable[[int, list[bool]], None] | None = None,
 ) -> ErcResult:

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from xinfer_ros.core.constants import ATTAINMENT_TARGET
 from xinfer_ros.sim.projection import ProjectionPoint
 
 __all__ = [
@@ -55,7 +56,7 @@ def plot_policy_sweep(
     path: Path,
     title: str,
     erc: Mapping[str, int] | None = None,
-    target: float = 0.95,
+    target: float = ATTAINMENT_TARGET,
 ) -> Path:
     """Figure 8(a-c): attainment, mean wide-budget latency and goodput vs robots.
 
