@@ -8,9 +8,13 @@ VPY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.xinfer-setup
 BUILD_STAMP := install/.xinfer-build
 ROS_SOURCES := $(wildcard msg/*.msg srv/*.srv) CMakeLists.txt package.xml
+# ROS 2's launch, launch_testing and ros2 command, where the shared kit is beside this
+# checkout (the PyPI wheels lack them; a plain clone skips the tests that need them).
+LAUNCH_KIT := ../shared/ros2-launch-kit
+KIT_PREFIX := build/ros2-launch-kit
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 
-.PHONY: help setup build test test-slow test-all lint demo clean distclean
+.PHONY: help setup build launch-kit test test-slow test-all lint demo clean distclean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,11 +49,15 @@ $(BUILD_STAMP): $(VENV_STAMP) $(ROS_SOURCES) $(wildcard launch/* config/* config
 	 || { mkdir -p log; tail -50 log/colcon-build.txt; exit 1; }
 	@touch $@
 
-test: build  ## lint, then every test not marked slow (the README's test command)
+launch-kit: setup  ## install ROS 2 launch and the ros2 command from ../shared (if present)
+	@if [ -x "$(LAUNCH_KIT)/install.sh" ]; then bash "$(LAUNCH_KIT)/install.sh" $(VENV) $(KIT_PREFIX); \
+	 else echo "[launch-kit] $(LAUNCH_KIT) is absent: launch tests will skip"; fi
+
+test: build launch-kit  ## lint, then every test not marked slow (the README's test command)
 	./env.sh ruff check .
 	./env.sh python -m pytest -m "not slow"
 
-test-slow: build  ## the slow tests: whole fleets, overload, restarts, bags, packaging
+test-slow: build launch-kit  ## the slow tests: whole fleets, launch, restarts, bags, packaging
 	./env.sh python -m pytest -m slow
 
 test-all: test test-slow  ## everything (what CI runs)

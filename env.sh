@@ -21,6 +21,11 @@ _xinfer_activate() {
   case $- in *u*) _nounset=1; set +u ;; esac
   # shellcheck disable=SC1091
   source "$_xinfer_root/install/setup.bash"
+  # ROS 2's launch and ros2 command (make launch-kit, from ../shared/ros2-launch-kit).
+  if [ -f "$_xinfer_root/build/ros2-launch-kit/local_setup.bash" ]; then
+    # shellcheck disable=SC1091
+    source "$_xinfer_root/build/ros2-launch-kit/local_setup.bash"
+  fi
   [ "$_nounset" = 1 ] && set -u
   # The source tree comes first so that new modules need no rebuild; the package's
   # __path__ reaches the generated interfaces in install/.

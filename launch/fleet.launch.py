@@ -1,7 +1,15 @@
 """ros2 launch xinfer_ros fleet.launch.py robots:=3 backend:=torch model:=pi0-tiny policy:=xinfer
 
+Real robots: ``sim:=false`` starts the inference server and one RTC executor per robot
+only; the robots' drivers publish the cameras and joint states. For example::
+
+    ros2 launch xinfer_ros fleet.launch.py sim:=false robots:=arm_1,arm_2 \\
+        model:=pi0 model_path:=/models/my_pi0 namespace:=cell_3
+
 A thin adapter: the node list and parameters come from
-xinfer_ros.nodes.plan.build_fleet_plan, which xinfer-fleet uses too.
+xinfer_ros.nodes.plan.build_fleet_plan, which xinfer-fleet uses too. DDS discovery
+stays on this machine unless ROS_AUTOMATIC_DISCOVERY_RANGE is set (the nodes default
+it to LOCALHOST).
 """
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
@@ -13,13 +21,26 @@ from xinfer_ros.nodes.plan import build_fleet_plan
 
 ARGUMENTS = {
     "robots": ("3", "robot count or comma-separated names"),
+    "sim": ("true", "start simulated robots (false: server and executors for real robots)"),
+    "namespace": ("", "prefix of every namespace: the server in /<ns>, robot r in /<ns>/r"),
     "backend": ("", "torch | emulated (default: from config)"),
     "model": ("", "model preset: pi0, pi0-tiny, tiny, ... (default: from config)"),
     "model_path": ("", "checkpoint directory of the model (default: from config)"),
     "policy": ("", "fifo | edf | slack_gate | xinfer (default: from config)"),
     "workload": ("phases", "budget pattern of the simulated robots"),
-    "config": ("", "server parameter file (default: share/xinfer_ros/config/fleet.yaml)"),
+    "config": ("", "parameter file: inference_server, rtc_executor and /<robot>/rtc_executor "
+                   "sections (default: share/xinfer_ros/config/fleet.yaml)"),
+    "use_sim_time": ("false", "every node follows /clock"),
+    "openpi_port": ("", "also serve openpi clients on this port (default: from config)"),
 }
+
+
+def _flag(text: str, name: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"launch argument {name}:={text!r}: expected true or false")
 
 
 def _nodes(context, *_args, **_kwargs):
@@ -27,7 +48,10 @@ def _nodes(context, *_args, **_kwargs):
     plan = build_fleet_plan(
         value["robots"], backend=value["backend"] or None, model=value["model"] or None,
         model_path=value["model_path"] or None, policy=value["policy"] or None,
-        workload=value["workload"], config=value["config"] or None)
+        workload=value["workload"], config=value["config"] or None,
+        sim=_flag(value["sim"], "sim"), namespace=value["namespace"],
+        use_sim_time=_flag(value["use_sim_time"], "use_sim_time"),
+        openpi_port=int(value["openpi_port"]) if value["openpi_port"] else None)
     return [
         Node(package="xinfer_ros", executable=spec.executable, name=spec.name,
              namespace=spec.namespace, parameters=[spec.parameters], output="screen",

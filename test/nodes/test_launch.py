@@ -1,17 +1,27 @@
-"""fleet.launch.py builds the same nodes as the shared plan (needs ROS 2 launch)."""
+"""fleet.launch.py: the same nodes as the shared plan, and a real launch_testing run.
+
+ROS 2's launch and launch_testing come from apt ROS 2 or, with the PyPI wheels, from
+``make launch-kit`` (../shared/ros2-launch-kit); a plain clone without either skips.
+"""
 
 import importlib.util
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-LAUNCH_FILE = Path(__file__).resolve().parents[2] / "launch" / "fleet.launch.py"
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_FILE = ROOT / "launch" / "fleet.launch.py"
 MISSING = [m for m in ("launch", "launch_ros", "launch_testing")
            if importlib.util.find_spec(m) is None]
+needs_launch = pytest.mark.skipif(
+    bool(MISSING), reason=f"ROS 2 launch is not installed here ({MISSING}): install apt ROS "
+    "2, or run make launch-kit where ../shared/ros2-launch-kit exists")
 
 
-@pytest.mark.skipif(bool(MISSING), reason=f"ROS 2 launch is not installed here ({MISSING});"
-                    " pip wheels do not ship it, apt ROS 2 does")
+@needs_launch
 def test_launch_description_matches_plan() -> None:
     from launch.actions import OpaqueFunction
 
@@ -30,3 +40,21 @@ def test_launch_description_matches_plan() -> None:
     nodes = opaque.execute(context)
     plan = build_fleet_plan(3)
     assert len(nodes) == len(plan) == 7
+
+
+@needs_launch
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("sim", ["true", "false"])
+def test_launch_testing_run_serves_every_robot_and_exits_cleanly(sim: str) -> None:
+    launch_test = shutil.which("launch_test")
+    if launch_test is None:
+        pytest.skip("the launch_test command is not on PATH")
+    proc = subprocess.run(
+        [launch_test, str(ROOT / "test" / "launch" / "fleet_launch.py"), f"sim:={sim}"],
+        capture_output=True, text=True, timeout=400, env=dict(os.environ), check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    assert "test_every_robot_gets_ok_chunks" in output
+    assert "test_every_process_exits_cleanly" in output
+    assert output.count("process has finished cleanly") == (5 if sim == "true" else 3)

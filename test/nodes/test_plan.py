@@ -32,7 +32,8 @@ def test_plan_has_server_and_a_group_per_robot() -> None:
     # The robots take the model's joints; π0 letterboxes their wide cameras.
     assert all(s.parameters["action_dim"] == 14 for s in sims)
     assert sims[0].parameters["camera_widths"] == [352, 320, 320]
-    assert plan[1].parameters == {"robot_id": "r1", "action_dim": 14}
+    # Executors clamp budgets to the server's own bound.
+    assert plan[1].parameters == {"robot_id": "r1", "action_dim": 14, "max_budget_ms": 10000.0}
     assert all(s.parameters["workload"] == "parcel" for s in sims)
     assert plan[1].module == "xinfer_ros.nodes.rtc_executor"
 
@@ -71,3 +72,26 @@ def test_plan_fits_the_robots_to_the_model(tmp_path) -> None:
     assert tiny.parameters["camera_height"] == 224
     with pytest.raises(PlanError, match="no-such-model"):
         build_fleet_plan(1, backend="emulated", model="no-such-model")
+
+
+def test_plan_for_real_robots_under_a_site_prefix_with_executor_sections(tmp_path) -> None:
+    import yaml
+
+    config = yaml.safe_load(default_config().read_text())
+    config["rtc_executor"] = {"ros__parameters": {"startup": "hold_state",
+                                                  "hold_timeout_s": 0.5}}
+    config["/r2/rtc_executor"] = {"ros__parameters": {"hold_timeout_s": 2.0}}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    plan = build_fleet_plan(["r1", "r2"], backend="emulated", config=path, sim=False,
+                            namespace="site_a", use_sim_time=True, openpi_port=8000)
+    assert [(n.executable, n.namespace) for n in plan] == [
+        ("inference_server", "/site_a"), ("rtc_executor", "/site_a/r1"),
+        ("rtc_executor", "/site_a/r2")]
+    server, r1, r2 = (n.parameters for n in plan)
+    assert server["openpi_port"] == 8000 and server["use_sim_time"] is True
+    assert r1["startup"] == r2["startup"] == "hold_state"
+    assert (r1["hold_timeout_s"], r2["hold_timeout_s"]) == (0.5, 2.0)
+    assert r1["robot_id"] == "r1" and r2["use_sim_time"] is True
+    with pytest.raises(PlanError, match="namespace"):
+        build_fleet_plan(1, backend="emulated", namespace="bad name")

@@ -1,13 +1,16 @@
 """The central inference server node.
 
-For every robot on its allowlist it subscribes to ``<robot>/camera_{i}/image_raw``,
-``<robot>/joint_states`` and ``<robot>/policy_request``, assembles each request's
+For every robot on its allowlist it subscribes to ``<robot>/camera_{i}/image_raw`` (or
+``.../compressed``), ``<robot>/joint_states`` and ``<robot>/policy_request``,
+assembles each request's
 observation (newest frames at or before the request stamp, within a maximum age),
 validates it, submits it to the asynchronous stage engine under the configured
 scheduling policy, and publishes exactly one ``<robot>/action_chunk`` per request, with
 a status, a reason when not OK, the observation stamps used and per-stage timings.
 
-Server-wide it publishes ``/xinfer/fleet_stats`` (1 Hz) and ``/diagnostics``, and
+Topic names are relative: in the server's namespace (``/`` by default, or a site's
+prefix), robot ``r`` is ``<namespace>/r``. Server-wide it publishes
+``xinfer/fleet_stats`` (1 Hz) and ``/diagnostics``, and
 serves ``~/get_fleet_stats`` and ``~/set_policy``. A malformed request never crashes
 the server; a robot that falls silent for ``robot_timeout_s`` has its live requests
 cancelled and its buffers freed.
@@ -199,25 +202,26 @@ class InferenceServer(Node):
         self._chunk_pubs = {}
         self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
         for name in names:
-            self._sensor_types[f"/{name}/joint_states"] = "sensor_msgs/msg/JointState"
+            self._sensor_types[self.resolve_topic_name(f"{name}/joint_states")] = \
+                "sensor_msgs/msg/JointState"
             for cam in range(p["cameras"]):
                 suffix, kind, type_name = _TRANSPORT_TOPICS[self._transports[cam]]
-                topic = f"/{name}/camera_{cam}/{suffix}"
-                self._sensor_types[topic] = type_name
+                topic = f"{name}/camera_{cam}/{suffix}"
+                self._sensor_types[self.resolve_topic_name(topic)] = type_name
                 self.create_subscription(
                     kind, topic, lambda m, n=name, c=cam, k=kind: self._on_image(n, c, m, k),
                     qos_profile_sensor_data, callback_group=sensors,
                     event_callbacks=_NO_EVENTS, raw=True)
-            self.create_subscription(JointState, f"/{name}/joint_states",
+            self.create_subscription(JointState, f"{name}/joint_states",
                                      lambda m, n=name: self._on_state(n, m),
                                      qos_profile_sensor_data, callback_group=sensors,
                                      event_callbacks=_NO_EVENTS)
-            self.create_subscription(PolicyRequest, f"/{name}/policy_request",
+            self.create_subscription(PolicyRequest, f"{name}/policy_request",
                                      lambda m, n=name: self._on_request(n, m), 50,
                                      callback_group=requests)
-            self._chunk_pubs[name] = self.create_publisher(ActionChunk, f"/{name}/action_chunk",
+            self._chunk_pubs[name] = self.create_publisher(ActionChunk, f"{name}/action_chunk",
                                                            50)
-        self._stats_pub = self.create_publisher(FleetStats, "/xinfer/fleet_stats", 10)
+        self._stats_pub = self.create_publisher(FleetStats, "xinfer/fleet_stats", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_service(GetFleetStats, "~/get_fleet_stats", self._srv_stats)
         if p["allow_set_policy"]:
@@ -468,9 +472,10 @@ class InferenceServer(Node):
 
     def _check_graph(self) -> None:
         """Warn once per robot off the allowlist and once per sensor topic of a wrong type."""
+        prefix = self.get_namespace().rstrip("/") + "/"
         for topic, types in self.get_topic_names_and_types():
-            if topic.endswith("/policy_request"):
-                robot = topic.rsplit("/", 1)[0].strip("/")
+            if topic.endswith("/policy_request") and topic.startswith(prefix):
+                robot = topic[len(prefix):].rsplit("/", 1)[0]
                 if robot not in self._robots and robot not in self._warned:
                     self._warned.add(robot)
                     self.get_logger().warning(

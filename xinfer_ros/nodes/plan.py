@@ -103,12 +103,22 @@ def parse_robots(robots: int | str | list[str]) -> list[str]:
     return names
 
 
-def _server_defaults(config: Path) -> dict[str, Any]:
+def _read_config(config: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(config.read_text())
-        return dict(data["inference_server"]["ros__parameters"])
+        dict(data["inference_server"]["ros__parameters"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
         raise PlanError(f"cannot read server parameters from {config}: {exc}") from exc
+    return dict(data)
+
+
+def _section(data: dict[str, Any], node: str) -> dict[str, Any]:
+    """The ``ros__parameters`` of ``node`` in a parameter file (empty when absent)."""
+    entry = data.get(node)
+    params = entry.get("ros__parameters") if isinstance(entry, dict) else None
+    if entry is not None and not isinstance(params, dict):
+        raise PlanError(f"{node}: expected a ros__parameters mapping, got {entry!r}")
+    return dict(params or {})
 
 
 def _robot_params(server: dict[str, Any]) -> dict[str, Any]:
@@ -151,8 +161,16 @@ def build_fleet_plan(
     seed: int = 0,
     camera_rate_hz: float | None = None,
     budget_scale: float | None = None,
+    sim: bool = True,
+    namespace: str = "",
+    use_sim_time: bool = False,
+    openpi_port: int | None = None,
 ) -> list[NodeSpec]:
-    """The nodes of a fleet: one server, and an executor and a robot_sim per robot.
+    """The nodes of a fleet: one server, and an executor (and a robot_sim) per robot.
+
+    Executor parameters come from the configuration's ``rtc_executor`` section and,
+    per robot, from a ``/<robot>/rtc_executor`` section (ROS parameter-file node names);
+    the executors clamp budgets to the server's ``max_budget_ms``.
 
     Args:
         robots: Count or names of robots; they become the server's allowlist.
@@ -165,30 +183,46 @@ def build_fleet_plan(
         seed: Seed of the robots' workload and scenes.
         camera_rate_hz: Frame rate of the simulated cameras (default: robot_sim's).
         budget_scale: Factor on the workload's budgets (default: robot_sim's, 1).
+        sim: Start simulated robots; ``False`` for real robots (server and executors).
+        namespace: Prefix of every node's namespace (``site_a``: the server in
+            ``/site_a``, robot ``r`` in ``/site_a/r``).
+        use_sim_time: Every node follows ``/clock``.
+        openpi_port: Serve openpi clients on this port too (default: the configuration's).
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
     """
     names = parse_robots(robots)
-    server = _server_defaults(Path(config) if config else default_config())
+    prefix = namespace.strip("/")
+    if prefix and not all(part and part.replace("_", "a").isalnum() for part in prefix.split("/")):
+        raise PlanError(f"namespace {namespace!r} is not a valid ROS namespace")
+    data = _read_config(Path(config) if config else default_config())
+    server = _section(data, "inference_server")
     for key, value in (("backend", backend), ("model", model), ("model_path", model_path),
-                       ("policy", policy)):
+                       ("policy", policy), ("openpi_port", openpi_port)):
         if value:
             server[key] = value
     if server.get("backend") not in BACKENDS:
         raise PlanError(f"backend {server.get('backend')!r} is not one of {list(BACKENDS)}")
     server["robots"] = names
     robot = _robot_params(server)
-    plan = [NodeSpec("inference_server", "inference_server", "/", server)]
+    clock = {"use_sim_time": True} if use_sim_time else {}
+    root = f"/{prefix}" if prefix else "/"
+    plan = [NodeSpec("inference_server", "inference_server", root, {**server, **clock})]
+    executor = {"max_budget_ms": float(server.get("max_budget_ms", 10_000.0)),
+                **_section(data, "rtc_executor")}
     for index, name in enumerate(names):
-        namespace = f"/{name}"
-        plan.append(NodeSpec("rtc_executor", "rtc_executor", namespace,
-                             {"robot_id": name, "action_dim": robot["action_dim"]}))
-        sim = {"robot_index": index, "fleet_size": len(names), "workload": workload,
-               "seed": seed, **robot}
+        robot_ns = f"{root.rstrip('/')}/{name}"
+        plan.append(NodeSpec("rtc_executor", "rtc_executor", robot_ns, {
+            **executor, **_section(data, f"/{name}/rtc_executor"), "robot_id": name,
+            "action_dim": robot["action_dim"], **clock}))
+        if not sim:
+            continue
+        params = {"robot_index": index, "fleet_size": len(names), "workload": workload,
+                  "seed": seed, **robot, **clock}
         if camera_rate_hz is not None:
-            sim["camera_rate_hz"] = float(camera_rate_hz)
+            params["camera_rate_hz"] = float(camera_rate_hz)
         if budget_scale is not None:
-            sim["budget_scale"] = float(budget_scale)
-        plan.append(NodeSpec("robot_sim", "robot_sim", namespace, sim))
+            params["budget_scale"] = float(budget_scale)
+        plan.append(NodeSpec("robot_sim", "robot_sim", robot_ns, params))
     return plan

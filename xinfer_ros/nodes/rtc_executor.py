@@ -61,7 +61,8 @@ BUDGET_QOS_VOLATILE = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE
 STARTUP_MODES = ("silent", "hold_state")
 
 PARAMS = [
-    ParamSpec("robot_id", "", "robot name sent with requests (default: the namespace)"),
+    ParamSpec("robot_id", "", "robot name sent with requests (default: the last part of "
+              "the namespace)"),
     ParamSpec("keyframe_spacing_s", KEYFRAME_SPACING, "control tick Δ (s)", 0.001, 1.0),
     ParamSpec("horizon", 0, "keyframes per chunk H the server must return (0: whatever H "
               "the served model's chunks carry, e.g. 50 for π0)", 0, 1024),
@@ -99,12 +100,14 @@ class RtcExecutor(Node):
         if p["min_budget_ms"] > p["max_budget_ms"]:
             raise ValueError(f"parameter 'min_budget_ms'={p['min_budget_ms']} exceeds "
                              f"'max_budget_ms'={p['max_budget_ms']}")
-        namespace = self.get_namespace().strip("/")
+        # The robot's name is its namespace's last part (a site prefix may come first).
+        namespace = self.get_namespace().strip("/").rsplit("/", 1)[-1]
         self.robot_id: str = p["robot_id"] or namespace or "robot"
         if namespace and self.robot_id != namespace:
             self.get_logger().warning(
-                f"robot_id {self.robot_id!r} differs from the namespace /{namespace}: the "
-                "server rejects requests whose robot_id does not match their namespace")
+                f"robot_id {self.robot_id!r} differs from the namespace's robot "
+                f"{namespace!r}: the server rejects requests whose robot_id does not "
+                "match their namespace")
         self.spacing: float = p["keyframe_spacing_s"]
         self.fixed_horizon: int = p["horizon"]
         #: H of the chunks being executed (the served model's; 0 until one arrives).
