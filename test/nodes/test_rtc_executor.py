@@ -224,3 +224,27 @@ def test_stats_report_splice_smoothness_per_joint(harness: Harness) -> None:
     assert max(stats.switch_step_max) == 0.0
     assert min(stats.within_step_max) == pytest.approx(100.0)
     assert harness.executor_node.smoothness.switches >= 3
+
+
+@pytest.mark.timeout(30)
+def test_trajectory_output_for_joint_trajectory_controller() -> None:
+    from trajectory_msgs.msg import JointTrajectory
+
+    names = [f"arm_{i}" for i in range(D)]
+    h = Harness(output="trajectory", joint_names=names)
+    try:
+        trajectories: list[JointTrajectory] = []
+        h.peer.create_subscription(JointTrajectory, "joint_trajectory", trajectories.append, 10)
+        h.spin(1.0)
+        assert h.commands == []  # trajectory only
+        assert len(trajectories) >= 3
+        last = trajectories[-1]
+        assert last.joint_names == names and len(last.points) > 1
+        steps = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in last.points]
+        assert np.allclose(np.diff(steps), 0.03)  # keyframes Δ apart
+        assert all(len(p.positions) == D for p in last.points)
+    finally:
+        h.close()
+    with pytest.raises(ValueError, match="joint_names"):
+        Harness(joint_names=["only_one"])
+    rclpy.try_shutdown()

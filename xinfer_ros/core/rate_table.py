@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xinfer_ros.config_paths import config_dir
 from xinfer_ros.core.constants import (
     DEFAULT_BOUNDS,
     H_OUT,
@@ -66,7 +67,7 @@ Vec3 = tuple[int, int, int]
 SCHEMA_NAME = "xinfer_ros.rate_table"
 #: The shipped table, at the repository root (``share/xinfer_ros/config`` when installed
 #: with colcon; pass the path explicitly there).
-DEFAULT_RATE_TABLE_PATH = Path(__file__).resolve().parents[2] / "config" / "rate_table_default.json"
+DEFAULT_RATE_TABLE_PATH = config_dir() / "rate_table_default.json"
 
 #: α[s][k]: how much one co-running unit of stage k slows a stage-s unit, in
 #: ρ_s(n) = 1 / (1 + Σ_k α[s][k] · n_k). Chosen, not measured: see ``_ASSUMPTIONS``.

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
+from xinfer_ros.config_paths import config_dir
+
 __all__ = [
     "PRESET_DIR",
     "REFERENCE_FAMILY",
@@ -34,7 +36,7 @@ __all__ = [
 REFERENCE_FAMILY = "reference"
 
 #: Directory of the shipped presets (``<repo>/config/models``).
-PRESET_DIR: Path = Path(__file__).resolve().parents[2] / "config" / "models"
+PRESET_DIR: Path = config_dir() / "models"
 
 MergeMode = Literal["concat_mlp", "avg_pool"]
 

@@ -28,6 +28,8 @@ from rosbags.interfaces import (
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
+from xinfer_ros.config_paths import msg_dir
+
 __all__ = [
     "DISTROS",
     "IMAGE_TYPE",
@@ -45,7 +47,7 @@ __all__ = [
 
 PACKAGE = "xinfer_ros"
 #: The package's message definitions in a source checkout.
-MSG_DIR = Path(__file__).resolve().parents[2] / "msg"
+MSG_DIR = msg_dir()
 #: rosbags typestores by ROS 2 distribution name.
 DISTROS: dict[str, Stores] = {
     "humble": Stores.ROS2_HUMBLE,
@@ -179,18 +181,6 @@ def fleet_topics(robots: list[str], cameras: int, images: bool = True) -> list[B
                                 TopicKind.CHUNK)]
     topics.append(BagTopic(FLEET_STATS_TOPIC, TopicKind.FLEET_STATS))
     return topics
-
-
-def msg_dir() -> Path:
-    """This package's ``msg/`` directory: the source checkout's, else the installed one."""
-    if MSG_DIR.is_dir():
-        return MSG_DIR
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        return Path(get_package_share_directory(PACKAGE)) / "msg"
-    except (ImportError, LookupError):
-        return MSG_DIR
 
 
 def default_distro() -> str:

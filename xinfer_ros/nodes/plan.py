@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from xinfer_ros.config_paths import config_dir
+
 __all__ = [
     "BACKENDS",
     "DEFAULT_CONFIG",
@@ -26,20 +28,13 @@ __all__ = [
 
 PACKAGE = "xinfer_ros"
 BACKENDS = ("torch", "emulated")
-#: The shipped configuration in a source checkout (an install uses share/xinfer_ros).
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "fleet.yaml"
+#: The shipped fleet configuration (the source checkout's, else the installed share/).
+DEFAULT_CONFIG = config_dir() / "fleet.yaml"
 
 
 def default_config() -> Path:
-    """The shipped fleet.yaml: the source checkout's, else the installed share/ copy."""
-    if DEFAULT_CONFIG.is_file():
-        return DEFAULT_CONFIG
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        return Path(get_package_share_directory(PACKAGE)) / "config" / "fleet.yaml"
-    except (ImportError, LookupError):
-        return DEFAULT_CONFIG
+    """The shipped fleet.yaml (:func:`xinfer_ros.config_paths.config_dir`)."""
+    return DEFAULT_CONFIG
 
 
 def config_file(name: str) -> str:

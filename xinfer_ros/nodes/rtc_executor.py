@@ -17,6 +17,11 @@ stop, the last command is held for at most ``hold_timeout_s`` after the queue ra
 then commands stop (the robot's controller holds) until a chunk arrives, and
 ``executor_stats.commanding`` and ``/diagnostics`` say so.
 
+Output for ros2_control: ``commands`` (Float64MultiArray, one command per tick, for a
+forward command controller) and/or ``joint_trajectory`` (trajectory_msgs/JointTrajectory
+of the spliced chunk from the next tick on, keyframes Δ apart, published per applied
+chunk, for ``joint_trajectory_controller``), chosen by ``output``.
+
 The ``budget`` subscription matches both a latched (transient local) and a default
 (volatile) publisher. A budget outside ``[min_budget_ms, max_budget_ms]`` (the
 server's accepted range) is clamped into it, with a throttled warning, and counted.
@@ -34,11 +39,14 @@ import sys
 import time
 
 import numpy as np
+from builtin_interfaces.msg import Duration
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.duration import Duration as RosDuration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from xinfer_ros.core.constants import COMMIT_LENGTH, KEYFRAME_SPACING, SEND_PERIOD
 from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget
@@ -59,6 +67,8 @@ BUDGET_QOS_VOLATILE = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE
                                  durability=DurabilityPolicy.VOLATILE)
 #: Startup behaviours before the first chunk.
 STARTUP_MODES = ("silent", "hold_state")
+#: Command outputs: per-tick commands, the chunk as a joint trajectory, or both.
+OUTPUTS = ("commands", "trajectory", "both")
 
 PARAMS = [
     ParamSpec("robot_id", "", "robot name sent with requests (default: the last part of "
@@ -78,6 +88,11 @@ PARAMS = [
     ParamSpec("startup", "silent", "before the first chunk: publish nothing (silent) or "
               "the measured joint positions from joint_states (hold_state)",
               choices=STARTUP_MODES),
+    ParamSpec("output", "commands", "commands (Float64MultiArray per tick), trajectory "
+              "(JointTrajectory per chunk on joint_trajectory) or both", choices=OUTPUTS),
+    ParamSpec("joint_names", [""], "joint names of the trajectory output, in the model's "
+              "order ([\"\"]: joint_0 .. joint_{D-1})",
+              check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
     ParamSpec("hold_timeout_s", 1.0, "hold the last command this long once the queue runs "
               "dry, then stop commanding until a chunk arrives (s)", 0.0, 3600.0),
     ParamSpec("request_timeout_s", 1.0, "abandon a request unanswered this long (s)",
@@ -122,6 +137,12 @@ class RtcExecutor(Node):
         self.budget_clamps = 0
         self.startup: str = p["startup"]
         self.hold_timeout: float = p["hold_timeout_s"]
+        self.output: str = p["output"]
+        names = [n for n in p["joint_names"] if n]
+        if names and len(names) != self.action_dim:
+            raise ValueError(f"parameter 'joint_names' has {len(names)} names for "
+                             f"action_dim {self.action_dim}")
+        self.joint_names = names or [f"joint_{i}" for i in range(self.action_dim)]
 
         self.queue = ActionQueue(self.action_dim)
         self.smoothness = SpliceSmoothness(self.action_dim)
@@ -148,6 +169,8 @@ class RtcExecutor(Node):
         self._send_timer = None
 
         self.cmd_pub = self.create_publisher(Float64MultiArray, "commands", 10)
+        self.traj_pub = self.create_publisher(JointTrajectory, "joint_trajectory", 10) \
+            if self.output != "commands" else None
         self.req_pub = self.create_publisher(PolicyRequest, "policy_request", 10)
         self.stats_pub = self.create_publisher(ExecutorStats, "executor_stats", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -203,7 +226,7 @@ class RtcExecutor(Node):
         if not self.started:
             self._tick = max(self._tick, target + 1)
             if self.startup == "hold_state" and self._measured is not None:
-                self.cmd_pub.publish(Float64MultiArray(data=self._measured.tolist()))
+                self._command(self._measured)
             self._maybe_send(now)
             return
         command, starved = None, False
@@ -214,8 +237,31 @@ class RtcExecutor(Node):
         if command is not None:
             self._hold_or_halt(now, starved)
         if command is not None and self.commanding:
-            self.cmd_pub.publish(Float64MultiArray(data=command.tolist()))
+            self._command(command)
         self._maybe_send(now)
+
+    def _command(self, command: np.ndarray) -> None:
+        """Publish one tick's command (``output`` commands or both)."""
+        if self.output != "trajectory":
+            self.cmd_pub.publish(Float64MultiArray(data=command.tolist()))
+
+    def _publish_trajectory(self) -> None:
+        """The queued keyframes from the next tick on, as a joint trajectory."""
+        if self.traj_pub is None:
+            return
+        start = self._tick
+        keyframes = self.queue.planned(start, self.queue.remaining(start))
+        msg = JointTrajectory(joint_names=self.joint_names)
+        # The stamp is the next tick's time: point k is due k keyframes after it.
+        due = self._t0 + start * self.spacing - time.monotonic()
+        msg.header.stamp = (self.get_clock().now()
+                            + RosDuration(seconds=max(0.0, due))).to_msg()
+        for k, row in enumerate(keyframes):
+            nanos = round(k * self.spacing * 1e9)
+            msg.points.append(JointTrajectoryPoint(
+                positions=row.tolist(),
+                time_from_start=Duration(sec=nanos // 10**9, nanosec=nanos % 10**9)))
+        self.traj_pub.publish(msg)
 
     def _hold_or_halt(self, now: float, starved: bool) -> None:
         """Hold the last command for ``hold_timeout_s`` of an empty queue, then stop."""
@@ -309,6 +355,7 @@ class RtcExecutor(Node):
                 self.get_logger().info("chunk received: commanding the robot")
             self.started = self.commanding = True
             self._dry_since = None
+            self._publish_trajectory()
         except (ValueError, SpliceError) as exc:
             self.non_ok_chunks += 1
             self.get_logger().warning(f"request {seq}: unusable chunk: {exc}")

@@ -1,0 +1,39 @@
+"""Where the shipped configuration lives (ROS-free, no ament import).
+
+In a source checkout (and ``pip install -e .``) it is ``<repo>/config``; in a colcon
+install (with or without ``--symlink-install``) the package sits in
+``<prefix>/lib/pythonX.Y/site-packages/xinfer_ros`` and CMake installs the
+configuration to ``<prefix>/share/xinfer_ros/config``. ``XINFER_CONFIG_DIR`` overrides
+both.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["config_dir", "msg_dir"]
+
+_PACKAGE = Path(__file__).resolve().parent
+_SOURCE_ROOT = _PACKAGE.parent
+#: <prefix>/lib/pythonX.Y/site-packages/xinfer_ros -> <prefix>/share/xinfer_ros
+_INSTALL_SHARE = _PACKAGE.parents[2] / "share" / "xinfer_ros"
+
+
+def _shared(name: str) -> Path:
+    source = _SOURCE_ROOT / name
+    if source.is_dir():
+        return source
+    installed = _INSTALL_SHARE / name
+    return installed if installed.is_dir() else source
+
+
+def config_dir() -> Path:
+    """The configuration directory: presets, rate tables, traces, fleet.yaml."""
+    override = os.environ.get("XINFER_CONFIG_DIR")
+    return Path(override) if override else _shared("config")
+
+
+def msg_dir() -> Path:
+    """The interface definitions (``msg/*.msg``; rosidl installs them to share/)."""
+    return _shared("msg")
