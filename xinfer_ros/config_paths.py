@@ -16,16 +16,18 @@ __all__ = ["config_dir", "msg_dir"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _SOURCE_ROOT = _PACKAGE.parent
-#: <prefix>/lib/pythonX.Y/site-packages/xinfer_ros -> <prefix>/share/xinfer_ros
-_INSTALL_SHARE = _PACKAGE.parents[2] / "share" / "xinfer_ros"
 
 
 def _shared(name: str) -> Path:
     source = _SOURCE_ROOT / name
     if source.is_dir():
         return source
-    installed = _INSTALL_SHARE / name
-    return installed if installed.is_dir() else source
+    # <prefix>/lib/pythonX.Y/site-packages/xinfer_ros -> <prefix>/share/xinfer_ros/<name>
+    if len(_PACKAGE.parents) > 3:
+        installed = _PACKAGE.parents[3] / "share" / "xinfer_ros" / name
+        if installed.is_dir():
+            return installed
+    return source
 
 
 def config_dir() -> Path:
