@@ -32,8 +32,10 @@ def test_plan_has_server_and_a_group_per_robot() -> None:
     # The robots take the model's joints; π0 letterboxes their wide cameras.
     assert all(s.parameters["action_dim"] == 14 for s in sims)
     assert sims[0].parameters["camera_widths"] == [352, 320, 320]
-    # Executors clamp budgets to the server's own bound.
-    assert plan[1].parameters == {"robot_id": "r1", "action_dim": 14, "max_budget_ms": 10000.0}
+    # Executors clamp budgets to the server's own bound; fleet.yaml's rtc_executor section.
+    assert plan[1].parameters == {"robot_id": "r1", "action_dim": 14, "max_budget_ms": 10000.0,
+                                  "startup": "silent", "hold_timeout_s": 1.0,
+                                  "output": "commands"}
     assert all(s.parameters["workload"] == "parcel" for s in sims)
     assert plan[1].module == "xinfer_ros.nodes.rtc_executor"
 
