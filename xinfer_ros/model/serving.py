@@ -53,6 +53,8 @@ class StageModel(ABC):
 
     io: ModelIO
     module: torch.nn.Module
+    #: The family's stage functions: ``vit(module, state)``, ``prefill``, ``action``.
+    _stages: Any
 
     @property
     def device(self) -> torch.device:
@@ -74,17 +76,17 @@ class StageModel(ABC):
             InputError: A subclass naming the malformed field.
         """
 
-    @abstractmethod
     def vit(self, state: Any) -> None:
         """Run the ViT stage of ``state``."""
+        self._stages.vit(self.module, state)
 
-    @abstractmethod
     def prefill(self, state: Any) -> None:
         """Run the Prefill stage of ``state``."""
+        self._stages.prefill(self.module, state)
 
-    @abstractmethod
     def action(self, state: Any, guidance: bool = True) -> None:
         """Run the Action stage of ``state`` (RTC guidance when it has a previous chunk)."""
+        self._stages.action(self.module, state, guidance=guidance)
 
     @abstractmethod
     def finish(self, state: Any) -> np.ndarray:
@@ -150,18 +152,6 @@ class ReferenceStageModel(StageModel):
             prev_chunk=prev_chunk, d=d, prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed,
             request_id=request_id)
         return RequestState(prepared)
-
-    def vit(self, state: Any) -> None:
-        """See :meth:`StageModel.vit`."""
-        self._stages.vit(self.module, state)
-
-    def prefill(self, state: Any) -> None:
-        """See :meth:`StageModel.prefill`."""
-        self._stages.prefill(self.module, state)
-
-    def action(self, state: Any, guidance: bool = True) -> None:
-        """See :meth:`StageModel.action`."""
-        self._stages.action(self.module, state, guidance=guidance)
 
     def finish(self, state: Any) -> np.ndarray:
         """See :meth:`StageModel.finish`."""
@@ -243,18 +233,6 @@ class Pi0StageModel(StageModel):
             Pi0Inputs(images, instruction, state), prev_chunk=prev_chunk, d=d,
             prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed, request_id=request_id)
         return self._stages.Pi0State(prepared)
-
-    def vit(self, state: Any) -> None:
-        """See :meth:`StageModel.vit`."""
-        self._stages.vit(self.module, state)
-
-    def prefill(self, state: Any) -> None:
-        """See :meth:`StageModel.prefill`."""
-        self._stages.prefill(self.module, state)
-
-    def action(self, state: Any, guidance: bool = True) -> None:
-        """See :meth:`StageModel.action`."""
-        self._stages.action(self.module, state, guidance=guidance)
 
     def finish(self, state: Any) -> np.ndarray:
         """See :meth:`StageModel.finish`."""
