@@ -48,12 +48,13 @@ def make_engine(
     *,
     table: RateTable | None = None,
     scale: float = SCALE,
+    backend_cls: type[MonitoredBackend] = MonitoredBackend,
     **backend_kwargs: Any,
 ) -> tuple[StageEngine, MonitoredBackend]:
-    """A started engine over a :class:`MonitoredBackend` on a compressed clock."""
+    """A started engine over a :class:`MonitoredBackend` (or subclass) on a compressed clock."""
     clock = Clock(scale)
     tab = table if table is not None else default_rate_table()
-    backend = MonitoredBackend(tab, clock, **backend_kwargs)
+    backend = backend_cls(tab, clock, **backend_kwargs)
     engine = StageEngine(backend, policy, config or EngineConfig(slots=(4, 4, 6)),
                          rate_table=tab, clock=clock)
     return engine.start(), backend

@@ -251,3 +251,22 @@ def test_requests_past_their_deadline_before_starting_are_shed(shed_expired: boo
             assert r.actions is None
     else:
         assert not shed and all(r.ok for r in results)
+
+
+def test_lane_that_cannot_start_fails_its_requests_instead_of_hanging() -> None:
+    """A failing lane initializer (e.g. a CUDA device that cannot be set) must not hang."""
+    from .helpers import MonitoredBackend
+
+    class BrokenLanes(MonitoredBackend):
+        def lane_setup(self, lane):  # type: ignore[no-untyped-def]
+            if lane.group == "action":
+                raise ValueError("Expected a cuda device with a specified index")
+
+    engine, _ = make_engine(backend_cls=BrokenLanes)
+    with engine:
+        first = engine.submit({"seed": 1}, 500.0, "r0").result(TIMEOUT)
+        second = engine.submit({"seed": 2}, 500.0, "r1").result(TIMEOUT)
+    for result in (first, second):
+        assert result.status is Status.ERROR
+        assert "lane action/" in result.reason and "could not start" in result.reason
+        assert "specified index" in result.reason

@@ -409,6 +409,10 @@ class StageEngine:
         with self._gate.shared():
             t0 = self.clock.now()
             try:
+                if lane is not None and lane.setup_error is not None:
+                    raise RuntimeError(f"lane {lane.group}/{lane.index} could not start: "
+                                       f"{type(lane.setup_error).__name__}: "
+                                       f"{lane.setup_error}")
                 self.backend.run_stage(stage, live.state, lane)
             except Exception as exc:  # a faulty request fails alone
                 error = exc
@@ -695,7 +699,10 @@ class StageEngine:
                 self._round_pending.add(live.rid)
             elif s is Stage.PREFILL:
                 self._round_pending.discard(live.rid)
-        self._lanes[group_of(s)].submit(self._unit_task, live, s, now)
+        try:
+            self._lanes[group_of(s)].submit(self._unit_task, live, s, now)
+        except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
+            self._events.put(("unit", live, s, now, now, exc))
 
     # -- results ----------------------------------------------------------------------------------
     def _finish(self, live: _Live, status: Status, reason: str,

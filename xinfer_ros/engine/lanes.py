@@ -16,6 +16,7 @@ hold it shared, CPU work holds it exclusively.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -42,6 +43,7 @@ ACTION_GROUP = "action"
 CPU_GROUP = "cpu"
 
 _local = threading.local()
+_LOG = logging.getLogger("xinfer_ros.engine.lanes")
 
 
 @dataclass
@@ -55,6 +57,8 @@ class LaneInfo:
         issued_at: engine time the scheduler issued the unit now running on this lane
             (set by the engine before each unit; NaN outside the engine).
         extra: further per-lane backend state.
+        setup_error: why the backend's lane setup failed (the lane's units then fail
+            with it instead of running on a half-initialised lane); None when it worked.
     """
 
     group: str
@@ -62,6 +66,7 @@ class LaneInfo:
     stream: Any = None
     issued_at: float = math.nan
     extra: dict[str, Any] = field(default_factory=dict)
+    setup_error: BaseException | None = None
 
 
 def current_lane() -> LaneInfo | None:
@@ -97,7 +102,14 @@ class LaneGroup:
     def _init_thread(self) -> None:
         lane = LaneInfo(self.name, next(self._ids))
         _local.lane = lane
-        self._setup(lane)
+        # An initializer that raises breaks a ThreadPoolExecutor: every later submit
+        # fails inside the pool and nobody hears of it. Keep the lane; its units fail.
+        try:
+            self._setup(lane)
+        except Exception as exc:
+            lane.setup_error = exc
+            _LOG.error("lane %s/%d could not start: %s: %s", self.name, lane.index,
+                       type(exc).__name__, exc)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         """Run ``fn(*args)`` on a free lane (queued behind busy lanes)."""

@@ -121,9 +121,12 @@ class TorchBackend(Backend):
     # -- lanes --------------------------------------------------------------------------
     def lane_setup(self, lane: LaneInfo) -> None:
         """Give CUDA lanes their own stream; pin CPU lanes' intra-op threads."""
-        if self.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(self.device))
-            lane.stream = torch.cuda.Stream(device=self.device)
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            # "cuda" has no index, and set_device refuses an index-less device.
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            torch.cuda.set_device(index)
+            lane.stream = torch.cuda.Stream(device=index)
         else:
             torch.set_num_threads(self.threads)
 
