@@ -53,8 +53,9 @@ launch-kit: setup  ## install ROS 2 launch and the ros2 command from ../shared (
 	@if [ -x "$(LAUNCH_KIT)/install.sh" ]; then bash "$(LAUNCH_KIT)/install.sh" $(VENV) $(KIT_PREFIX); \
 	 else echo "[launch-kit] $(LAUNCH_KIT) is absent: launch tests will skip"; fi
 
-test: build launch-kit  ## lint, then every test not marked slow (the README's test command)
+test: build launch-kit  ## lint and type-check, then every test not marked slow (the README's test command)
 	./env.sh ruff check .
+	./env.sh mypy
 	./env.sh python -m pytest -m "not slow"
 
 test-slow: build launch-kit  ## the slow tests: whole fleets, launch, restarts, bags, packaging
@@ -62,8 +63,9 @@ test-slow: build launch-kit  ## the slow tests: whole fleets, launch, restarts, 
 
 test-all: test test-slow  ## everything (what CI runs)
 
-lint: setup  ## ruff
+lint: setup  ## ruff and mypy
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 demo: build  ## run a small fleet (3 robots, tiny model on CPU, 60 s) and report
 	./env.sh python -m xinfer_ros.cli.fleet $(DEMO_ARGS)

@@ -7,7 +7,7 @@ only; the robots' drivers publish the cameras and joint states. For example::
         model:=pi0 model_path:=/models/my_pi0 namespace:=cell_3
 
 A thin adapter: the node list and parameters come from
-xinfer_ros.nodes.plan.build_fleet_plan, which xinfer-fleet uses too. DDS discovery
+xinfer_ros.fleet.plan.build_fleet_plan, which xinfer-fleet uses too. DDS discovery
 stays on this machine unless ROS_AUTOMATIC_DISCOVERY_RANGE is set (the nodes default
 it to LOCALHOST).
 """
@@ -17,7 +17,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from launch import LaunchDescription
-from xinfer_ros.nodes.plan import build_fleet_plan
+from xinfer_ros.fleet.plan import build_fleet_plan
 
 ARGUMENTS = {
     "robots": ("3", "robot count or comma-separated names"),

@@ -76,7 +76,7 @@ else
   ARGS+=(--model vla-2b --device cuda)
 fi
 # 7.5 minutes at most for the suite itself, so the whole command stays under 8.
-timeout 450 "$PYTHON" -m xinfer_ros.engine.suite "${ARGS[@]}"
+timeout 450 "$PYTHON" -m xinfer_ros.cli.gpu_suite "${ARGS[@]}"
 
 "$PYTHON" - "$OUT/engine_bench.json" <<'PY'
 import json, sys

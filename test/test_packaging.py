@@ -57,7 +57,7 @@ def test_plain_colcon_install_serves_a_request_and_colcon_test_runs(tmp_path) ->
     from std_msgs.msg import Header
     from xinfer_ros.msg import ActionChunk, PolicyRequest
 
-    from xinfer_ros.nodes.image_conversion import rgb_to_image_fields
+    from xinfer_ros.serving.image_conversion import rgb_to_image_fields
 
     venv = Path(sys.executable).parents[1]
     build_env = {**os.environ, "AMENT_PREFIX_PATH": str(venv), "CMAKE_PREFIX_PATH": str(venv)}

@@ -69,7 +69,7 @@ def test_fleet_serves_pi0_tiny_chunks_end_to_end(tmp_path) -> None:
 @pytest.mark.timeout(60)
 def test_simulator_comparison_follows_the_servers_phase_spread() -> None:
     from xinfer_ros.cli.fleet import simulate_fleet
-    from xinfer_ros.nodes.plan import build_fleet_plan
+    from xinfer_ros.fleet.plan import build_fleet_plan
 
     server = build_fleet_plan(4, backend="emulated")[0].parameters
     assert server["phase_spread"] is True  # config/fleet.yaml

@@ -21,12 +21,12 @@ pytestmark = pytest.mark.ros
 from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import get_types_from_msg  # noqa: E402
 
+from xinfer_ros.bags.reader import BagError  # noqa: E402
+from xinfer_ros.bags.report import Thresholds, build_report  # noqa: E402
+from xinfer_ros.bags.scan import RecordedChunk, scan_bag  # noqa: E402
+from xinfer_ros.bags.types import fleet_topics, make_typestore  # noqa: E402
 from xinfer_ros.cli.replay import EXIT_BAD_INPUT, main  # noqa: E402
 from xinfer_ros.nodes.bag_player import PlayResult, SentRequest  # noqa: E402
-from xinfer_ros.nodes.bag_reader import BagError  # noqa: E402
-from xinfer_ros.nodes.bag_report import Thresholds, build_report  # noqa: E402
-from xinfer_ros.nodes.bag_scan import RecordedChunk, scan_bag  # noqa: E402
-from xinfer_ros.nodes.bag_types import fleet_topics, make_typestore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [(224, 352), (224, 320), (224, 320)]

@@ -23,7 +23,7 @@ from sensor_msgs.msg import Image, JointState
 from xinfer_ros.msg import ActionChunk
 
 from launch import LaunchDescription
-from xinfer_ros.nodes.image_conversion import rgb_to_image_fields
+from xinfer_ros.serving.image_conversion import rgb_to_image_fields
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch" / "fleet.launch.py"
 ROBOTS = ("robot_1", "robot_2")

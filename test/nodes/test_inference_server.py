@@ -19,8 +19,8 @@ from sensor_msgs.msg import CompressedImage, Image, JointState  # noqa: E402
 from xinfer_ros.msg import ActionChunk, FleetStats, PolicyRequest  # noqa: E402
 from xinfer_ros.srv import GetFleetStats, SetPolicy  # noqa: E402
 
-from xinfer_ros.nodes.image_conversion import rgb_to_image_fields  # noqa: E402
 from xinfer_ros.nodes.inference_server import InferenceServer  # noqa: E402
+from xinfer_ros.serving.image_conversion import rgb_to_image_fields  # noqa: E402
 
 SHAPES = [(224, 352), (224, 320), (224, 320)]
 H, D = 16, 14
@@ -526,7 +526,7 @@ def test_joints_are_read_by_name() -> None:
 
 
 def test_joint_positions_follow_the_models_order() -> None:
-    from xinfer_ros.nodes.observations import ObservationError, joint_positions
+    from xinfer_ros.serving.observations import ObservationError, joint_positions
 
     assert joint_positions(["b", "a"], [2.0, 1.0], ["a", "b"]) == [1.0, 2.0]
     assert joint_positions([], [3.0, 4.0], []) == [3.0, 4.0]

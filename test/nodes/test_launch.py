@@ -26,7 +26,7 @@ def test_launch_description_matches_plan() -> None:
     from launch.actions import OpaqueFunction
 
     from launch import LaunchContext
-    from xinfer_ros.nodes.plan import build_fleet_plan
+    from xinfer_ros.fleet.plan import build_fleet_plan
 
     spec = importlib.util.spec_from_file_location("fleet_launch", LAUNCH_FILE)
     module = importlib.util.module_from_spec(spec)

@@ -17,8 +17,8 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from xinfer_ros.msg import ActionChunk, PolicyRequest  # noqa: E402
 
 from xinfer_ros.core.rate_table import default_rate_table, write_rate_table  # noqa: E402
-from xinfer_ros.nodes.image_conversion import rgb_to_image_fields  # noqa: E402
 from xinfer_ros.nodes.inference_server import InferenceServer  # noqa: E402
+from xinfer_ros.serving.image_conversion import rgb_to_image_fields  # noqa: E402
 
 SHAPES = [(224, 352), (224, 320), (224, 320)]
 ROBOTS = [f"ov{i}" for i in range(10)]

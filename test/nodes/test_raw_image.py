@@ -12,13 +12,13 @@ pytestmark = pytest.mark.ros
 from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
-from xinfer_ros.nodes.image_conversion import (  # noqa: E402
+from xinfer_ros.nodes.raw_image import RawImage, deserialize_image, peek_stamp  # noqa: E402
+from xinfer_ros.serving.image_conversion import (  # noqa: E402
     ImageConversionError,
     image_to_rgb,
     rgb_to_image_fields,
 )
-from xinfer_ros.nodes.observations import RobotObservations, stamp_seconds  # noqa: E402
-from xinfer_ros.nodes.raw_image import RawImage, deserialize_image, peek_stamp  # noqa: E402
+from xinfer_ros.serving.observations import RobotObservations, stamp_seconds  # noqa: E402
 
 RNG = np.random.default_rng(7)
 

@@ -22,7 +22,7 @@ from rosbags.rosbag2 import Reader  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 from xinfer_ros.msg import ActionChunk, FleetStats, PolicyRequest, ResponseBudget  # noqa: E402
 
-from xinfer_ros.nodes.bag_types import fleet_topics, make_typestore  # noqa: E402
+from xinfer_ros.bags.types import fleet_topics, make_typestore  # noqa: E402
 
 ROBOT = "rec_bot"
 CAMERAS = 2

@@ -25,12 +25,12 @@ from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
 from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
+from xinfer_ros.core.registry import policy_names
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.closed_loop import ClosedLoopRun, RobotPlan, run_closed_loop
 from xinfer_ros.engine.engine import StageEngine
-from xinfer_ros.engine.policies import policy_names
 from xinfer_ros.engine.types import (
     TABLE6,
     EngineConfig,

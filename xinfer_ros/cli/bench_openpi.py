@@ -33,14 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.cli.latency_arms import (
+from xinfer_ros.core.constants import SEND_PERIOD as PERIOD_S
+from xinfer_ros.engine.latency_arms import (
     BUDGET_MS,
     REPLY_TIMEOUT_S,
     in_process_latencies,
     percentiles,
     run_closed_loop,
 )
-from xinfer_ros.core.constants import SEND_PERIOD as PERIOD_S
 
 __all__ = ["add_arguments", "run"]
 
@@ -111,11 +111,11 @@ def _through_openpi(robots: int, duration: float,
 
 def _through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
                  workdir: Path) -> list[float]:
-    from xinfer_ros.cli import bench_transport
+    from xinfer_ros.nodes.transport_bench import through_ros
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 100)))
-    return bench_transport.through_ros(robots, duration, warmup, camera_rate, workdir)
+    return through_ros(robots, duration, warmup, camera_rate, workdir)
 
 
 def _row(robots: int, arms: dict[str, dict[str, float]]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """``xinfer-fleet``: start a fleet on this machine, watch it, report on it.
 
-Starts the node plan of :func:`xinfer_ros.nodes.plan.build_fleet_plan` (the same one
+Starts the node plan of :func:`xinfer_ros.fleet.plan.build_fleet_plan` (the same one
 ``fleet.launch.py`` uses) as processes without ``ros2 launch``: the inference server,
 and an RTC executor and a simulated robot per robot. It shows live progress, stops the
 fleet ``--duration`` seconds after the server's first answer (model loading is not
@@ -37,7 +37,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,7 +45,7 @@ from typing import Any
 import yaml
 
 from xinfer_ros.core.registry import SERVED_POLICIES
-from xinfer_ros.nodes.plan import (
+from xinfer_ros.fleet.plan import (
     BACKENDS,
     NodeSpec,
     PlanError,
@@ -313,12 +312,10 @@ def _plot(report: dict[str, Any], records: dict[str, list[Any]], out: Path) -> P
 
 def run_fleet(args: argparse.Namespace) -> int:
     """Start the fleet, monitor it for ``args.duration`` seconds and report."""
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
     from tqdm import tqdm
 
     from xinfer_ros.core.metrics import summarize
-    from xinfer_ros.nodes.fleet_monitor import FleetMonitor
+    from xinfer_ros.nodes.fleet_monitor import watching
 
     try:
         plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
@@ -348,50 +345,42 @@ def run_fleet(args: argparse.Namespace) -> int:
           f"ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
     print(f"xinfer-fleet: {why}")
 
-    rclpy.init()
     t0 = time.time()
-    monitor = FleetMonitor(robots, t0)
-    spinner = SingleThreadedExecutor()
-    spinner.add_node(monitor)
-    spin_thread = threading.Thread(target=spinner.spin, daemon=True)
-    spin_thread.start()
-    procs = [_spawn(spec, workdir, env) for spec in plan]
     died: list[str] = []
     ready: float | None = None
-    try:
-        with tqdm(total=int(args.duration), unit="s", disable=args.no_progress,
-                  desc="fleet", dynamic_ncols=True) as bar:
-            while True:
-                time.sleep(0.5)
-                elapsed = time.time() - t0
-                died = [f"{s.namespace}/{s.name} (exit {p.returncode})"
-                        for s, p in zip(plan, procs, strict=True) if p.poll() is not None]
-                if died:
-                    break
-                if ready is None:
-                    # The run is timed from the server's first answer, so model loading
-                    # (seconds for transformers and the Action workers) is not measured.
-                    ready = monitor.first_answer
-                    if ready is None and elapsed > args.startup_timeout:
+    with watching(robots, t0) as monitor:
+        procs = [_spawn(spec, workdir, env) for spec in plan]
+        try:
+            with tqdm(total=int(args.duration), unit="s", disable=args.no_progress,
+                      desc="fleet", dynamic_ncols=True) as bar:
+                while True:
+                    time.sleep(0.5)
+                    elapsed = time.time() - t0
+                    died = [f"{s.namespace}/{s.name} (exit {p.returncode})"
+                            for s, p in zip(plan, procs, strict=True) if p.poll() is not None]
+                    if died:
                         break
-                    bar.set_postfix(server="starting" if ready is None else "serving")
-                    continue
-                if elapsed >= ready + args.duration:
-                    break
-                recs = [r for o in monitor.snapshot().values() for r in o.records]
-                done = [r for r in recs if r.send_time >= ready + args.warmup]
-                on_time = sum(r.on_time for r in done)
-                bar.set_postfix(responses=len(recs),
-                                attainment=f"{on_time / len(done):.1%}" if done else "-")
-                bar.n = int(elapsed - ready)
-                bar.refresh()
-    except KeyboardInterrupt:
-        print("\ninterrupted; stopping the fleet")
-    finally:
-        _stop(procs)
-        spinner.shutdown()
-        monitor.destroy_node()
-        rclpy.try_shutdown()
+                    if ready is None:
+                        # The run is timed from the server's first answer, so model loading
+                        # (seconds for transformers and the Action workers) is not measured.
+                        ready = monitor.first_answer
+                        if ready is None and elapsed > args.startup_timeout:
+                            break
+                        bar.set_postfix(server="starting" if ready is None else "serving")
+                        continue
+                    if elapsed >= ready + args.duration:
+                        break
+                    recs = [r for o in monitor.snapshot().values() for r in o.records]
+                    done = [r for r in recs if r.send_time >= ready + args.warmup]
+                    on_time = sum(r.on_time for r in done)
+                    bar.set_postfix(responses=len(recs),
+                                    attainment=f"{on_time / len(done):.1%}" if done else "-")
+                    bar.n = int(elapsed - ready)
+                    bar.refresh()
+        except KeyboardInterrupt:
+            print("\ninterrupted; stopping the fleet")
+        finally:
+            _stop(procs)
     if ready is None:
         print(f"error: the server answered no request within {args.startup_timeout:g} s"
               f"{'; node(s) exited: ' + ', '.join(died) if died else ''}; see {workdir}",

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xinfer_ros.nodes.plan import BACKENDS, PlanError, build_fleet_plan, parse_robots
+from xinfer_ros.fleet.plan import BACKENDS, PlanError, build_fleet_plan, parse_robots
 
 __all__ = ["build_parser", "main", "record"]
 
@@ -120,46 +120,10 @@ def _start_fleet(args: argparse.Namespace, env: dict[str, str],
             for spec in plan}
 
 
-def _overrides(args: argparse.Namespace, robots: list[str], output: Path) -> list[Any]:
-    from rclpy.parameter import Parameter
-
-    return [
-        Parameter("robots", value=robots), Parameter("cameras", value=args.cameras),
-        Parameter("output", value=str(output)), Parameter("storage", value=args.storage),
-        Parameter("bag_version", value=args.bag_version), Parameter("distro", value=args.distro),
-        Parameter("record_images", value=not args.no_images)]
-
-
-def _wait_for_server(procs: dict[str, subprocess.Popen], timeout: float,
-                     signalled: Callable[[], bool]) -> bool:
-    """Wait until the server publishes fleet statistics (its constructor finished).
-
-    Loading a torch model takes seconds; recording starts once the fleet is live, so
-    the bag does not open with requests nobody could answer.
-    """
-    import rclpy
-
-    probe = rclpy.create_node("xinfer_record_probe")
-    try:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and not signalled():
-            if probe.count_publishers("/xinfer/fleet_stats") > 0:
-                return True
-            if any(p.poll() is not None for p in procs.values()):
-                return False
-            time.sleep(0.1)
-        return False
-    finally:
-        probe.destroy_node()
-
-
 def record(args: argparse.Namespace) -> int:
     """Record as ``args`` says; return the exit status."""
-    import rclpy
-    from rclpy.signals import SignalHandlerOptions
-
     from xinfer_ros.cli.fleet import _loopback_env
-    from xinfer_ros.nodes.recorder import StopFlag
+    from xinfer_ros.nodes.runtime import ros_session
 
     try:
         robots = parse_robots(args.robots)
@@ -171,17 +135,14 @@ def record(args: argparse.Namespace) -> int:
     env = _loopback_env()
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
 
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    with StopFlag() as flag:
+    with ros_session() as flag:
         return _record(args, robots, output, env, flag)
 
 
 def _record(args: argparse.Namespace, robots: list[str], output: Path, env: dict[str, str],
             flag: Any) -> int:
-    import rclpy
-
     from xinfer_ros.cli.fleet import _stop
-    from xinfer_ros.nodes.recorder import Recorder, run_recorder
+    from xinfer_ros.nodes.recorder import make_recorder, run_recorder, wait_for_server
 
     procs: dict[str, subprocess.Popen] = {}
     stopper: _FleetStopper | None = None
@@ -196,12 +157,16 @@ def _record(args: argparse.Namespace, robots: list[str], output: Path, env: dict
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             print(f"fleet started ({len(procs)} nodes); logs in {logs}; waiting for the server")
-            if not _wait_for_server(procs, args.ready_timeout, lambda: flag.signal is not None):
+            if not wait_for_server(args.ready_timeout,
+                                   lambda: all(p.poll() is None for p in procs.values()),
+                                   lambda: flag.signal is not None):
                 print(f"error: the server did not come up within {args.ready_timeout:g} s; "
                       f"see {logs}", file=sys.stderr)
                 return 1
         try:
-            recorder = Recorder(parameter_overrides=_overrides(args, robots, output))
+            recorder = make_recorder(robots, output, cameras=args.cameras,
+                                     storage=args.storage, bag_version=args.bag_version,
+                                     distro=args.distro, record_images=not args.no_images)
         except (ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -224,7 +189,6 @@ def _record(args: argparse.Namespace, robots: list[str], output: Path, env: dict
         _stop(list(procs.values()))
         if recorder is not None:
             recorder.destroy_node()
-        rclpy.try_shutdown()
     if recorder is None:
         return 2
     print(f"bag: {output} ({recorder.message_count} messages)")

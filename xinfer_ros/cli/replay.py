@@ -26,14 +26,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from xinfer_ros.core.constants import SEND_PERIOD
-from xinfer_ros.nodes.plan import BACKENDS, PlanError, build_fleet_plan
+from xinfer_ros.fleet.plan import BACKENDS, PlanError, build_fleet_plan
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_REGRESSION", "EXIT_SERVER", "build_parser", "main", "replay"]
 
@@ -101,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _thresholds(args: argparse.Namespace) -> Any:
-    from xinfer_ros.nodes.bag_report import Thresholds
+    from xinfer_ros.bags.report import Thresholds
 
     return Thresholds(
         max_attainment_drop=args.max_attainment_drop,
@@ -151,51 +149,14 @@ def _server_info(args: argparse.Namespace) -> dict[str, Any]:
 def _play(args: argparse.Namespace, run: Any, server: subprocess.Popen | None,
           stop: Callable[[], bool]) -> tuple[Any, str | None]:
     """Connect to the server and replay; return the result and an error, if any."""
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-
-    from xinfer_ros.nodes.bag_player import BagPlayer, PlayConfig
+    from xinfer_ros.nodes.bag_player import PlayConfig, play_bag
 
     config = PlayConfig(mode=args.mode, rate=args.rate, period_s=args.period,
                         request_timeout_s=args.request_timeout,
                         response_timeout_s=args.response_timeout)
-    player = BagPlayer(run, config)
-    executor = SingleThreadedExecutor()
-    executor.add_node(player)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    try:
-        def alive() -> bool:
-            return (server is None or server.poll() is None) and not stop()
-
-        missing, sensors = player.wait_for_server(args.server_timeout, alive)
-        if missing:
-            return player.result, ("server not connected within "
-                                   f"{args.server_timeout:g} s: {', '.join(missing[:6])}")
-        if sensors:
-            run.warnings.append(f"the server does not subscribe to {len(sensors)} recorded "
-                                f"input topic(s): {', '.join(sensors[:6])}")
-        if silent := player.probe(args.probe_timeout, alive):
-            run.warnings.append(f"probe requests of {silent} were not served; their first "
-                                "replayed requests may be rejected")
-        print(f"server connected; replaying {run.duration_s:.1f} s of recording "
-              f"({args.mode} loop, rate {args.rate:g})")
-        # The whole replay is bounded: the recording's length at this rate, plus margins.
-        limit = time.monotonic() + run.duration_s / args.rate + args.response_timeout + 30.0
-
-        def stop_or_expired() -> bool:
-            return stop() or time.monotonic() > limit or \
-                (server is not None and server.poll() is not None)
-
-        result = player.play(stop_or_expired)
-        if server is not None and server.poll() is not None:
-            return result, f"the server exited during the replay (code {server.returncode})"
-        return result, None
-    finally:
-        executor.shutdown()
-        spinner.join(timeout=2.0)
-        player.destroy_node()
-        rclpy.try_shutdown()
+    return play_bag(run, config, server_alive=lambda: server is None or server.poll() is None,
+                    stop=stop, server_timeout=args.server_timeout,
+                    probe_timeout=args.probe_timeout)
 
 
 def _json_safe(value: Any) -> Any:
@@ -220,14 +181,11 @@ def _write_report(report: dict[str, Any], path: Path) -> None:
 
 def replay(args: argparse.Namespace) -> int:
     """Replay as ``args`` says; return the exit status."""
-    import rclpy
-    from rclpy.signals import SignalHandlerOptions
-
+    from xinfer_ros.bags.reader import BagError
+    from xinfer_ros.bags.report import build_report, format_report
+    from xinfer_ros.bags.scan import scan_bag
     from xinfer_ros.cli.fleet import _loopback_env, _stop
-    from xinfer_ros.nodes.bag_reader import BagError
-    from xinfer_ros.nodes.bag_report import build_report, format_report
-    from xinfer_ros.nodes.bag_scan import scan_bag
-    from xinfer_ros.nodes.recorder import StopFlag
+    from xinfer_ros.nodes.runtime import ros_session
 
     if error := _check_args(args):
         print(f"error: {error}", file=sys.stderr)
@@ -250,16 +208,14 @@ def replay(args: argparse.Namespace) -> int:
     print(f"xinfer-replay: {args.bag} ({run.source.storage}, {run.duration_s:.1f} s, robots "
           f"{robots}); ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
 
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     server = None
-    with StopFlag() as flag:
+    with ros_session() as flag:
         try:
             if not args.running:
                 try:
                     server = _start_server(args, robots, env, workdir)
                 except PlanError as exc:
                     print(f"error: {exc}", file=sys.stderr)
-                    rclpy.try_shutdown()
                     return EXIT_BAD_INPUT
             result, error = _play(args, run, server, lambda: flag.signal is not None)
         finally:

@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from xinfer_ros.config_paths import config_dir
 from xinfer_ros.core.constants import (
@@ -82,8 +82,9 @@ DEFAULT_INTERFERENCE_SHAPE: tuple[tuple[float, float, float], ...] = (
 #: EDF on the phases workload near the paper's 14 and 12 robots); see _ASSUMPTIONS.
 DEFAULT_INTERFERENCE_SCALE: float = 1.4
 DEFAULT_INTERFERENCE: tuple[tuple[float, float, float], ...] = tuple(
-    tuple(round(DEFAULT_INTERFERENCE_SCALE * x, 6) for x in row)
-    for row in DEFAULT_INTERFERENCE_SHAPE)
+    (round(DEFAULT_INTERFERENCE_SCALE * a, 6), round(DEFAULT_INTERFERENCE_SCALE * b, 6),
+     round(DEFAULT_INTERFERENCE_SCALE * c, 6))
+    for a, b, c in DEFAULT_INTERFERENCE_SHAPE)
 
 _ASSUMPTIONS = (
     "Synthetic interference model, not a GPU measurement: rho_s(n) = 1 / (1 + sum_k "
@@ -293,21 +294,21 @@ class RateTable:
                     not isinstance(rho, list) or len(rho) != NUM_STAGES:
                 raise RateTableError(f"{source}: entries[{i}] must have 3 counts and 3 rates, "
                                      f"got {e!r}")
-            key = tuple(n)
-            if key in rates:
+            vec = cast(Vec3, tuple(n))  # ints are checked by RateTable itself
+            if vec in rates:
                 raise RateTableError(f"{source}: duplicate entry for n={n}")
             for s, r in zip(STAGES, rho, strict=True):
                 if isinstance(r, bool) or not isinstance(r, (int, float)) or \
                         not math.isfinite(r) or r <= 0:
                     raise RateTableError(f"{source}: entries[{i}] (n={n}) has rate "
                                          f"rho_{s.short}={r!r}; rates must be finite and > 0")
-            rates[key] = tuple(float(r) for r in rho)  # type: ignore[assignment]
+            rates[vec] = (float(rho[0]), float(rho[1]), float(rho[2]))
         try:
             return cls(
                 work=to_s("work_ms"),  # type: ignore[arg-type]
                 overhead=to_s("overhead_ms"),  # type: ignore[arg-type]
                 h_out=_ms_scalar(data["h_out_ms"], "h_out_ms", source),
-                bounds=tuple(per_stage("bounds")),  # type: ignore[arg-type]
+                bounds=tuple(per_stage("bounds")),
                 rates=rates,
                 provenance=str(data.get("provenance", "")),
                 assumptions=str(data.get("assumptions", "")),

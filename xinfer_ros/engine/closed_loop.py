@@ -11,6 +11,7 @@ response at the spreader's time, as the ROS server and the simulator do.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import threading
@@ -153,7 +154,7 @@ def run_closed_loop(
             prev = previous[i]
         # Outside the lock: an immediate refusal runs the callback on this thread.
         engine.submit(inputs(i, prev), rec.budget * 1e3, f"robot{i}",
-                      callback=lambda res, i=i, rec=rec: on_result(i, rec, res))
+                      callback=functools.partial(on_result, i, rec))
     end = clock.now() + drain
     with cond:
         while in_flight[0] and clock.now() < end:

@@ -38,6 +38,7 @@ from xinfer_ros.core.errors import XInferError
 from xinfer_ros.core.policy import Launch, Policy
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
+from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError
@@ -52,7 +53,6 @@ from xinfer_ros.engine.lanes import (
     current_lane,
     group_of,
 )
-from xinfer_ros.engine.policies import make_policy
 from xinfer_ros.engine.prediction import PredictionAudit
 from xinfer_ros.engine.types import EngineConfig, EngineResult, Overflow, StageTimings, Status
 
@@ -151,7 +151,7 @@ class StageEngine:
         self._last_arrival = -math.inf
         self._counts: dict[str, int] = {s.name: 0 for s in Status}
         # Dispatcher-owned execution state.
-        self._running = [0, 0, 0]
+        self._running: list[int] = [0, 0, 0]
         self._group_running = {CONTEXT_GROUP: 0, ACTION_GROUP: 0}
         self._round_units = 0
         self._round_cohort: set[int] = set()
@@ -624,7 +624,7 @@ class StageEngine:
         fut.set_result(new.name)
 
     def _on_switches(self, changes: dict[str, bool], fut: Future[EngineConfig]) -> None:
-        self.config = replace(self.config, **changes)
+        self.config = replace(self.config, **changes)  # type: ignore[arg-type]
         for policy in (*self._draining, self.policy):
             policy.set_slots(self.config.effective_slots)
         self._gate.enabled = not self.config.cpu_overlap
@@ -670,7 +670,7 @@ class StageEngine:
         if self._running[s] >= cfg.effective_slots[s]:
             return False
         group = group_of(s)
-        if cfg.serial_device and sum(self._running):
+        if cfg.serial_device and any(self._running):
             return False
         if not cfg.cross_stage:
             other = ACTION_GROUP if group == CONTEXT_GROUP else CONTEXT_GROUP

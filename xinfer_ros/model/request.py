@@ -11,7 +11,12 @@ from transformers import DynamicCache
 
 from xinfer_ros.model.processing import PreparedRequest
 
-__all__ = ["RequestState", "StageOrderError", "StageProgress", "StagedState"]
+__all__ = ["RequestState", "StageOrderError", "StageProgress", "StagedState", "cache_kv"]
+
+
+def cache_kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values of a prefix cache (a ``DynamicCache``)."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 class StageOrderError(RuntimeError):

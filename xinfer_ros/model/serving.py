@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from xinfer_ros.model.presets import ModelIO, load_model_preset, reference_io
-from xinfer_ros.model.request import StagedState, StageProgress
+from xinfer_ros.model.request import StagedState, StageProgress, cache_kv
 
 __all__ = ["Pi0StageModel", "ReferenceStageModel", "StageModel", "load_stage_model"]
 
@@ -52,7 +52,8 @@ class StageModel(ABC):
     """
 
     io: ModelIO
-    module: torch.nn.Module
+    #: The weights; typed Any so each family reaches its own submodules.
+    module: Any
     #: The family's stage functions: ``vit(module, state)``, ``prefill``, ``action``.
     _stages: Any
 
@@ -169,7 +170,7 @@ class ReferenceStageModel(StageModel):
 
     def action_payload(self, state: Any) -> Any:
         """See :meth:`StageModel.action_payload`."""
-        kv = _kv_arrays([(layer.keys, layer.values) for layer in state.cache.layers])
+        kv = _kv_arrays(cache_kv(state.cache))
         return dataclasses.replace(state.prepared, pixel_groups=()), kv, state.prefix_len
 
     def action_state(self, payload: Any) -> StagedState:

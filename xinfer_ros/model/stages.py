@@ -23,7 +23,7 @@ from transformers import DynamicCache
 
 from xinfer_ros.model.expert import ActionExpert, PrefixKV
 from xinfer_ros.model.processing import RTCInputs
-from xinfer_ros.model.request import RequestState, StageOrderError, StageProgress
+from xinfer_ros.model.request import RequestState, StageOrderError, StageProgress, cache_kv
 from xinfer_ros.model.vla import ReferenceVLA
 
 __all__ = ["action", "guided_velocity", "prefill", "run_request", "sample_noise", "vit"]
@@ -134,7 +134,7 @@ def action(model: ReferenceVLA, req: RequestState, guidance: bool = True) -> Non
         raise RuntimeError("prefix cache was released before action")
     spec = model.config.action
     expert = model.expert
-    prefix_kv: PrefixKV = [(layer.keys, layer.values) for layer in req.cache.layers]
+    prefix_kv: PrefixKV = cache_kv(req.cache)
     noise = sample_noise(model, req.prepared.seed)
     positions = torch.arange(spec.horizon, device=noise.device)[None, :] + req.prefix_len
     rope = expert.rope(positions, like=noise)

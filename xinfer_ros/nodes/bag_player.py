@@ -24,19 +24,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
 from rclpy.time import Time
 
+from xinfer_ros.bags.reader import BagMessage
+from xinfer_ros.bags.scan import RecordedChunk, RecordedRequest, RecordedRun, chunk_from_msg
+from xinfer_ros.bags.types import BagTopic, Role, TopicKind
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.msg import ActionChunk, PolicyRequest
-from xinfer_ros.nodes.bag_reader import BagMessage
-from xinfer_ros.nodes.bag_scan import RecordedChunk, RecordedRequest, RecordedRun, chunk_from_msg
-from xinfer_ros.nodes.bag_types import BagTopic, Role, TopicKind
 from xinfer_ros.nodes.recorder import message_class
 
-__all__ = ["MODES", "BagPlayer", "PlayConfig", "PlayResult", "SentRequest"]
+__all__ = ["MODES", "BagPlayer", "PlayConfig", "PlayResult", "SentRequest", "play_bag"]
 
 MODES = ("open", "closed")
 #: Seq numbers of probe requests; far above any executor's count, below 2**32 so that
@@ -166,7 +167,7 @@ class BagPlayer(Node):
         self._answered = threading.Event()
         self._inputs = {name: t for name, t in run.topics.items()
                         if t.role == Role.INPUT and t.robot in run.robots}
-        self._pubs = {name: self.create_publisher(message_class(t.msgtype), name,
+        self._pubs: dict[str, Any] = {name: self.create_publisher(message_class(t.msgtype), name,
                                                   _publisher_qos(t))
                       for name, t in self._inputs.items()}
         for robot in run.robots:
@@ -407,3 +408,57 @@ class BagPlayer(Node):
                 msg.budget_ms = budget
             self._send(name, request, msg, bag_ns)
             state.in_flight = (request.seq, now)
+
+
+def play_bag(run: Any, config: PlayConfig, *, server_alive: Callable[[], bool],
+             stop: Callable[[], bool], server_timeout: float,
+             probe_timeout: float) -> tuple[Any, str | None]:
+    """Wait for a server, probe it, and replay ``run`` into it (rclpy initialised).
+
+    Args:
+        run: The scanned bag.
+        config: Playback settings.
+        server_alive: False once the server process died (True for one already running).
+        stop: True once the user asked to stop.
+        server_timeout: Longest wait for the server to connect (s).
+        probe_timeout: Longest wait for probe requests to be served (s).
+
+    Returns:
+        The player's result and an error text, or ``None`` when the replay ran.
+    """
+    player = BagPlayer(run, config)
+    executor = SingleThreadedExecutor()
+    executor.add_node(player)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        def alive() -> bool:
+            return server_alive() and not stop()
+
+        missing, sensors = player.wait_for_server(server_timeout, alive)
+        if missing:
+            return player.result, ("server not connected within "
+                                   f"{server_timeout:g} s: {', '.join(missing[:6])}")
+        if sensors:
+            run.warnings.append(f"the server does not subscribe to {len(sensors)} recorded "
+                                f"input topic(s): {', '.join(sensors[:6])}")
+        if silent := player.probe(probe_timeout, alive):
+            run.warnings.append(f"probe requests of {silent} were not served; their first "
+                                "replayed requests may be rejected")
+        print(f"server connected; replaying {run.duration_s:.1f} s of recording "
+              f"({config.mode} loop, rate {config.rate:g})")
+        # The whole replay is bounded: the recording's length at this rate, plus margins.
+        limit = time.monotonic() + run.duration_s / config.rate + \
+            config.response_timeout_s + 30.0
+
+        def stop_or_expired() -> bool:
+            return stop() or time.monotonic() > limit or not server_alive()
+
+        result = player.play(stop_or_expired)
+        if not server_alive():
+            return result, "the server exited during the replay"
+        return result, None
+    finally:
+        executor.shutdown()
+        spinner.join(timeout=2.0)
+        player.destroy_node()

@@ -11,14 +11,18 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.msg import ActionChunk, ExecutorStats, FleetStats, PolicyRequest
 
-__all__ = ["FleetMonitor", "RobotObservation"]
+__all__ = ["FleetMonitor", "RobotObservation", "watching"]
 
 STATUS_NAMES = {ActionChunk.STATUS_OK: "ok", ActionChunk.STATUS_REJECTED: "rejected",
                 ActionChunk.STATUS_SHED: "shed", ActionChunk.STATUS_ERROR: "error"}
@@ -97,3 +101,23 @@ class FleetMonitor(Node):
                 out[name] = RobotObservation(obs.index, dict(obs.pending), records,
                                              Counter(obs.statuses), obs.executor)
             return out
+
+
+@contextmanager
+def watching(robots: list[str], t0: float) -> Iterator[FleetMonitor]:
+    """A :class:`FleetMonitor` spinning on its own thread for the ``with`` block.
+
+    Initialises rclpy and shuts it down afterwards; the monitor's data (``snapshot``)
+    stays readable after the block.
+    """
+    rclpy.init()
+    monitor = FleetMonitor(robots, t0)
+    spinner = SingleThreadedExecutor()
+    spinner.add_node(monitor)
+    threading.Thread(target=spinner.spin, daemon=True, name="fleet-monitor").start()
+    try:
+        yield monitor
+    finally:
+        spinner.shutdown()
+        monitor.destroy_node()
+        rclpy.try_shutdown()

@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
 from xinfer_ros.core.registry import SERVED_POLICIES
+from xinfer_ros.fleet.plan import config_file, parse_robots
 from xinfer_ros.model.images import decode_image, fit_image
 from xinfer_ros.msg import (
     ActionChunk,
@@ -57,19 +59,18 @@ from xinfer_ros.msg import (
     RobotStats,
     StageTiming,
 )
-from xinfer_ros.nodes.image_conversion import ImageConversionError, image_to_rgb
-from xinfer_ros.nodes.observations import (
+from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
+from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.raw_image import RawImage
+from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
+from xinfer_ros.serving.observations import (
     ObservationError,
     RobotObservations,
     joint_positions,
     stamp_seconds,
 )
-from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
-from xinfer_ros.nodes.params import ParamSpec, declare_params
-from xinfer_ros.nodes.plan import config_file, parse_robots
-from xinfer_ros.nodes.raw_image import RawImage
-from xinfer_ros.nodes.release import ReleaseScheduler
-from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.serving.release import ReleaseScheduler
 from xinfer_ros.srv import GetFleetStats, SetPolicy
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
@@ -186,7 +187,7 @@ class InferenceServer(Node):
             self._spreader = PhaseSpreader(margin=p["phase_spread_margin_ms"] / 1e3)
             self._releases = ReleaseScheduler(
                 "phase_spread_release",
-                on_error=lambda exc: self.get_logger().error(f"held chunk not sent: {exc!r}"))
+                on_error=self._release_failed)
         self.io = self._model_io(p)
         self._joint_order = [n for n in p["joint_names"] if n]
         transports = list(p["image_transports"])
@@ -270,8 +271,9 @@ class InferenceServer(Node):
                                    model_path=p["model_path"] or None,
                                    action_processes=p["torch.action_processes"],
                                    guidance=p["torch.guidance"])
-        config = EngineConfig(max_live=p["max_live_requests"],
-                              **({} if slots == [0] else {"slots": tuple(slots)}))
+        config = EngineConfig(max_live=p["max_live_requests"])
+        if slots != [0]:
+            config = replace(config, slots=(slots[0], slots[1], slots[2]))
         return StageEngine(backend, p["policy"], config, rate_table=table)
 
     def close(self) -> None:
@@ -400,11 +402,15 @@ class InferenceServer(Node):
         else:
             self._send(robot, chunk, arrival)
 
+    def _release_failed(self, exc: BaseException) -> None:
+        self.get_logger().error(f"held chunk not sent: {exc!r}")
+
     def _release(self, robot: str, chunk: ActionChunk, arrival: float, ready: float) -> None:
         """Publish an OK chunk ready at ``ready`` now, or hold it for phase spreading.
 
         Called on the engine's thread; a held chunk is published on the release thread.
         """
+        assert self._spreader is not None and self._releases is not None
         deadline = arrival + chunk.timing.budget_ms / 1e3 - DELTA
         with self._spread_lock:
             release = self._spreader.release_time(robot, ready, arrival, deadline)

@@ -21,7 +21,7 @@ from typing import Any
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
-from xinfer_ros.nodes.image_conversion import ImageConversionError
+from xinfer_ros.serving.image_conversion import ImageConversionError
 
 __all__ = ["RawImage", "deserialize_image", "peek_stamp"]
 

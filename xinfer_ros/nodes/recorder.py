@@ -18,27 +18,32 @@ MCAP summary and ``metadata.yaml``. A message received before the signal is in t
 from __future__ import annotations
 
 import importlib
-import signal
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.signals import SignalHandlerOptions
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.rosbag2.writer import Connection
 
-from xinfer_ros.nodes.bag_types import BagTopic, TopicKind, fleet_topics, make_typestore
+from xinfer_ros.bags.types import (
+    FLEET_STATS_TOPIC,
+    BagTopic,
+    TopicKind,
+    fleet_topics,
+    make_typestore,
+)
+from xinfer_ros.fleet.plan import parse_robots
 from xinfer_ros.nodes.params import ParamSpec, declare_params
-from xinfer_ros.nodes.plan import parse_robots
-from xinfer_ros.nodes.runtime import keep_discovery_local
+from xinfer_ros.nodes.runtime import StopFlag, keep_discovery_local
 
 __all__ = [
     "PARAMS",
@@ -200,31 +205,6 @@ class Recorder(Node):
             f"({', '.join(f'{t}={n}' for t, n in sorted(self.counts.items())) or 'none'})")
 
 
-class StopFlag:
-    """Set by SIGINT/SIGTERM; the spin loop polls it (a handler must not do I/O).
-
-    Use as a context manager: it installs itself for SIGINT and SIGTERM and restores
-    the previous handlers on exit (tests call ``main`` in process).
-    """
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __call__(self, signum: int, _frame: FrameType | None) -> None:
-        """Remember the signal (the handler interface of :func:`signal.signal`)."""
-        self.signal = signum
-
-    def __enter__(self) -> StopFlag:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 def drain(executor: SingleThreadedExecutor, recorder: Recorder,
           quiet_s: float = DRAIN_QUIET_S, max_s: float = DRAIN_MAX_S) -> None:
     """Take what DDS already delivered until ``quiet_s`` passes with nothing new.
@@ -284,3 +264,41 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def make_recorder(robots: list[str], output: Path, *, cameras: int, storage: str,
+                  bag_version: int, distro: str, record_images: bool) -> Recorder:
+    """A :class:`Recorder` with these parameters (rclpy initialised).
+
+    Raises:
+        ValueError: On an invalid parameter (one line naming it).
+        OSError: When the bag cannot be created.
+    """
+    return Recorder(parameter_overrides=[
+        Parameter("robots", value=robots), Parameter("cameras", value=cameras),
+        Parameter("output", value=str(output)), Parameter("storage", value=storage),
+        Parameter("bag_version", value=bag_version), Parameter("distro", value=distro),
+        Parameter("record_images", value=record_images)])
+
+
+def wait_for_server(timeout: float, alive: Callable[[], bool],
+                    signalled: Callable[[], bool]) -> bool:
+    """Wait until an inference server publishes fleet statistics (it finished starting).
+
+    Args:
+        timeout: Longest wait (s).
+        alive: False once the processes that should bring the server up died.
+        signalled: True once the user asked to stop.
+    """
+    probe = rclpy.create_node("xinfer_record_probe")
+    try:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not signalled():
+            if probe.count_publishers(FLEET_STATS_TOPIC) > 0:
+                return True
+            if not alive():
+                return False
+            time.sleep(0.1)
+        return False
+    finally:
+        probe.destroy_node()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import cv2
 import numpy as np
@@ -21,10 +22,10 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 
 from xinfer_ros.msg import ActionChunk, ResponseBudget
-from xinfer_ros.nodes.image_conversion import rgb_to_image_fields
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.rtc_executor import BUDGET_QOS
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.serving.image_conversion import rgb_to_image_fields
 from xinfer_ros.sim.workloads import WORKLOADS, build_workload
 
 __all__ = ["PARAMS", "RobotSim", "SceneRenderer", "main"]
@@ -88,7 +89,7 @@ class SceneRenderer:
 class RobotSim(Node):
     """A simulated robot; see the module docstring."""
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__("robot_sim", **kwargs)
         p = declare_params(self, PARAMS)
         if p["robot_index"] >= p["fleet_size"]:

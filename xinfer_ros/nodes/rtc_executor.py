@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from typing import Any
 
 import numpy as np
 from builtin_interfaces.msg import Duration
@@ -44,6 +45,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.duration import Duration as RosDuration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.timer import Timer
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -107,7 +109,7 @@ PARAMS = [
 class RtcExecutor(Node):
     """The executor of one robot; see the module docstring."""
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__("rtc_executor", **kwargs)
         p = declare_params(self, PARAMS)
         if p["horizon"] and p["commit_steps"] > p["horizon"]:
@@ -166,7 +168,7 @@ class RtcExecutor(Node):
         self.send_lag = SendLagStats()
         self._t0 = time.monotonic()
         self._tick = 0
-        self._send_timer = None
+        self._send_timer: Timer | None = None
 
         self.cmd_pub = self.create_publisher(Float64MultiArray, "commands", 10)
         self.traj_pub = self.create_publisher(JointTrajectory, "joint_trajectory", 10) \

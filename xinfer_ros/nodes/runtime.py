@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 import rclpy
 from rclpy.executors import (
@@ -20,8 +22,8 @@ from rclpy.signals import SignalHandlerOptions, install_signal_handlers
 
 from xinfer_ros.nodes.params import ParamSpec
 
-__all__ = ["EXECUTORS", "EXECUTOR_PARAM", "keep_discovery_local", "make_executor",
-           "spin_node"]
+__all__ = ["EXECUTORS", "EXECUTOR_PARAM", "StopFlag", "keep_discovery_local", "make_executor",
+           "ros_session", "spin_node"]
 
 #: Executors a node can run under (its ``executor`` parameter).
 EXECUTORS = ("events", "single")
@@ -155,3 +157,44 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM; the spin loop polls it (a handler must not do I/O).
+
+    Use as a context manager: it installs itself for SIGINT and SIGTERM and restores
+    the previous handlers on exit (tests call ``main`` in process).
+    """
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        """Remember the signal (the handler interface of :func:`signal.signal`)."""
+        self.signal = signum
+
+    def __enter__(self) -> StopFlag:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def ros_session() -> Iterator[StopFlag]:
+    """Rclpy initialised without its signal handlers, and a :class:`StopFlag`.
+
+    For command-line tools that drive ROS from a loop (record, replay): rclpy's own
+    handlers would shut the context down at once and lose what DDS already delivered;
+    the flag only records the signal, and the caller's loop winds down first.
+    """
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        with StopFlag() as flag:
+            yield flag
+    finally:
+        rclpy.try_shutdown()

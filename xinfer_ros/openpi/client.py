@@ -39,7 +39,7 @@ class OpenPIClient:
         self._ws: ClientConnection = self._stack.enter_context(
             connect(uri, compression=None, max_size=None, additional_headers=headers,
                     open_timeout=timeout_s))
-        self.metadata: dict[str, Any] = unpackb(self._ws.recv(timeout=timeout_s))
+        self.metadata: dict[str, Any] = unpackb(_binary(self._ws.recv(timeout=timeout_s)))
 
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
         """Send one observation and return the reply.
@@ -48,10 +48,7 @@ class OpenPIClient:
             ServerError: with the server's text when it reports an error.
         """
         self._ws.send(packb(obs))
-        reply = self._ws.recv(timeout=self._timeout)
-        if isinstance(reply, str):
-            raise ServerError(reply)
-        return unpackb(reply)
+        return unpackb(_binary(self._ws.recv(timeout=self._timeout)))
 
     def close(self) -> None:
         """Close the connection."""
@@ -62,3 +59,14 @@ class OpenPIClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _binary(frame: str | bytes) -> bytes:
+    """A binary frame's payload; a text frame is the server's error message.
+
+    Raises:
+        ServerError: With the server's text.
+    """
+    if isinstance(frame, str):
+        raise ServerError(frame)
+    return frame

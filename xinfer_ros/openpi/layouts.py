@@ -405,7 +405,7 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
     for index, (_, height, width) in enumerate(model.cameras):
         source = layout.cameras[index] if index < len(layout.cameras) else None
         raw = lookup(obs, source.key) if source is not None else MISSING
-        if raw is MISSING:
+        if raw is MISSING or source is None:
             if source is not None and source.required:
                 raise ObservationError(source.key, "required camera image is missing")
             images.append(None if model.masks_missing_cameras

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -293,12 +293,12 @@ class Simulation:
             self.events += 1
             if t_gpu <= t_heap and t_gpu <= next_tick:
                 unit = gpu.pop_finished(t)
-                rid, s = unit.key, unit.stage
-                policy.complete(rid, s, t)  # type: ignore[arg-type]
+                rid, s = cast(int, unit.key), unit.stage  # the loop issues request ids
+                policy.complete(rid, s, t)
                 if s < 2:
                     pending[s + 1] += 1
                 else:
-                    robot, budget, arrival = inflight.pop(rid)  # type: ignore[arg-type]
+                    robot, budget, arrival = inflight.pop(rid)
                     ready = t + h_out
                     if spreader is not None:
                         ready = spreader.release_time(

@@ -168,8 +168,7 @@ def plot_projection(
         lo = np.array([p.band_low for p in pts]) / 1000
         hi = np.array([p.band_high for p in pts]) / 1000
         ext = np.array([p.extrapolated for p in pts])
-        color = _color(name)
-        (line,) = ax.plot(ns[~ext], q[~ext], marker="o", ms=3, label=name, color=color)
+        (line,) = ax.plot(ns[~ext], q[~ext], marker="o", ms=3, label=name, color=_color(name))
         color = line.get_color()
         if ext.any():
             first = max(int(np.argmax(ext)) - 1, 0)

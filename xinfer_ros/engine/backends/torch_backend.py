@@ -184,8 +184,8 @@ class TorchBackend(Backend):
         if base is None:
             rng = np.random.default_rng(1000 + robot_index)
             images = [rng.integers(0, 256, (c.height, c.width, 3), dtype=np.uint8)
-                      for c in self.io.cameras]
-            state = rng.uniform(-0.5, 0.5, self.io.state_dim)
+                      for c in self.model.io.cameras]
+            state = rng.uniform(-0.5, 0.5, self.model.io.state_dim)
             base = {"images": images, "instruction": "pick up the parcel and place it in the bin",
                     "state": state, "seed": robot_index}
             self._examples[robot_index] = base
@@ -221,7 +221,7 @@ class TorchBackend(Backend):
     def describe(self) -> dict[str, Any]:
         """Report entry with the model preset and dtype."""
         d = super().describe()
-        d.update(model=self.model_name, family=self.io.family, dtype=str(self.model.dtype),
+        d.update(model=self.model_name, family=self.model.io.family, dtype=str(self.model.dtype),
                  threads_per_lane=self.threads, torch=torch.__version__, guidance=self.guidance,
                  action_processes=0 if self._workers is None else self._workers.size,
                  action_cpus=(None if self._workers is None or self._workers.cpus is None
@@ -341,7 +341,7 @@ def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
         if msg is None:
             return
         try:
-            state = model.action_state(msg)
+            state: Any = model.action_state(msg)
             model.action(state, guidance=spec.guidance)
             conn.send(("ok", state.actions.detach().numpy()))
         except Exception as exc:  # a faulty unit fails alone

@@ -85,6 +85,7 @@ def build_model(config: PI0Config, spec: Pi0Spec, device: str | torch.device = "
         CheckpointError: On weights missing from the directory or of the wrong shape.
     """
     torch_dtype = _dtype(spec, dtype)
+    model: Any  # transformers' decorated methods confuse type checkers
     if str(device) == "meta":
         with torch.device("meta"):
             model = PI0ForConditionalGeneration(config)
@@ -105,9 +106,10 @@ def build_model(config: PI0Config, spec: Pi0Spec, device: str | torch.device = "
 
 def _load(config: PI0Config, directory: Path, dtype: torch.dtype) -> PI0ForConditionalGeneration:
     try:
-        model, info = PI0ForConditionalGeneration.from_pretrained(
+        loaded: Any = PI0ForConditionalGeneration.from_pretrained(
             str(directory), config=config, dtype=dtype, local_files_only=True,
             output_loading_info=True)
+        model, info = loaded
     except (OSError, RuntimeError, ValueError) as exc:
         # transformers raises RuntimeError for weights of the wrong shape.
         raise CheckpointError(directory, f"weights do not load: {_first_line(exc)}") from exc

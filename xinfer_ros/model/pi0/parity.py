@@ -10,7 +10,7 @@ units before any post-processing, should agree to float rounding.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -82,8 +82,9 @@ def check_parity(model: PI0ForConditionalGeneration, prepared: Pi0Prepared) -> P
                          "request without a previous chunk")
     ours = stages.run_request(model, stages.Pi0State(prepared))
     inputs = stages.model_inputs(model, prepared)
+    sample: Any = model.sample_actions  # typed for LongTensor/BoolTensor, which are Tensors
     with torch.no_grad():
-        theirs = model.sample_actions(
+        theirs = sample(
             state=inputs.state, input_ids=inputs.input_ids, pixel_values=inputs.pixel_values,
             noise=stages.sample_noise(model, prepared.seed),
             attention_mask=inputs.attention_mask,

@@ -323,7 +323,9 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
             config = PI0Config(**preset.transformers_config)
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"preset {preset.name}", f"invalid PI0Config: {exc}") from exc
-    vision = config.vlm_config.vision_config
+    # PI0Config's __post_init__ turns the sub-config dicts into configs.
+    vlm: Any = config.vlm_config
+    vision = vlm.vision_config
     tokenizer = preset.tokenizer_path or (str(directory) if directory is not None else None)
     spec = Pi0Spec(
         name=preset.name,
@@ -339,8 +341,8 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
         state_dim=meta.state_dim or preset.state_dim,
         action_dim=meta.action_dim or preset.action_dim,
         prompt_tokens=int(meta.prompt_tokens or preset.prompt_tokens),
-        image_token_id=int(config.vlm_config.image_token_id),
-        vocab_size=int(config.vlm_config.text_config.vocab_size),
+        image_token_id=int(vlm.image_token_id),
+        vocab_size=int(vlm.text_config.vocab_size),
         normalizer=_normalizer(preset, directory, strict),
         beta=preset.beta,
         dtype=preset.dtype,

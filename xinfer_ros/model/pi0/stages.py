@@ -29,7 +29,7 @@ import torch
 from transformers import DynamicCache, PI0ForConditionalGeneration
 
 from xinfer_ros.model.pi0.processing import Pi0Prepared
-from xinfer_ros.model.request import StagedState, StageOrderError, StageProgress
+from xinfer_ros.model.request import StagedState, StageOrderError, StageProgress, cache_kv
 
 __all__ = ["ModelInputs", "Pi0State", "action", "model_inputs", "prefill", "run_request",
            "sample_noise", "vit"]
@@ -119,7 +119,7 @@ def prefill(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
         use_cache=True,
     ).cache
     req.cache = cache
-    req.prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+    req.prefix_kv = cache_kv(cache)
     req.prefix_embeds = None
     req.progress = StageProgress.ACTION
 
@@ -140,7 +140,7 @@ def _restore_prefix(cache: DynamicCache, prefix_kv: PrefixKV) -> None:
     guided step attached to the cache.
     """
     for layer, (keys, values) in zip(cache.layers, prefix_kv, strict=True):
-        layer.keys, layer.values = keys, values
+        layer.keys, layer.values = keys, values  # type: ignore[union-attr]
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options of the suite."""
-    p = argparse.ArgumentParser(prog="python -m xinfer_ros.engine.suite",
+    p = argparse.ArgumentParser(prog="python -m xinfer_ros.cli.gpu_suite",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--model", default="vla-2b")
     p.add_argument("--device", default="cuda")

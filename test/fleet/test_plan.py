@@ -1,6 +1,6 @@
 import pytest
 
-from xinfer_ros.nodes.plan import (
+from xinfer_ros.fleet.plan import (
     PlanError,
     build_fleet_plan,
     config_file,

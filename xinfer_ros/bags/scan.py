@@ -20,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 from rosbags.typesys.store import Typestore
 
-from xinfer_ros.nodes.bag_reader import BagError, BagSource, open_bag
-from xinfer_ros.nodes.bag_types import BagTopic, TopicKind, classify_topic, make_typestore
+from xinfer_ros.bags.reader import BagError, BagSource, open_bag
+from xinfer_ros.bags.types import BagTopic, TopicKind, classify_topic, make_typestore
 
 __all__ = [
     "RecordedChunk",

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from xinfer_ros.bags.scan import RecordedChunk, RecordedRun, RobotTrack
 from xinfer_ros.core.metrics import ResponseRecord, summarize
-from xinfer_ros.nodes.bag_scan import RecordedChunk, RecordedRun, RobotTrack
 
 __all__ = ["STATUS_NAMES", "Thresholds", "build_report", "format_report"]
 
@@ -201,16 +201,18 @@ def _robot_section(track: RobotTrack, sent: list[Any], answers: dict[int, Record
     for seq, chunk in answers.items():
         if (recorded := track.chunks.get(seq)) is not None:
             actions.add(recorded, chunk)
+    before_metrics = _metrics(before, window, _statuses(before_seqs, track.chunks))
+    after_metrics = _metrics(after, window, _statuses(after_seqs, answers))
     section = {
-        "before": _metrics(before, window, _statuses(before_seqs, track.chunks)),
-        "after": _metrics(after, window, _statuses(after_seqs, answers)),
+        "before": before_metrics,
+        "after": after_metrics,
         "sent": len(sent),
         "unanswered": sum(1 for s in sent if s.seq not in answers),
         "before_context": len(track.requests) - len(track.replayable),
         "actions": actions.to_dict(),
         "reasons": {"before": _reasons(track.chunks), "after": _reasons(answers)},
     }
-    section["delta"] = _delta(section["before"], section["after"])
+    section["delta"] = _delta(before_metrics, after_metrics)
     return section, (before, after, actions)
 
 

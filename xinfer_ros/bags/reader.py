@@ -152,11 +152,11 @@ def open_bag(path: Path | str) -> BagSource:
     if path.is_dir():
         try:
             with Reader(path) as reader:
-                conns = [_Connection(c.topic, c.msgtype, c.digest or "")
-                         for c in reader.connections]
+                listed = [_Connection(c.topic, c.msgtype, c.digest or "")
+                          for c in reader.connections]
                 storage = "mcap" if mcap is not None else "sqlite3"
-            source = BagSource(path, storage, {c.topic: c.msgtype for c in conns},
-                               {c.topic: c.digest for c in conns}, _mcap=mcap)
+            source = BagSource(path, storage, {c.topic: c.msgtype for c in listed},
+                               {c.topic: c.digest for c in listed}, _mcap=mcap)
             return source
         except Exception as exc:
             first_error = f"{type(exc).__name__}: {exc}"

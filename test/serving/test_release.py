@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from xinfer_ros.nodes.release import ReleaseScheduler
+from xinfer_ros.serving.release import ReleaseScheduler
 
 
 def _wait(predicate, timeout: float = 2.0) -> bool:

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from xinfer_ros.nodes.image_conversion import (
+from xinfer_ros.serving.image_conversion import (
     ImageConversionError,
     image_to_rgb,
     rgb_to_image_fields,

@@ -1,0 +1,89 @@
+"""The house as the README draws it: which layer may import which.
+
+Only ``nodes/`` touches ROS (rclpy, interfaces, launch); ``core``, ``rtc`` and ``sim``
+import neither ROS nor torch; no layer imports one above it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "xinfer_ros"
+
+#: Layer -> the package's layers it may import (besides itself).
+ALLOWED: dict[str, set[str]] = {
+    "config_paths": set(),
+    "core": {"config_paths"},
+    "rtc": {"core"},
+    "sim": {"core", "rtc", "config_paths"},
+    "model": {"core", "rtc", "config_paths"},
+    "engine": {"core", "rtc", "model", "config_paths"},
+    "bags": {"core", "config_paths"},
+    "fleet": {"core", "model", "config_paths"},
+    "serving": {"core", "model", "config_paths"},
+    "openpi": {"core", "model", "config_paths"},
+    "nodes": {"core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving", "openpi",
+              "config_paths", "msg", "srv"},
+    "cli": {"core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving", "openpi",
+            "nodes", "config_paths"},
+}
+ROS = {"rclpy", "rcl_interfaces", "launch", "launch_ros", "launch_testing",
+       "ament_index_python", "builtin_interfaces", "rosidl_runtime_py"}
+TORCH = {"torch", "transformers", "tokenizers", "safetensors"}
+ROS_FREE = {"core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving", "openpi",
+            "cli", "config_paths"}
+TORCH_FREE = {"core", "rtc", "sim"}
+
+
+def _imports() -> list[tuple[str, str, str]]:
+    """(layer, imported module, file) for every absolute import in the package."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        layer = rel.parts[0].removesuffix(".py")
+        if layer == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found += [(layer, name, str(rel)) for name in names]
+    return found
+
+
+def _is_ros(module: str) -> bool:
+    top = module.split(".", maxsplit=1)[0]
+    return top in ROS or top.endswith("_msgs") or module.startswith(
+        ("xinfer_ros.msg", "xinfer_ros.srv"))
+
+
+def test_only_nodes_touch_ros() -> None:
+    bad = [(f, m) for layer, m, f in _imports() if layer in ROS_FREE and _is_ros(m)]
+    assert not bad, f"ROS imported outside xinfer_ros/nodes: {bad}"
+
+
+def test_core_rtc_sim_import_no_torch() -> None:
+    bad = [(f, m) for layer, m, f in _imports()
+           if layer in TORCH_FREE and m.split(".")[0] in TORCH]
+    assert not bad, f"torch or transformers imported by a torch-free layer: {bad}"
+
+
+def test_no_layer_imports_one_above_it() -> None:
+    bad = []
+    for layer, module, path in _imports():
+        if not module.startswith("xinfer_ros.") or layer not in ALLOWED:
+            continue
+        target = module.split(".")[1]
+        if target != layer and target not in ALLOWED[layer]:
+            bad.append(f"{path} imports {module}")
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_every_layer_is_known() -> None:
+    layers = {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
+              if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    assert layers - {"__init__", "msg", "srv"} == set(ALLOWED)
