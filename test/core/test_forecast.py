@@ -43,3 +43,25 @@ def test_groups_by_observed_budget_value():
 def test_bad_window():
     with pytest.raises(ValueError, match="window must be > 0 s, got 0"):
         ArrivalForecaster(window=0)
+
+
+@pytest.mark.parametrize("name", ["fifo", "edf", "slack_gate", "xinfer", "xinfer_no_arrival"])
+def test_arrival_history_stays_bounded_over_an_hour_for_every_policy(name: str) -> None:
+    """Every policy feeds the forecaster; none may let it grow with the run's length."""
+    from xinfer_ros.core import Request, Stage, make_policy
+
+    policy = make_policy(name)
+    period, robots = 0.18, 2
+    rid = 0
+    for tick in range(int(3600 / period)):  # an hour of Eq. 1 sends from 2 robots
+        base = tick * period
+        for robot in range(robots):
+            rid += 1
+            t = base + robot * period / robots
+            budget = 0.09 if (tick // 30 + robot) % 2 else 0.4
+            policy.on_arrival(Request(rid, f"r{robot}", arrival=t, budget=budget), t)
+            for stage in (Stage.VIT, Stage.PREFILL, Stage.ACTION):
+                policy.on_complete(rid, stage, t)
+        stored = sum(len(times) for _, times in policy.forecaster._groups.values())
+        assert stored <= robots * 2, (name, tick, stored)
+    assert policy.requests == {}

@@ -44,7 +44,12 @@ class ArrivalForecaster:
         self._groups: dict[int, tuple[float, deque[float]]] = {}
 
     def observe(self, arrival: float, budget: float) -> None:
-        """Record one server arrival (call it in non-decreasing arrival order)."""
+        """Record one server arrival (call it in non-decreasing arrival order).
+
+        Arrivals older than the window are forgotten here too, so the history stays
+        bounded for every policy, including those that never ask for forecasts.
+        """
+        self.prune(arrival)
         key = round(budget / self._res)
         g = self._groups.get(key)
         if g is None:
