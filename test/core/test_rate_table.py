@@ -14,7 +14,9 @@ from xinfer_ros.core import RateTable, RateTableError, load_rate_table, write_ra
 from xinfer_ros.core.constants import DEFAULT_BOUNDS, H_OUT, H_STAGE, W_STAGE
 from xinfer_ros.core.rate_table import (
     DEFAULT_RATE_TABLE_PATH,
+    default_rate_table,
     interference_model_table,
+    resolve_rate_table,
     validate_rate_table_file,
 )
 
@@ -113,3 +115,19 @@ def test_generator_script_check_mode():
                            "--check"], capture_output=True, text=True, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "up to date" in proc.stdout
+
+
+def test_resolve_rate_table_is_the_one_loader(tmp_path: Path) -> None:
+    shipped = default_rate_table()
+    # An unset option or ROS parameter means the shipped table, parsed once.
+    assert resolve_rate_table(None) is shipped and resolve_rate_table("") is shipped
+    slower = interference_model_table(work=tuple(2 * w for w in W_STAGE))
+    path = write_rate_table(slower, tmp_path / "t.json")
+    first = resolve_rate_table(path)
+    assert resolve_rate_table(str(path)) is first
+    assert first.isolated_request_s != shipped.isolated_request_s
+    with pytest.raises(RateTableError, match="does not exist"):
+        resolve_rate_table(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
+    with pytest.raises(RateTableError, match="cannot read"):
+        resolve_rate_table(tmp_path / "bad.json")

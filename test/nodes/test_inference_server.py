@@ -332,6 +332,8 @@ def _deliver(server, seq, budget_ms, age_s, status=0):
     from builtin_interfaces.msg import Time
 
     from xinfer_ros.core.constants import DELTA
+    from xinfer_ros.core.timing import budget_seconds
+    from xinfer_ros.nodes.inference_server import _Received
 
     req = PolicyRequest(robot_id="r1", seq=seq, budget_ms=budget_ms, commit_steps=8,
                         keyframe_spacing_s=0.03)
@@ -340,7 +342,8 @@ def _deliver(server, seq, budget_ms, age_s, status=0):
     with server._lock:
         server._robots["r1"].live += 1  # as _on_request does before submitting
     arrival = now - age_s
-    server._on_result("r1", req, ([Time()] * 3, Time()), arrival, _result(status, status == 0))
+    server._on_result(_Received("r1", req, arrival, budget_seconds(budget_ms)),
+                      ([Time()] * 3, Time()), _result(status, status == 0))
     return arrival
 
 

@@ -7,13 +7,14 @@ import json
 
 import pytest
 
+from xinfer_ros.core.constants import SEND_PERIOD as T_E
 from xinfer_ros.core.metrics import ResponseRecord
-from xinfer_ros.sim.engine_loop import SimConfig, Simulation, load_table, simulate
-from xinfer_ros.sim.workloads import T_E
+from xinfer_ros.core.rate_table import resolve_rate_table
+from xinfer_ros.sim.engine_loop import SimConfig, Simulation, simulate
 
 
 def _isolated_latency(cfg: SimConfig) -> float:
-    table = load_table(cfg.rate_table)
+    table = resolve_rate_table(cfg.rate_table)
     stages = sum(h + w for h, w in zip(table.overhead, table.work, strict=True))
     return cfg.link_up + cfg.cpu_prep + stages + table.h_out + cfg.link_down
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xinfer_ros.core.constants import SEND_PERIOD as T_E
 from xinfer_ros.sim.workloads import (
-    T_E,
     CyclicBudgets,
     build_workload,
     load_parcel_traces,

@@ -24,7 +24,7 @@ from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
 from xinfer_ros.core.phase_spread import PhaseSpreader
-from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
+from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
 from xinfer_ros.core.registry import policy_names
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
@@ -116,7 +116,7 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
         args: parsed ``engine`` options.
         backend: a prebuilt torch backend to reuse (building large models once).
     """
-    table = load_rate_table(args.rate_table) if args.rate_table else default_rate_table()
+    table = resolve_rate_table(args.rate_table)
     clock = Clock(args.time_scale)
     if args.backend == "emulated":
         # The emulated device is cheap and bound to this run's clock: always fresh.

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
-from xinfer_ros.core.rate_table import load_rate_table, write_rate_table
+from xinfer_ros.core.rate_table import load_rate_table, resolve_rate_table, write_rate_table
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, make_backend
 from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the calibration; returns the exit status."""
     args = build_parser().parse_args(argv)
     if args.backend == "emulated":
-        table = load_rate_table(args.rate_table) if args.rate_table else None
+        table = resolve_rate_table(args.rate_table)
         backend = make_backend("emulated", table=table)
         describe = f"{EMULATION_NOTICE} (calibrating the emulator itself)"
         print(describe)

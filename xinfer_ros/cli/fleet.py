@@ -130,10 +130,10 @@ def fit_budget_scale(server: dict[str, Any]) -> tuple[float, str]:
     Returns:
         The factor (at least 1) and a one-line reason.
     """
-    from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
+    from xinfer_ros.core.rate_table import default_rate_table, resolve_rate_table
 
     path = _server_table(server)
-    table = load_rate_table(path) if path else default_rate_table()
+    table = resolve_rate_table(path)
     here, paper = table.isolated_request_s, default_rate_table().isolated_request_s
     scale = max(1.0, round(here / paper, 2))
     where = Path(path).name if path else "the paper's GPU (default table)"

@@ -67,13 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build_engine(args: argparse.Namespace) -> Any:
-    from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
+    from xinfer_ros.core.rate_table import resolve_rate_table
     from xinfer_ros.engine.backends import make_backend
     from xinfer_ros.engine.engine import StageEngine
     from xinfer_ros.engine.types import EngineConfig
     from xinfer_ros.model.presets import model_io
 
-    table = load_rate_table(args.rate_table) if args.rate_table else default_rate_table()
+    table = resolve_rate_table(args.rate_table)
     if args.backend == "emulated":
         backend = make_backend("emulated", table=table,
                                io=model_io(args.model, args.model_path or None))

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from xinfer_ros.core.constants import DEFAULT_SLOTS
+from xinfer_ros.core.constants import DEFAULT_SLOTS, MEASUREMENT_WINDOW, RUN_DURATION
 from xinfer_ros.core.metrics import RoundSummary, summarize_rounds
 from xinfer_ros.sim.engine_loop import RunResult, SimConfig
 from xinfer_ros.sim.erc import Criterion, ErcResult, erc_from_grid, passes, search_erc
@@ -87,9 +87,10 @@ def _add_common(p: argparse.ArgumentParser, *, workload: bool = True) -> None:
         p.add_argument("--workload", default="phases", choices=WORKLOADS)
     p.add_argument("--rounds", type=int, default=3, help="rounds (different seeds)")
     p.add_argument("--seed", type=int, default=0, help="base seed of the rounds")
-    p.add_argument("--duration", type=float, default=210.0,
+    p.add_argument("--duration", type=float, default=RUN_DURATION,
                    help="last send time, s (window is [warmup, duration))")
-    p.add_argument("--warmup", type=float, default=30.0, help="warm-up before the window, s")
+    p.add_argument("--warmup", type=float, default=MEASUREMENT_WINDOW[0],
+                   help="warm-up before the window, s")
     p.add_argument("--rate-table", default=None, help="rate-table JSON (default: shipped)")
     p.add_argument("--noise", type=float, default=0.05,
                    help="log-normal sigma of execution-time noise")

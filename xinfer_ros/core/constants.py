@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ACTION_DIM",
     "ALTERNATING_BUDGETS",
     "ARRIVAL_WINDOW",
     "ATTAINMENT_TARGET",
@@ -25,10 +26,17 @@ __all__ = [
     "H_OUT",
     "H_STAGE",
     "KEYFRAME_SPACING",
+    "LINK_DELAY",
+    "MAX_LIVE_REQUESTS",
+    "MEASUREMENT_WINDOW",
+    "MULTI_BUDGETS",
     "PHASE_LENGTH",
+    "POLICY_TICK",
     "RATE_TABLE_SCHEMA_VERSION",
+    "RUN_DURATION",
     "SEND_PERIOD",
     "SLACK_GATE_THRESHOLD",
+    "STATE_DIM",
     "W_STAGE",
 ]
 
@@ -50,6 +58,19 @@ COMMIT_LENGTH: Final[int] = 8
 DENOISE_STEPS: Final[int] = 10
 #: Camera views per request.
 CAMERAS: Final[int] = 3
+#: D: joints of the paper's robots (a dual 7-joint arm), actions and state alike.
+ACTION_DIM: Final[int] = 14
+STATE_DIM: Final[int] = ACTION_DIM
+#: One-way transport between a robot and the server in the closed-loop drivers; the
+#: two links together are the reserve δ.
+LINK_DELAY: Final[float] = DELTA / 2
+#: Period of policy ticks while ready work waits, so shrinking slack is noticed (2 ms).
+POLICY_TICK: Final[float] = 2.0e-3
+#: Requests a server holds at once before it sheds (backpressure bound).
+MAX_LIVE_REQUESTS: Final[int] = 64
+#: Run length and measurement window of a round: warm-up 30 s, measured [30, 210) s.
+RUN_DURATION: Final[float] = 210.0
+MEASUREMENT_WINDOW: Final[tuple[float, float]] = (30.0, RUN_DURATION)
 
 #: (W_V, W_P, W_A): calibrated isolated stage work (4.328931, 8.907749, 12.116308 ms).
 W_STAGE: Final[tuple[float, float, float]] = (4.328931e-3, 8.907749e-3, 12.116308e-3)
@@ -65,6 +86,8 @@ ATTAINMENT_TARGET: Final[float] = 0.95
 #: Alternating task phases workload (§6.3): budgets cycled every PHASE_LENGTH responses.
 ALTERNATING_BUDGETS: Final[tuple[float, float]] = (0.090, 0.400)
 PHASE_LENGTH: Final[int] = 30
+#: Multi-budget workload (§6.3): each robot cycles through these budgets.
+MULTI_BUDGETS: Final[tuple[float, ...]] = (0.080, 0.120, 0.160, 0.250, 0.400)
 
 #: Slack-Gate's threshold, chosen from {20, 40, 80} ms jointly with its ViT concurrency
 #: by the paper's protocol (App. C.4) on the default rate table: ``xinfer-sim tune

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from xinfer_ros.core.constants import ARRIVAL_WINDOW
+from xinfer_ros.core.timing import deadline, next_send
 
 __all__ = ["ArrivalForecaster", "Forecast"]
 
@@ -101,9 +102,10 @@ class ArrivalForecaster:
         window = self.window
         for budget, times in self._groups.values():
             period = window / len(times)
-            a = max(times[-1] + period, t)
+            # The next arrival under Eq. 1 with its response still awaited at t.
+            a = next_send(times[-1], t, period)
             while a <= until:
-                out.append((a, a + budget - delta, budget))
+                out.append((a, deadline(a, budget, delta), budget))
                 a += period
         return out
 

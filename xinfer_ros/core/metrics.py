@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from xinfer_ros.core.constants import ATTAINMENT_TARGET
+from xinfer_ros.core.constants import ATTAINMENT_TARGET, MEASUREMENT_WINDOW
 
 __all__ = [
     "DEFAULT_WINDOW",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 #: Measurement window by send time, seconds: 30 s warm-up, 180 s measured (App. C.3).
-DEFAULT_WINDOW: tuple[float, float] = (30.0, 210.0)
+DEFAULT_WINDOW: tuple[float, float] = MEASUREMENT_WINDOW
 
 _MS = 1000.0
 

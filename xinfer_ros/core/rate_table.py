@@ -59,6 +59,7 @@ __all__ = [
     "default_rate_table",
     "interference_model_table",
     "load_rate_table",
+    "resolve_rate_table",
     "validate_rate_table_file",
     "write_rate_table",
 ]
@@ -412,24 +413,42 @@ def interference_model_table(
     )
 
 
-def default_rate_table(path: str | Path | None = None) -> RateTable:
-    """Load the shipped table, or regenerate it when the file is not installed.
+def resolve_rate_table(path: str | Path | None = None) -> RateTable:
+    """Return the table a driver was given, or the shipped one when given none.
 
-    The fallback matters for ``pip install`` without the repository's ``config/``;
-    both paths give the same numbers.
+    The one place where a ``--rate-table``/``rate_table`` option becomes a table;
+    ``None`` or an empty path (an unset option or ROS parameter) is the shipped table.
+    That is regenerated when its file is not installed (``pip install`` without the
+    repository's ``config/``); both give the same numbers.
+
+    Raises:
+        RateTableError: When the given file is missing or malformed.
     """
-    p = Path(path) if path is not None else DEFAULT_RATE_TABLE_PATH
-    if path is None and not p.exists():
-        return interference_model_table()
+    if path is None or str(path) == "":
+        if not DEFAULT_RATE_TABLE_PATH.exists():
+            return interference_model_table()
+        p = DEFAULT_RATE_TABLE_PATH
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise RateTableError(f"rate table {p} does not exist")
     # Tables are immutable, so every policy built in a process can share one parse;
     # the modification time keys the cache so a rewritten file is read again.
     key = (str(p.resolve()), p.stat().st_mtime_ns)
-    table = _DEFAULT_CACHE.get(key)
+    table = _TABLE_CACHE.get(key)
     if table is None:
         table = load_rate_table(p)
-        _DEFAULT_CACHE.clear()
-        _DEFAULT_CACHE[key] = table
+        if len(_TABLE_CACHE) >= _TABLE_CACHE_SIZE:
+            _TABLE_CACHE.pop(next(iter(_TABLE_CACHE)))
+        _TABLE_CACHE[key] = table
     return table
 
 
-_DEFAULT_CACHE: dict[tuple[str, int], RateTable] = {}
+def default_rate_table() -> RateTable:
+    """Return the shipped table (see :func:`resolve_rate_table`)."""
+    return resolve_rate_table(None)
+
+
+#: Distinct tables a process keeps parsed (a sweep over a few tables stays cached).
+_TABLE_CACHE_SIZE = 8
+_TABLE_CACHE: dict[tuple[str, int], RateTable] = {}

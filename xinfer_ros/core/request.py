@@ -16,6 +16,7 @@ from typing import Any
 from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.errors import InvalidRequestError
 from xinfer_ros.core.stages import NUM_STAGES, STAGES, Stage, StageState
+from xinfer_ros.core.timing import deadline
 
 __all__ = ["Request", "check_time"]
 
@@ -85,7 +86,7 @@ class Request:
             raise InvalidRequestError(f"request {self.request_id}: delta must be >= 0, "
                                       f"got {self.delta!r}")
         self.robot_id = str(self.robot_id)
-        self.deadline = self.arrival + self.budget - self.delta
+        self.deadline = deadline(self.arrival, self.budget, self.delta)
         # A freshly arrived request has its inputs: ViT is ready, later stages wait.
         self.states = [StageState.READY, StageState.WAITING, StageState.WAITING]
         self.issued = [None] * NUM_STAGES

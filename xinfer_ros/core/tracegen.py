@@ -25,6 +25,7 @@ from xinfer_ros.core.constants import ALTERNATING_BUDGETS, PHASE_LENGTH, SEND_PE
 from xinfer_ros.core.policy import Policy, SchedulerOutput
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
+from xinfer_ros.core.timing import next_send
 
 __all__ = ["ClosedLoopResult", "DecisionSample", "run_closed_loop"]
 
@@ -139,7 +140,7 @@ def run_closed_loop(
             r_t = t + pred.h_out
             res.latencies.append((req.robot_id, req.budget, r_t - sent))
             responses[robot] += 1
-            nxt = max(last_send[robot] + send_period, r_t)
+            nxt = next_send(last_send[robot], r_t, send_period)
             push(nxt, _ARRIVAL, robot)
 
     while events:

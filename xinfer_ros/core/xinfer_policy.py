@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
@@ -111,6 +111,46 @@ class _SlotContext:
             else:
                 heapq.heappush(times, arr + service)
         return True
+
+
+@dataclass(slots=True)
+class _StageScan:
+    """What the ordinary candidates of one stage share until the next launch.
+
+    CURRENTFEASIBLE, the slot context and the forecasts depend on H and n_f, which
+    change only with a launch, so one scan is built per (stage, launch).
+
+    Attributes:
+        stage: The stage being dispatched.
+        nf: n_f: the load the scheduler observes.
+        plus: n+ = n_f + e_stage: the load with the candidate's unit.
+        current_ok: CURRENTFEASIBLE's (and the slot check's) answer, once evaluated.
+        slot_ctx: The stage's slot state (slot-aware only).
+        forecasts: ``(ℓ_e, b_e)`` of arrivals during the unit, once generated.
+        projected: Per forecast, the load at its arrival (arrival projection only).
+        forecast_ells: The forecasts' deadlines, sorted.
+        forecast_memo: FORECASTFEASIBLE by the number of retained forecasts.
+    """
+
+    stage: Stage
+    nf: tuple[int, int, int]
+    plus: tuple[int, int, int] = (0, 0, 0)
+    current_ok: bool | None = None
+    slot_ctx: _SlotContext | None = None
+    forecasts: list[tuple[float, float]] | None = None
+    projected: list[tuple[int, int, int]] | None = None
+    forecast_ells: list[float] = field(default_factory=list)
+    forecast_memo: dict[int, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s, (nv, np_, na) = self.stage, self.nf
+        self.plus = (nv + (s == 0), np_ + (s == 1), na + (s == 2))
+
+
+def _by_priority(ready: Iterable[Request], protected: set[int]) -> list[Request]:
+    """Ready requests in Alg. 1's order: protected first, then by deadline, then id."""
+    return sorted(ready, key=lambda r: (r.request_id not in protected, r.deadline,
+                                        r.request_id))
 
 
 class XInferPolicy(Policy):
@@ -509,120 +549,140 @@ class XInferPolicy(Policy):
         return _SlotContext(s, make_times, pred.q_tab[plus_index][s], demands)
 
     def _dispatch(self, t: float) -> list[Launch]:
+        """Algorithm 1: launch ready units stage by stage, Action first.
+
+        Within a stage, protected requests go first (by deadline), then ordinary ones
+        that :meth:`_admits` lets through; each launch refreshes H and n_f.
+        """
         launches: list[Launch] = []
-        ready_qs = self._ready
-        counts = self.tracker.counts
-        slots = self.slots
-        pred = self.predictor
         if self.arrival_aware:
             self.forecaster.prune(t)
         # Events recorded since the last decision may have changed R_j(0): re-evaluate L.
         self._late_t = float("nan")
         units = self.tracker.snapshot(t)
         protected, nf = self._refresh(t, units)
-        rem_cache = self._rem_cache
-        rem_cache.clear()
-        strict, entry_only = self.strict_priority, self.entry_only
-        arrival_aware = self.arrival_aware
-        slot_aware = self.slot_aware
-        forecast_load = self.forecast_load
-        record = self.record_admissions
+        self._rem_cache.clear()
         for s in (Stage.ACTION, Stage.PREFILL, Stage.VIT):
-            ready = ready_qs[s]
-            if not ready or counts[s] >= slots[s]:
-                continue
-            order = sorted(ready.values(),
-                           key=lambda r: (r.request_id not in protected, r.deadline, r.request_id))
-            deferred: set[int] = set()
-            checks = not (entry_only and s != Stage.VIT)
-            # Every ordinary candidate of this stage is checked at the same n+ = n_f + e_s
-            # against the same H until the next launch, so CURRENTFEASIBLE is evaluated
-            # once per (launch, stage) and the forecasts are generated once.
-            current_ok: bool | None = None
-            forecasts: list[tuple[float, float]] | None = None
-            projected: list[tuple[int, int, int]] | None = None
-            slot_ctx: _SlotContext | None = None
-            # FORECASTFEASIBLE depends on the candidate only through which forecasts it
-            # retains (ℓ_e < ℓ_u), i.e. through how many forecast deadlines lie below
-            # ℓ_u: candidates retaining the same count share one evaluation.
-            forecast_ells: list[float] = []
-            forecast_memo: dict[int, bool] = {}
-            i = 0
-            while i < len(order) and counts[s] < slots[s]:
-                r = order[i]
-                i += 1
-                rid = r.request_id
-                is_prot = rid in protected
-                if not is_prot and checks:
-                    if strict:
-                        if protected:
-                            deferred.add(rid)
-                            continue
-                    else:
-                        if current_ok is None:
-                            plus_index = pred.plus[pred.index(nf)][s]
-                            current_ok = not protected or self._current_feasible(
-                                protected, t, plus_index, units)
-                            if current_ok and slot_aware:
-                                slot_ctx = self._slot_context(protected, t, s, plus_index,
-                                                              nf=nf, units=units)
-                                current_ok = slot_ctx.feasible()
-                        if not current_ok:
-                            deferred.add(rid)
-                            continue
-                        if arrival_aware:
-                            if forecasts is None:
-                                forecasts = self._forecasts(t, s, nf)
-                                projected = (self._project_loads(
-                                    t, s, nf, units=units, protected=protected,
-                                    forecasts=forecasts)
-                                             if forecasts and self.arrival_projection
-                                             else None)
-                                forecast_ells = sorted(ell for ell, _ in forecasts)
-                                forecast_memo.clear()
-                            if forecasts:
-                                k = bisect_left(forecast_ells, r.deadline)
-                                ok = forecast_memo.get(k)
-                                if ok is None:
-                                    ok = k == 0 or self._forecast_feasible(
-                                        r, forecasts,
-                                        (nf[0] + (s == 0), nf[1] + (s == 1),
-                                         nf[2] + (s == 2)),
-                                        slot_ctx=slot_ctx, t=t, projected=projected)
-                                    forecast_memo[k] = ok
-                                if not ok:
-                                    deferred.add(rid)
-                                    continue
-                            # k: the retained forecasts, counted above.
-                            if forecast_load and forecasts and protected and k and (
-                                    not self._current_feasible(
-                                        protected, t,
-                                        pred.index((nf[0] + (s == 0) + k, nf[1] + (s == 1),
-                                                    nf[2] + (s == 2))), units)):
-                                deferred.add(rid)
-                                continue
-                if record and not is_prot:
-                    self.admissions.append(AdmissionRecord(
-                        t, rid, s, frozenset(protected), nf,
-                        (nf[0] + (s == 0), nf[1] + (s == 1), nf[2] + (s == 2)),
-                        checks and not strict))
-                launches.append(self._issue(r, s, t, is_prot))
-                units[rid] = (pred.h[s], pred.work[s], s)  # just issued: nothing done yet
-                protected, nf = self._refresh(t, units)
-                rem_cache.clear()
-                current_ok = None
-                forecasts = None
-                projected = None
-                slot_ctx = None
-                if s != Stage.ACTION and ready:
-                    # Prefill and ViT rebuild their order after a launch; work deferred in
-                    # this scan stays deferred unless it has become protected.
-                    order = sorted(
-                        (x for x in ready.values()
-                         if x.request_id not in deferred or x.request_id in protected),
-                        key=lambda r: (r.request_id not in protected, r.deadline, r.request_id))
-                    i = 0
+            protected, nf = self._dispatch_stage(s, t, units, protected=protected, nf=nf,
+                                                 launches=launches)
         return launches
+
+    def _dispatch_stage(self, s: Stage, t: float, units: dict[int, tuple[float, float, int]],
+                        *, protected: set[int], nf: tuple[int, int, int],
+                        launches: list[Launch]) -> tuple[set[int], tuple[int, int, int]]:
+        """Launch stage ``s``'s ready units while slots are free; returns the new H, n_f."""
+        ready, counts, slots = self._ready[s], self.tracker.counts, self.slots
+        if not ready or counts[s] >= slots[s]:
+            return protected, nf
+        checks = not (self.entry_only and s != Stage.VIT)
+        order = _by_priority(ready.values(), protected)
+        deferred: set[int] = set()
+        scan = _StageScan(s, nf)
+        i = 0
+        while i < len(order) and counts[s] < slots[s]:
+            r = order[i]
+            i += 1
+            rid = r.request_id
+            is_prot = rid in protected
+            if not is_prot and checks and not self._admits(r, scan, t, protected, units):
+                deferred.add(rid)
+                continue
+            if self.record_admissions and not is_prot:
+                self.admissions.append(AdmissionRecord(
+                    t, rid, s, frozenset(protected), nf, scan.plus,
+                    checks and not self.strict_priority))
+            launches.append(self._issue(r, s, t, is_prot))
+            units[rid] = (self.predictor.h[s], self.predictor.work[s], s)  # nothing done yet
+            protected, nf = self._refresh(t, units)
+            self._rem_cache.clear()
+            scan = _StageScan(s, nf)
+            if s != Stage.ACTION and ready:
+                # Prefill and ViT rebuild their order after a launch; work deferred in
+                # this scan stays deferred unless it has become protected.
+                order = _by_priority((x for x in ready.values()
+                                      if x.request_id not in deferred
+                                      or x.request_id in protected), protected)
+                i = 0
+        return protected, nf
+
+    # -- admission of an ordinary candidate (Alg. 1 lines 8-12) ------------------------------
+    def _admits(self, r: Request, scan: _StageScan, t: float, protected: set[int],
+                units: dict[int, tuple[float, float, int]]) -> bool:
+        """Whether ordinary ``r`` may launch ``scan.stage`` now, by the enabled checks.
+
+        Strict priority admits it only when nothing is protected. Otherwise the
+        protected set must stay feasible (CURRENTFEASIBLE, slot-aware when enabled)
+        and, arrival-aware, so must the forecasts with earlier deadlines
+        (FORECASTFEASIBLE) and, with ``forecast_load``, H once they arrive.
+        """
+        if self.strict_priority:
+            return not protected
+        if not self._current_admits(scan, t, protected, units):
+            return False
+        if not self.arrival_aware:
+            return True
+        k = self._retained_forecasts(scan, t, r, protected, units)
+        return k == 0 or (self._forecast_admits(scan, t, r, k)
+                          and self._forecast_load_admits(scan, t, k, protected, units))
+
+    def _current_admits(self, scan: _StageScan, t: float, protected: set[int],
+                        units: dict[int, tuple[float, float, int]]) -> bool:
+        """CURRENTFEASIBLE at n+, then the slot check when slot-aware.
+
+        Evaluated once per scan: it is the same for every ordinary candidate of the
+        stage until the next launch.
+        """
+        if scan.current_ok is None:
+            s = scan.stage
+            plus_index = self.predictor.plus[self.predictor.index(scan.nf)][s]
+            ok = not protected or self._current_feasible(protected, t, plus_index, units)
+            if ok and self.slot_aware:
+                scan.slot_ctx = self._slot_context(protected, t, s, plus_index,
+                                                   nf=scan.nf, units=units)
+                ok = scan.slot_ctx.feasible()
+            scan.current_ok = ok
+        return scan.current_ok
+
+    def _retained_forecasts(self, scan: _StageScan, t: float, r: Request, protected: set[int],
+                            units: dict[int, tuple[float, float, int]]) -> int:
+        """How many forecasts during the unit have deadlines before ℓ_r.
+
+        The forecasts (and their projected loads) are generated once per scan.
+        """
+        if scan.forecasts is None:
+            scan.forecasts = self._forecasts(t, scan.stage, scan.nf)
+            if scan.forecasts and self.arrival_projection:
+                scan.projected = self._project_loads(t, scan.stage, scan.nf, units=units,
+                                                     protected=protected,
+                                                     forecasts=scan.forecasts)
+            scan.forecast_ells = sorted(ell for ell, _ in scan.forecasts)
+        return bisect_left(scan.forecast_ells, r.deadline) if scan.forecasts else 0
+
+    def _forecast_admits(self, scan: _StageScan, t: float, r: Request, k: int) -> bool:
+        """FORECASTFEASIBLE for a candidate retaining ``k`` forecasts.
+
+        It depends on the candidate only through ``k``, so candidates retaining as many
+        share one evaluation.
+        """
+        ok = scan.forecast_memo.get(k)
+        if ok is None:
+            assert scan.forecasts is not None
+            ok = self._forecast_feasible(r, scan.forecasts, scan.plus, slot_ctx=scan.slot_ctx,
+                                         t=t, projected=scan.projected)
+            scan.forecast_memo[k] = ok
+        return ok
+
+    def _forecast_load_admits(self, scan: _StageScan, t: float, k: int, protected: set[int],
+                              units: dict[int, tuple[float, float, int]]) -> bool:
+        """With ``forecast_load``: H stays feasible once the ``k`` forecasts arrive.
+
+        Their ViT units are added to n+.
+        """
+        if not (self.forecast_load and protected):
+            return True
+        pv, pp, pa = scan.plus
+        return self._current_feasible(protected, t, self.predictor.index((pv + k, pp, pa)),
+                                      units)
 
     # -- hooks ---------------------------------------------------------------------------------
     def _protected_ids(self) -> frozenset[int]:

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.constants import SEND_PERIOD
+from xinfer_ros.core.constants import LINK_DELAY, SEND_PERIOD
 from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.phase_spread import PhaseSpreader
+from xinfer_ros.core.timing import deadline, next_send
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineResult
 
@@ -82,8 +83,8 @@ def run_closed_loop(
     duration: float,
     *,
     period: float = SEND_PERIOD,
-    link_up: float = 0.002,
-    link_down: float = 0.002,
+    link_up: float = LINK_DELAY,
+    link_down: float = LINK_DELAY,
     drain: float = 2.0,
     spreader: PhaseSpreader | None = None,
 ) -> ClosedLoopRun:
@@ -108,6 +109,7 @@ def run_closed_loop(
     cond = threading.Condition()
     heap: list[tuple[float, int, int]] = []  # (submit time, tiebreak, robot)
     tie = itertools.count()
+    delta = link_up + link_down
     run = ClosedLoopRun()
     sent_count = [0] * len(robots)
     previous: list[np.ndarray | None] = [None] * len(robots)
@@ -122,13 +124,13 @@ def run_closed_loop(
             if spreader is not None and result.ok:
                 arrival = rec.send_time + link_up
                 ready = spreader.release_time(str(i), ready, arrival,
-                                              arrival + rec.budget - link_up - link_down)
+                                              deadline(arrival, rec.budget, delta))
             r = ready + link_down
             rec.result, rec.response_time = result, r
             if result.ok:
                 previous[i] = result.actions
             in_flight[0] -= 1
-            nxt = max(rec.send_time + period, r)
+            nxt = next_send(rec.send_time, r, period)
             limit = robots[i].max_requests
             if nxt < duration and (limit is None or sent_count[i] < limit):
                 heapq.heappush(heap, (nxt + link_up, next(tie), i))

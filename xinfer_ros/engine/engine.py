@@ -34,13 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.errors import XInferError
+from xinfer_ros.core.errors import InvalidRequestError, XInferError
 from xinfer_ros.core.policy import Launch, Policy
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
+from xinfer_ros.core.timing import budget_seconds
 from xinfer_ros.engine.backends.base import Backend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
 from xinfer_ros.engine.clock import Clock
@@ -259,8 +260,11 @@ class StageEngine:
         fut: Future[EngineResult] = Future()
         now = self.clock.now()
         robot = str(robot_id)
-        budget = _budget_seconds(budget_ms)
-        refuse: str | None = None
+        try:
+            budget: float | None = budget_seconds(budget_ms)
+            refuse: str | None = None
+        except InvalidRequestError as exc:
+            budget, refuse = None, str(exc)
         shed: list[_Live] = []
         with self._lock:
             rid = next(self._ids)
@@ -268,9 +272,7 @@ class StageEngine:
                          callback, fut, now)
             if self._closed:
                 refuse = "engine is closed"
-            elif budget is None:
-                refuse = f"budget_ms must be a finite number > 0, got {budget_ms!r}"
-            else:
+            elif refuse is None:
                 # The robot's older request is superseded only if this one is accepted.
                 older = ([self._live[r] for r in self._by_robot.get(robot, ())]
                          if self.config.supersede else [])
@@ -741,13 +743,3 @@ class StageEngine:
                            level=logging.ERROR, exc_info=True)
         live.future.set_result(result)
 
-
-def _budget_seconds(budget_ms: Any) -> float | None:
-    """``budget_ms`` in seconds, or None when it is not a finite number > 0."""
-    if isinstance(budget_ms, bool) or not isinstance(budget_ms, (int, float, np.floating,
-                                                                 np.integer)):
-        return None
-    b = float(budget_ms)
-    if not math.isfinite(b) or b <= 0:
-        return None
-    return b * 1e-3

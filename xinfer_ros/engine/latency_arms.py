@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xinfer_ros.core.constants import SEND_PERIOD
+from xinfer_ros.core.timing import next_send
 
 __all__ = ["BUDGET_MS", "REPLY_TIMEOUT_S", "in_process_latencies", "percentiles",
            "run_closed_loop"]
@@ -61,7 +62,8 @@ def run_closed_loop(robots: int, duration: float, warmup: float,
                     lat.append(done - sent)
                     if engine_ms is not None:
                         paired.append(done - sent - engine_ms / 1e3)
-            time.sleep(max(0.0, sent + SEND_PERIOD - time.monotonic()))  # Eq. 1
+            now = time.monotonic()
+            time.sleep(next_send(sent, now) - now)
 
     threads = [threading.Thread(target=robot, args=(i,), daemon=True) for i in range(robots)]
     for th in threads:

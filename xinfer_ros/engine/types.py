@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.constants import DEFAULT_SLOTS
+from xinfer_ros.core.constants import DEFAULT_SLOTS, MAX_LIVE_REQUESTS, POLICY_TICK
 
 __all__ = [
     "TABLE6",
@@ -98,7 +98,7 @@ class EngineConfig:
     """
 
     slots: tuple[int, int, int] = DEFAULT_SLOTS
-    max_live: int = 64
+    max_live: int = MAX_LIVE_REQUESTS
     overflow: Overflow = Overflow.REJECT
     supersede: bool = True
     shed_expired: bool = True
@@ -107,7 +107,7 @@ class EngineConfig:
     cpu_overlap: bool = True
     round_barrier: bool = False
     cross_stage: bool = True
-    tick_s: float = 0.002
+    tick_s: float = POLICY_TICK
     sample_period_s: float = 0.020
     rate_correction: bool = True
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from xinfer_ros.config_paths import config_dir
+from xinfer_ros.core.constants import ACTION_DIM, DENOISE_STEPS, HORIZON, STATE_DIM
 
 __all__ = [
     "PRESET_DIR",
@@ -145,12 +146,12 @@ class ActionSpec:
             numbers written out, space-separated, and tokenised like text).
     """
 
-    horizon: int = 16
-    action_dim: int = 14
-    num_steps: int = 10
+    horizon: int = HORIZON
+    action_dim: int = ACTION_DIM
+    num_steps: int = DENOISE_STEPS
     beta: float = 5.0
-    state_dim: int = 14
-    state_pad_dim: int = 14
+    state_dim: int = STATE_DIM
+    state_pad_dim: int = STATE_DIM
     state_bins: int = 256
     state_format: Literal["tokens", "text"] = "tokens"
 

@@ -34,6 +34,7 @@ from xinfer_ros.bags.reader import BagMessage
 from xinfer_ros.bags.scan import RecordedChunk, RecordedRequest, RecordedRun, chunk_from_msg
 from xinfer_ros.bags.types import BagTopic, Role, TopicKind
 from xinfer_ros.core.constants import SEND_PERIOD
+from xinfer_ros.core.timing import next_send
 from xinfer_ros.msg import ActionChunk, PolicyRequest
 from xinfer_ros.nodes.recorder import message_class
 
@@ -392,7 +393,7 @@ class BagPlayer(Node):
             if answer is not None:
                 # Eq. 1 with r_j the receipt of this answer on the monotonic clock.
                 received = now - max(0.0, time.time_ns() - answer.log_ns) / 1e9
-                state.next_send = max(sent + period, received)
+                state.next_send = next_send(sent, received, period)
                 state.in_flight = None
             elif now - sent >= self.config.request_timeout_s:
                 state.next_send = now

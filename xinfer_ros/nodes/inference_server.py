@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,11 +45,13 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
-from xinfer_ros.core.constants import ATTAINMENT_TARGET, DELTA
+from xinfer_ros.core.constants import ATTAINMENT_TARGET
+from xinfer_ros.core.errors import InvalidRequestError
 from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
 from xinfer_ros.core.registry import SERVED_POLICIES
+from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds, deadline
 from xinfer_ros.fleet.plan import config_file, parse_robots
 from xinfer_ros.model.images import decode_image, fit_image
 from xinfer_ros.msg import (
@@ -150,6 +152,26 @@ _RECORDS_PER_ROBOT = 4096
 # subscription accepts every publisher's QoS anyway; a publisher of the wrong type is
 # reported by the periodic graph check instead (_check_graph).
 _NO_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Received:
+    """A policy request as it arrived: the one place its budget becomes seconds.
+
+    Attributes:
+        robot: The robot's namespace.
+        msg: The request message.
+        arrival: Server monotonic time of arrival (s).
+        budget: The budget (s); 0 when the message's ``budget_ms`` was refused, so a
+            refused request counts as a miss and as a tight robot.
+        budget_error: Why ``budget_ms`` was refused, or empty.
+    """
+
+    robot: str
+    msg: PolicyRequest
+    arrival: float
+    budget: float
+    budget_error: str = ""
 
 
 class _RobotState:
@@ -257,13 +279,13 @@ class InferenceServer(Node):
 
     @staticmethod
     def _build_engine(p: dict[str, Any], io: Any) -> Any:
-        from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
+        from xinfer_ros.core.rate_table import resolve_rate_table
         from xinfer_ros.engine.backends import make_backend
         from xinfer_ros.engine.engine import StageEngine
         from xinfer_ros.engine.types import EngineConfig
 
         name, slots = p[f"{p['backend']}.rate_table"], list(p[f"{p['backend']}.slots"])
-        table = load_rate_table(config_file(name)) if name else default_rate_table()
+        table = resolve_rate_table(config_file(name) if name else None)
         if p["backend"] == "emulated":
             backend = make_backend("emulated", table=table, io=io)
         else:
@@ -311,31 +333,34 @@ class InferenceServer(Node):
 
     def _on_request(self, robot: str, msg: PolicyRequest) -> None:
         arrival = time.monotonic()
+        try:
+            rx = _Received(robot, msg, arrival,
+                           budget_seconds(msg.budget_ms, self.params["max_budget_ms"]))
+        except InvalidRequestError as exc:
+            rx = _Received(robot, msg, arrival, 0.0, str(exc))
         state = self._robots[robot]
         state.obs.last_seen = arrival
         state.present = True
         if self._spreader is not None:
             # Only tight-budget robots (budget <= T_E) keep a phase the spreader avoids;
-            # a nonsense budget (rejected below) counts as tight: the robot sent now.
-            budget = msg.budget_ms / 1e3 if math.isfinite(msg.budget_ms) else 0.0
+            # a refused budget counts as tight: the robot sent now.
             with self._spread_lock:
-                self._spreader.record_arrival(robot, arrival, budget)
+                self._spreader.record_arrival(robot, arrival, rx.budget)
         try:
+            if rx.budget_error:
+                raise ValueError(rx.budget_error)
             inputs, stamps = self._assemble(robot, msg)
         except (ObservationError, ImageConversionError, ValueError) as exc:
-            self._publish(robot, msg, ActionChunk.STATUS_REJECTED, str(exc), arrival)
+            self._publish(rx, ActionChunk.STATUS_REJECTED, str(exc))
             return
         with self._lock:
             state.live += 1
         self.engine.submit(inputs, msg.budget_ms, robot,
-                           callback=lambda r: self._on_result(robot, msg, stamps, arrival, r))
+                           callback=lambda r: self._on_result(rx, stamps, r))
 
     def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[dict[str, Any], Any]:
         if msg.robot_id and msg.robot_id != robot:
             raise ValueError(f"robot_id {msg.robot_id!r} does not match namespace /{robot}")
-        budget = msg.budget_ms
-        if not math.isfinite(budget) or budget <= 0 or budget > self.params["max_budget_ms"]:
-            raise ValueError(f"budget_ms {budget} outside (0, {self.params['max_budget_ms']}]")
         horizon, dim = self.engine.backend.action_shape
         if msg.commit_steps > horizon:
             raise ValueError(f"commit_steps {msg.commit_steps} exceeds the horizon {horizon}")
@@ -383,11 +408,10 @@ class InferenceServer(Node):
         return rgb if self.io.resizes_images else fit_image(rgb, spec.height, spec.width)
 
     # -- outputs ------------------------------------------------------------------------
-    def _on_result(self, robot: str, req: PolicyRequest, stamps: Any, arrival: float,
-                   result: Any) -> None:
+    def _on_result(self, rx: _Received, stamps: Any, result: Any) -> None:
         with self._lock:
-            self._robots[robot].live -= 1
-        chunk = self._chunk(robot, req, int(result.status), result.reason)
+            self._robots[rx.robot].live -= 1
+        chunk = self._chunk(rx, int(result.status), result.reason)
         if result.actions is not None and int(result.status) == ActionChunk.STATUS_OK:
             chunk.horizon, chunk.action_dim = result.actions.shape
             # An array.array skips the generated setter's per-element checks.
@@ -396,70 +420,64 @@ class InferenceServer(Node):
         t = result.timings
         chunk.timing = StageTiming(
             queue_ms=_ms(t.queue_ms), vit_ms=_ms(t.vit_ms), prefill_ms=_ms(t.prefill_ms),
-            action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms), budget_ms=req.budget_ms)
+            action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms),
+            budget_ms=rx.msg.budget_ms)
         if self._spreader is not None and chunk.status == ActionChunk.STATUS_OK:
-            self._release(robot, chunk, arrival, time.monotonic())
+            self._release(rx, chunk, time.monotonic())
         else:
-            self._send(robot, chunk, arrival)
+            self._send(rx, chunk)
 
     def _release_failed(self, exc: BaseException) -> None:
         self.get_logger().error(f"held chunk not sent: {exc!r}")
 
-    def _release(self, robot: str, chunk: ActionChunk, arrival: float, ready: float) -> None:
+    def _release(self, rx: _Received, chunk: ActionChunk, ready: float) -> None:
         """Publish an OK chunk ready at ``ready`` now, or hold it for phase spreading.
 
         Called on the engine's thread; a held chunk is published on the release thread.
         """
         assert self._spreader is not None and self._releases is not None
-        deadline = arrival + chunk.timing.budget_ms / 1e3 - DELTA
         with self._spread_lock:
-            release = self._spreader.release_time(robot, ready, arrival, deadline)
+            release = self._spreader.release_time(rx.robot, ready, rx.arrival,
+                                                  deadline(rx.arrival, rx.budget))
         if release > ready and self._releases.schedule(
-                release, lambda: self._send(robot, chunk, arrival, ready=ready)):
+                release, lambda: self._send(rx, chunk, ready=ready)):
             return
-        self._send(robot, chunk, arrival)
+        self._send(rx, chunk)
 
-    def _publish(self, robot: str, req: PolicyRequest, status: int, reason: str,
-                 arrival: float) -> None:
-        chunk = self._chunk(robot, req, status, reason)
-        chunk.timing.budget_ms = req.budget_ms
-        self._send(robot, chunk, arrival)
+    def _publish(self, rx: _Received, status: int, reason: str) -> None:
+        chunk = self._chunk(rx, status, reason)
+        chunk.timing.budget_ms = rx.msg.budget_ms
+        self._send(rx, chunk)
 
-    def _chunk(self, robot: str, req: PolicyRequest, status: int, reason: str) -> ActionChunk:
+    def _chunk(self, rx: _Received, status: int, reason: str) -> ActionChunk:
         horizon, dim = self.engine.backend.action_shape
-        return ActionChunk(robot_id=robot, seq=req.seq, status=status, reason=reason,
+        return ActionChunk(robot_id=rx.robot, seq=rx.msg.seq, status=status, reason=reason,
                            horizon=horizon, action_dim=dim,
-                           keyframe_spacing_s=req.keyframe_spacing_s,
-                           commit_steps=req.commit_steps)
+                           keyframe_spacing_s=rx.msg.keyframe_spacing_s,
+                           commit_steps=rx.msg.commit_steps)
 
-    def _send(self, robot: str, chunk: ActionChunk, arrival: float,
-              ready: float | None = None) -> None:
+    def _send(self, rx: _Received, chunk: ActionChunk, ready: float | None = None) -> None:
         """Publish ``chunk`` now; ``ready`` is when a held chunk could have gone out."""
         now = time.monotonic()
-        chunk.timing.server_total_ms = (now - arrival) * 1e3
-        if ready is not None:
-            chunk.timing.hold_ms = max(0.0, now - ready) * 1e3
-        # The robot-side δ is outside the server; the server meets the budget when
-        # its own span leaves that reserve.
-        chunk.timing.budget_met = bool(
-            chunk.status == ActionChunk.STATUS_OK
-            and chunk.timing.server_total_ms + DELTA * 1e3 <= chunk.timing.budget_ms)
+        span = now - rx.arrival
+        chunk.timing.server_total_ms = span * MS_PER_S
+        hold = 0.0 if ready is None else max(0.0, now - ready)
+        chunk.timing.hold_ms = hold * MS_PER_S
+        chunk.timing.budget_met = bool(chunk.status == ActionChunk.STATUS_OK
+                                       and budget_met(span, rx.budget))
         chunk.header.stamp = self.get_clock().now().to_msg()
         if not self.context.ok():
             return  # shutting down: the engine drains results nobody can receive
-        self._chunk_pubs[robot].publish(chunk)
-        budget = chunk.timing.budget_ms
-        # A rejected request may carry a nonsense budget; it still counts as a miss.
-        record = ResponseRecord(arrival, time.monotonic(),
-                                budget / 1e3 if math.isfinite(budget) and budget > 0 else 0.0,
+        self._chunk_pubs[rx.robot].publish(chunk)
+        record = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
                                 ok=chunk.status == ActionChunk.STATUS_OK)
         with self._lock:
-            self._robots[robot].records.append((record, int(chunk.status)))
+            self._robots[rx.robot].records.append((record, int(chunk.status)))
             if chunk.status in (ActionChunk.STATUS_REJECTED, ActionChunk.STATUS_ERROR):
-                self._robots[robot].last_error = chunk.reason
-            if chunk.timing.hold_ms > 0:
+                self._robots[rx.robot].last_error = chunk.reason
+            if hold > 0:
                 self.held += 1
-                self.held_s += chunk.timing.hold_ms / 1e3
+                self.held_s += hold
 
     # -- presence and statistics --------------------------------------------------------
     def _check_presence(self) -> None:

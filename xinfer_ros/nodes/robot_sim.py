@@ -21,6 +21,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 
+from xinfer_ros.core.constants import ACTION_DIM
 from xinfer_ros.msg import ActionChunk, ResponseBudget
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.rtc_executor import BUDGET_QOS
@@ -41,7 +42,7 @@ PARAMS = [
     ParamSpec("seed", 0, "workload seed", 0, 2**31 - 1),
     ParamSpec("budget_scale", 1.0, "multiplies every budget of the workload (fit the paper's "
               "GPU budgets to a slower machine)", 0.01, 100.0),
-    ParamSpec("action_dim", 14, "joints D", 1, 256),
+    ParamSpec("action_dim", ACTION_DIM, "joints D", 1, 256),
     ParamSpec("camera_widths", [352, 320, 320], "width of each camera (px)"),
     ParamSpec("camera_height", 224, "camera height (px)", 16, 4096),
     ParamSpec("camera_rate_hz", 10.0, "camera frame rate (Hz)", 0.1, 120.0),

@@ -50,7 +50,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from xinfer_ros.core.constants import COMMIT_LENGTH, KEYFRAME_SPACING, SEND_PERIOD
+from xinfer_ros.core.constants import ACTION_DIM, COMMIT_LENGTH, KEYFRAME_SPACING, SEND_PERIOD
+from xinfer_ros.core.timing import next_send
 from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
@@ -78,7 +79,7 @@ PARAMS = [
     ParamSpec("keyframe_spacing_s", KEYFRAME_SPACING, "control tick Δ (s)", 0.001, 1.0),
     ParamSpec("horizon", 0, "keyframes per chunk H the server must return (0: whatever H "
               "the served model's chunks carry, e.g. 50 for π0)", 0, 1024),
-    ParamSpec("action_dim", 14, "joints D", 1, 256),
+    ParamSpec("action_dim", ACTION_DIM, "joints D", 1, 256),
     ParamSpec("commit_steps", COMMIT_LENGTH, "RTC frozen prefix d", 0, 1024),
     ParamSpec("min_period_s", SEND_PERIOD, "minimum request period T_E (s)", 0.0, 10.0),
     ParamSpec("default_budget_ms", 400.0, "budget until one arrives on budget (ms)",
@@ -340,7 +341,7 @@ class RtcExecutor(Node):
         now = time.monotonic()
         self.last_latency_ms = (now - sent) * 1e3
         self._in_flight = None
-        self._next_send = max(sent + self.min_period, now)  # Eq. 1
+        self._next_send = next_send(sent, now, self.min_period)
         self._eq1_due = True
         self._arm_send_timer(self._next_send - now)
         if msg.status != ActionChunk.STATUS_OK:

@@ -25,7 +25,6 @@ key                        type                     meaning (default when absent
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from xinfer_ros.core.constants import COMMIT_LENGTH
+from xinfer_ros.core.errors import InvalidRequestError
+from xinfer_ros.core.timing import budget_seconds
 from xinfer_ros.openpi.layouts import MISSING, ObservationError, lookup
 
 __all__ = [
@@ -93,12 +94,11 @@ def _budget(obs: Mapping[str, Any], default_ms: float, max_ms: float) -> float:
     raw = lookup(obs, KEY_BUDGET)
     if raw is MISSING:
         return default_ms
-    if isinstance(raw, (bool, np.bool_)) or not isinstance(raw, (int, float, np.number)):
-        raise ObservationError(KEY_BUDGET, f"expected a number of ms, got {raw!r}")
-    value = float(raw)
-    if not (math.isfinite(value) and 0.0 < value <= max_ms):
-        raise ObservationError(KEY_BUDGET, f"{value} outside (0, {max_ms}] ms")
-    return value
+    try:
+        budget_seconds(raw, max_ms)  # validated here; the engine converts at submit
+    except InvalidRequestError as exc:
+        raise ObservationError(KEY_BUDGET, str(exc)) from None
+    return float(raw)
 
 
 def _prev_chunk(obs: Mapping[str, Any], horizon: int, dim: int,

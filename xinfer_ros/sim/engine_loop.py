@@ -18,11 +18,18 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
+from xinfer_ros.core.constants import (
+    LINK_DELAY,
+    MEASUREMENT_WINDOW,
+    PHASE_LENGTH,
+    POLICY_TICK,
+    RUN_DURATION,
+    SEND_PERIOD,
+)
 from xinfer_ros.core.metrics import (
     ResponseRecord,
     WindowMetrics,
@@ -32,17 +39,17 @@ from xinfer_ros.core.metrics import (
 )
 from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.policy import Policy
-from xinfer_ros.core.rate_table import RateTable, default_rate_table, load_rate_table
+from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
 from xinfer_ros.core.request import Request
+from xinfer_ros.core.timing import deadline
 from xinfer_ros.sim.gpu import GpuModel
 from xinfer_ros.sim.robots import Link, Robot
-from xinfer_ros.sim.workloads import T_E, Workload, build_workload
+from xinfer_ros.sim.workloads import Workload, build_workload
 
 __all__ = [
     "RunResult",
     "SimConfig",
     "Simulation",
-    "load_table",
     "make_sim_policy",
     "run_config",
     "simulate",
@@ -97,22 +104,22 @@ class SimConfig:
     robots: int = 8
     workload: str = "phases"
     seed: int = 0
-    duration: float = 210.0
-    window: tuple[float, float] = (30.0, 210.0)
+    duration: float = RUN_DURATION
+    window: tuple[float, float] = MEASUREMENT_WINDOW
     policy_kwargs: dict[str, Any] = field(default_factory=dict)
     rate_table: str | None = None
     noise: float = 0.05
     cpu_prep: float = 1.0e-3
-    link_up: float = 2.0e-3
-    link_down: float = 2.0e-3
-    tick: float = 2.0e-3
-    period: float = T_E
+    link_up: float = LINK_DELAY
+    link_down: float = LINK_DELAY
+    tick: float = POLICY_TICK
+    period: float = SEND_PERIOD
     send_jitter: float = 0.0
     slots: tuple[int, int, int] | None = None
     phase_spread: bool = False
     budgets_ms: tuple[float, ...] | None = None
     budget_scale: float = 1.0
-    phase_length: int = 30
+    phase_length: int = PHASE_LENGTH
     budget_csv: str | None = None
     parcel_traces: str | None = None
     keep_records: bool = False
@@ -166,19 +173,6 @@ class RunResult:
         return out
 
 
-_TABLES: dict[str | None, RateTable] = {}
-
-
-def load_table(path: str | Path | None) -> RateTable:
-    """Load (and cache per process) the rate table the policy and the GPU share."""
-    key = None if path is None else str(path)
-    table = _TABLES.get(key)
-    if table is None:
-        table = default_rate_table() if path is None else load_rate_table(path)
-        _TABLES[key] = table
-    return table
-
-
 def make_sim_policy(cfg: SimConfig, table: RateTable) -> Policy:
     """Build the configured policy object through the core's registry."""
     from xinfer_ros.core import make_policy
@@ -206,7 +200,7 @@ class Simulation:
         policy_factory: Callable[[SimConfig, RateTable], Policy] | None = None,
     ) -> None:
         self.cfg = cfg
-        self.table = load_table(cfg.rate_table)
+        self.table = resolve_rate_table(cfg.rate_table)
         self.workload = workload or build_workload(
             cfg.workload,
             cfg.robots,
@@ -269,6 +263,7 @@ class Simulation:
         cfg, gpu, policy, robots = self.cfg, self.gpu, self.policy, self.robots
         heap = self._heap
         up, down, prep, h_out = self.link.up, self.link.down, cfg.cpu_prep, self.table.h_out
+        delta = self.link.delta
         end_send = cfg.duration
         for i, r in enumerate(robots):
             if r.spec.start < end_send:
@@ -302,7 +297,7 @@ class Simulation:
                     ready = t + h_out
                     if spreader is not None:
                         ready = spreader.release_time(
-                            str(robot), ready, arrival, arrival + budget - up - down)
+                            str(robot), ready, arrival, deadline(arrival, budget, delta))
                     self._push(ready + down, _RESPOND, robot, budget)
                 dirty = True
             elif t_heap <= next_tick:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from xinfer_ros.core.constants import LINK_DELAY, SEND_PERIOD
 from xinfer_ros.core.metrics import ResponseRecord
-from xinfer_ros.sim.workloads import T_E, RobotSpec
+from xinfer_ros.core.timing import next_send
+from xinfer_ros.sim.workloads import RobotSpec
 
 __all__ = ["Link", "Robot"]
 
@@ -19,8 +21,8 @@ __all__ = ["Link", "Robot"]
 class Link:
     """Transport between robot and server; ``up + down`` is δ (4 ms by default)."""
 
-    up: float = 0.002
-    down: float = 0.002
+    up: float = LINK_DELAY
+    down: float = LINK_DELAY
 
     @property
     def delta(self) -> float:
@@ -43,7 +45,7 @@ class Robot:
     """
 
     spec: RobotSpec
-    period: float = T_E
+    period: float = SEND_PERIOD
     sent: int = 0
     last_send: float = float("nan")
     last_budget: float = float("nan")
@@ -72,4 +74,4 @@ class Robot:
         self.records.append(
             ResponseRecord(self.last_send, t, budget, ok, self.spec.robot_id)
         )
-        return max(self.last_send + self.period, t)
+        return next_send(self.last_send, t, self.period)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xinfer_ros.core.constants import ACTION_DIM, HORIZON
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.lanes import LaneInfo
 
@@ -60,7 +61,7 @@ class Backend(ABC):
 
     name: str = ""
     emulated: bool = False
-    action_shape: tuple[int, int] = (16, 14)
+    action_shape: tuple[int, int] = (HORIZON, ACTION_DIM)
     device: str = "cpu"
     io: ModelIO | None = None
 

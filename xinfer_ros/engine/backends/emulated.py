@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xinfer_ros.core.constants import HORIZON
+from xinfer_ros.core.constants import ACTION_DIM, HORIZON
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.stages import NUM_STAGES, Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
@@ -206,7 +206,7 @@ class EmulatedBackend(Backend):
         table: RateTable | None = None,
         clock: Clock | None = None,
         *,
-        action_shape: tuple[int, int] = (HORIZON, 14),
+        action_shape: tuple[int, int] = (HORIZON, ACTION_DIM),
         io: ModelIO | None = None,
         prepare_s: float = 0.0,
         output_s: float | None = None,
