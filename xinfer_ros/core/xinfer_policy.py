@@ -615,15 +615,27 @@ class XInferPolicy(Policy):
         and, arrival-aware, so must the forecasts with earlier deadlines
         (FORECASTFEASIBLE) and, with ``forecast_load``, H once they arrive.
         """
+        # The cached answers are read here so that a candidate the scan has already
+        # decided for costs one call: this runs for every deferred candidate.
         if self.strict_priority:
             return not protected
-        if not self._current_admits(scan, t, protected, units):
-            return False
-        if not self.arrival_aware:
+        ok = scan.current_ok
+        if ok is None:
+            ok = self._current_admits(scan, t, protected, units)
+        if not ok or not self.arrival_aware:
+            return ok
+        if scan.forecasts is None:
+            self._generate_forecasts(scan, t, protected, units)
+        if not scan.forecasts:
             return True
-        k = self._retained_forecasts(scan, t, r, protected, units)
-        return k == 0 or (self._forecast_admits(scan, t, r, k)
-                          and self._forecast_load_admits(scan, t, k, protected, units))
+        # k: the forecasts the candidate retains (deadlines before its own).
+        k = bisect_left(scan.forecast_ells, r.deadline)
+        if k == 0:
+            return True
+        ok = scan.forecast_memo.get(k)
+        if ok is None:
+            ok = self._forecast_admits(scan, t, r, k)
+        return ok and self._forecast_load_admits(scan, t, k, protected, units)
 
     def _current_admits(self, scan: _StageScan, t: float, protected: set[int],
                         units: dict[int, tuple[float, float, int]]) -> bool:
@@ -643,33 +655,25 @@ class XInferPolicy(Policy):
             scan.current_ok = ok
         return scan.current_ok
 
-    def _retained_forecasts(self, scan: _StageScan, t: float, r: Request, protected: set[int],
-                            units: dict[int, tuple[float, float, int]]) -> int:
-        """How many forecasts during the unit have deadlines before ℓ_r.
-
-        The forecasts (and their projected loads) are generated once per scan.
-        """
-        if scan.forecasts is None:
-            scan.forecasts = self._forecasts(t, scan.stage, scan.nf)
-            if scan.forecasts and self.arrival_projection:
-                scan.projected = self._project_loads(t, scan.stage, scan.nf, units=units,
-                                                     protected=protected,
-                                                     forecasts=scan.forecasts)
-            scan.forecast_ells = sorted(ell for ell, _ in scan.forecasts)
-        return bisect_left(scan.forecast_ells, r.deadline) if scan.forecasts else 0
+    def _generate_forecasts(self, scan: _StageScan, t: float, protected: set[int],
+                            units: dict[int, tuple[float, float, int]]) -> None:
+        """Forecasts during the scan's unit, their sorted deadlines and projected loads."""
+        scan.forecasts = self._forecasts(t, scan.stage, scan.nf)
+        if scan.forecasts and self.arrival_projection:
+            scan.projected = self._project_loads(t, scan.stage, scan.nf, units=units,
+                                                 protected=protected, forecasts=scan.forecasts)
+        scan.forecast_ells = sorted(ell for ell, _ in scan.forecasts)
 
     def _forecast_admits(self, scan: _StageScan, t: float, r: Request, k: int) -> bool:
         """FORECASTFEASIBLE for a candidate retaining ``k`` forecasts.
 
-        It depends on the candidate only through ``k``, so candidates retaining as many
-        share one evaluation.
+        It depends on the candidate only through ``k``, so the answer is memoised in
+        the scan and candidates retaining as many share one evaluation.
         """
-        ok = scan.forecast_memo.get(k)
-        if ok is None:
-            assert scan.forecasts is not None
-            ok = self._forecast_feasible(r, scan.forecasts, scan.plus, slot_ctx=scan.slot_ctx,
-                                         t=t, projected=scan.projected)
-            scan.forecast_memo[k] = ok
+        assert scan.forecasts is not None
+        ok = self._forecast_feasible(r, scan.forecasts, scan.plus, slot_ctx=scan.slot_ctx,
+                                     t=t, projected=scan.projected)
+        scan.forecast_memo[k] = ok
         return ok
 
     def _forecast_load_admits(self, scan: _StageScan, t: float, k: int, protected: set[int],
