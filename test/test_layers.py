@@ -7,6 +7,7 @@ import neither ROS nor torch; no layer imports one above it.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xinfer_ros"
@@ -14,26 +15,27 @@ PACKAGE = Path(__file__).resolve().parents[1] / "xinfer_ros"
 #: Layer -> the package's layers it may import (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "config_paths": set(),
-    "core": {"config_paths"},
-    "rtc": {"core"},
-    "sim": {"core", "rtc", "config_paths"},
-    "model": {"core", "rtc", "config_paths"},
-    "engine": {"core", "rtc", "model", "config_paths"},
-    "bags": {"core", "config_paths"},
-    "fleet": {"core", "model", "config_paths"},
-    "serving": {"core", "model", "config_paths"},
-    "openpi": {"core", "model", "config_paths"},
-    "nodes": {"core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving", "openpi",
-              "config_paths", "msg", "srv"},
-    "cli": {"core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving", "openpi",
-            "nodes", "config_paths"},
+    "errors": set(),
+    "core": {"errors", "config_paths"},
+    "rtc": {"errors", "core"},
+    "sim": {"errors", "core", "rtc", "config_paths"},
+    "model": {"errors", "core", "rtc", "config_paths"},
+    "engine": {"errors", "core", "rtc", "model", "config_paths"},
+    "bags": {"errors", "core", "config_paths"},
+    "fleet": {"errors", "core", "model", "config_paths"},
+    "serving": {"errors", "core", "model", "config_paths"},
+    "openpi": {"errors", "core", "model", "config_paths"},
+    "nodes": {"errors", "core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving",
+              "openpi", "config_paths", "msg", "srv"},
+    "cli": {"errors", "core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving",
+            "openpi", "nodes", "config_paths"},
 }
 ROS = {"rclpy", "rcl_interfaces", "launch", "launch_ros", "launch_testing",
        "ament_index_python", "builtin_interfaces", "rosidl_runtime_py"}
 TORCH = {"torch", "transformers", "tokenizers", "safetensors"}
 ROS_FREE = {"core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving", "openpi",
-            "cli", "config_paths"}
-TORCH_FREE = {"core", "rtc", "sim"}
+            "cli", "config_paths", "errors"}
+TORCH_FREE = {"core", "rtc", "sim", "errors"}
 
 
 def _imports() -> list[tuple[str, str, str]]:
@@ -87,3 +89,27 @@ def test_every_layer_is_known() -> None:
     layers = {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
               if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
     assert layers - {"__init__", "msg", "srv"} == set(ALLOWED)
+
+
+def test_every_exception_has_the_package_root() -> None:
+    """Each exception class the package defines derives from XInferRosError."""
+    from xinfer_ros.errors import XInferRosError
+
+    bad, checked = [], 0
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        if rel.parts[1] in {"nodes", "msg", "srv"}:
+            continue  # ROS adapters define no exceptions; importing them needs rclpy
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        if not names:
+            continue
+        module = importlib.import_module(".".join(rel.parts).removesuffix(".__init__"))
+        for name in names:
+            cls = getattr(module, name)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                checked += 1
+                if not issubclass(cls, XInferRosError):
+                    bad.append(f"{rel}.{name}")
+    assert checked >= 15
+    assert not bad, f"exceptions outside the XInferRosError root: {bad}"

@@ -50,15 +50,6 @@ def _plain_env(install: Path) -> dict[str, str]:
 def test_plain_colcon_install_serves_a_request_and_colcon_test_runs(tmp_path) -> None:
     """``colcon build`` without --symlink-install: presets, configs and tables from share/."""
     pytest.importorskip("rclpy")
-    import numpy as np
-    import rclpy
-    from rclpy.qos import qos_profile_sensor_data
-    from sensor_msgs.msg import Image, JointState
-    from std_msgs.msg import Header
-    from xinfer_ros.msg import ActionChunk, PolicyRequest
-
-    from xinfer_ros.serving.image_conversion import rgb_to_image_fields
-
     venv = Path(sys.executable).parents[1]
     build_env = {**os.environ, "AMENT_PREFIX_PATH": str(venv), "CMAKE_PREFIX_PATH": str(venv)}
     bases = ["--base-paths", str(ROOT), "--build-base", str(tmp_path / "build"),
@@ -75,7 +66,12 @@ def test_plain_colcon_install_serves_a_request_and_colcon_test_runs(tmp_path) ->
          "print(p.config_dir())"], env=env, cwd=tmp_path, capture_output=True, text=True,
         check=True).stdout.split()
     assert probe[0].startswith(str(install)) and probe[1].startswith(str(install))
-    # colcon test runs the Python tests against this install (one suite, to stay quick).
+    _check_colcon_test(tmp_path, bases, env)
+    _check_installed_server(install, env, tmp_path)
+
+
+def _check_colcon_test(tmp_path: Path, bases: list[str], env: dict[str, str]) -> None:
+    """colcon test runs the Python tests against this install (one suite, to stay quick)."""
     subprocess.run(["colcon", "--log-base", str(tmp_path / "log"), "test", *bases,
                     "--ctest-args", "-R", "pytest_rtc"], env=env, cwd=tmp_path,
                    capture_output=True, check=True, timeout=300)
@@ -83,7 +79,13 @@ def test_plain_colcon_install_serves_a_request_and_colcon_test_runs(tmp_path) ->
                              str(tmp_path / "build" / "xinfer_ros")], check=False, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and " 0 failures" in result.stdout, result.stdout
-    # The installed server executable serves pi0-tiny with configs found under share/.
+
+
+def _check_installed_server(install: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """The installed server executable serves pi0-tiny with configs found under share/."""
+    import rclpy
+    from xinfer_ros.msg import ActionChunk
+
     params = tmp_path / "server.yaml"
     params.write_text(
         "/**:\n  ros__parameters:\n    robots: [plain]\n    model: pi0-tiny\n"
@@ -96,25 +98,8 @@ def test_plain_colcon_install_serves_a_request_and_colcon_test_runs(tmp_path) ->
     node = rclpy.create_node("plain_install_robot")
     chunks: list[ActionChunk] = []
     node.create_subscription(ActionChunk, "/plain/action_chunk", chunks.append, 10)
-    cams = [node.create_publisher(Image, f"/plain/camera_{i}/image_raw",
-                                  qos_profile_sensor_data) for i in range(3)]
-    joints = node.create_publisher(JointState, "/plain/joint_states", qos_profile_sensor_data)
-    requests = node.create_publisher(PolicyRequest, "/plain/policy_request", 10)
-    frame = rgb_to_image_fields(np.full((224, 320, 3), 60, np.uint8))
     try:
-        end, seq = time.monotonic() + 120.0, 0
-        while time.monotonic() < end and not any(c.status == ActionChunk.STATUS_OK
-                                                 for c in chunks):
-            stamp = node.get_clock().now().to_msg()
-            for pub in cams:
-                pub.publish(Image(**frame, header=Header(stamp=stamp)))
-            joints.publish(JointState(position=[0.0] * 14, header=Header(stamp=stamp)))
-            seq += 1
-            request = PolicyRequest(robot_id="plain", seq=seq, budget_ms=5000.0,
-                                    instruction="pick", header=Header(stamp=stamp))
-            requests.publish(request)
-            for _ in range(5):
-                rclpy.spin_once(node, timeout_sec=0.1)
+        _request_until_ok(node, chunks, timeout=120.0)
         ok = [c for c in chunks if c.status == ActionChunk.STATUS_OK]
         assert ok, [c.reason for c in chunks][-3:]
         assert (ok[0].horizon, ok[0].action_dim) == (50, 14)
@@ -125,3 +110,34 @@ def test_plain_colcon_install_serves_a_request_and_colcon_test_runs(tmp_path) ->
         output = server.communicate(timeout=30)[0]
     assert server.returncode == 0, output
     assert "serving 1 robots ['plain'] with model pi0-tiny on torch backend" in output
+
+
+def _request_until_ok(node, chunks: list, timeout: float) -> None:
+    """As robot "plain": stream observations and send requests until a chunk is OK."""
+    import numpy as np
+    import rclpy
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image, JointState
+    from std_msgs.msg import Header
+    from xinfer_ros.msg import ActionChunk, PolicyRequest
+
+    from xinfer_ros.serving.image_conversion import rgb_to_image_fields
+
+    cams = [node.create_publisher(Image, f"/plain/camera_{i}/image_raw",
+                                  qos_profile_sensor_data) for i in range(3)]
+    joints = node.create_publisher(JointState, "/plain/joint_states", qos_profile_sensor_data)
+    requests = node.create_publisher(PolicyRequest, "/plain/policy_request", 10)
+    frame = rgb_to_image_fields(np.full((224, 320, 3), 60, np.uint8))
+    end, seq = time.monotonic() + timeout, 0
+    while time.monotonic() < end and not any(c.status == ActionChunk.STATUS_OK
+                                             for c in chunks):
+        stamp = node.get_clock().now().to_msg()
+        for pub in cams:
+            pub.publish(Image(**frame, header=Header(stamp=stamp)))
+        joints.publish(JointState(position=[0.0] * 14, header=Header(stamp=stamp)))
+        seq += 1
+        request = PolicyRequest(robot_id="plain", seq=seq, budget_ms=5000.0,
+                                instruction="pick", header=Header(stamp=stamp))
+        requests.publish(request)
+        for _ in range(5):
+            rclpy.spin_once(node, timeout_sec=0.1)

@@ -9,7 +9,7 @@ from xinfer_ros.openpi.layouts import (
     ALOHA,
     LIBERO,
     ModelSpec,
-    ObservationError,
+    ObservationFieldError,
     ObservationLayout,
     fit_image,
     load_layout,
@@ -95,7 +95,7 @@ def test_auto_detects_builtin_layouts_and_accepts_flat_or_nested_keys() -> None:
     ([1, 2], "observation"),
 ])
 def test_malformed_or_missing_fields_name_the_field(obs: object, field: str) -> None:
-    with pytest.raises(ObservationError) as info:
+    with pytest.raises(ObservationFieldError) as info:
         map_observation(obs, None, MODEL)
     assert info.value.field == field
     assert str(info.value).startswith(field)
@@ -163,7 +163,7 @@ def test_options_defaults_and_overrides() -> None:
     {"xinfer/seed": -1},
 ])
 def test_options_reject_bad_values(obs: dict[str, object]) -> None:
-    with pytest.raises(ObservationError) as info:
+    with pytest.raises(ObservationFieldError) as info:
         parse_options(obs, default_budget_ms=180.0, max_budget_ms=1000.0, horizon=16,
                       action_dim=14, out_dim=7)
     assert info.value.field.startswith("xinfer/")

@@ -21,6 +21,8 @@ from typing import Any
 
 from rosbags.rosbag2 import Reader
 
+from xinfer_ros.errors import XInferRosError
+
 __all__ = ["BagError", "BagMessage", "BagSource", "open_bag"]
 
 _MAGIC = b"\x89MCAP0\r\n"
@@ -29,7 +31,7 @@ _OP_SCHEMA, _OP_CHANNEL, _OP_MESSAGE, _OP_CHUNK, _OP_FOOTER = 0x03, 0x04, 0x05, 
 _MAX_RECORD = 1 << 31
 
 
-class BagError(RuntimeError):
+class BagError(XInferRosError, RuntimeError):
     """The bag cannot be read at all; the message says why."""
 
 
@@ -219,23 +221,13 @@ class _McapScan:
                 if top_level:
                     self.error = f"file ends at byte {offset} without an MCAP footer"
                 return
-            problem = None
-            if len(head) < 9:
-                problem = f"truncated record header at byte {offset}"
-            else:
-                op, length = head[0], struct.unpack("<Q", head[1:])[0]
-                if length > _MAX_RECORD:
-                    problem = f"implausible record length {length} at byte {offset}"
-                else:
-                    body = bio.read(length)
-                    if len(body) < length:
-                        problem = (f"record at byte {offset} truncated "
-                                   f"({len(body)} of {length} bytes)")
-            if problem is not None:
+            framed = _read_record(bio, head, offset)
+            if isinstance(framed, str):
                 if not top_level:
-                    raise ValueError(problem)
-                self.error = problem
+                    raise ValueError(framed)
+                self.error = framed
                 return
+            op, body = framed
             if op == _OP_FOOTER and top_level:
                 return
             try:
@@ -286,6 +278,22 @@ class _McapScan:
             self.damage.append(f"chunk at byte {offset} damaged after {len(found)} "
                                f"message(s), rest skipped: {exc}")
         yield from sorted(found, key=lambda m: m.timestamp)
+
+
+def _read_record(bio: Any, head: bytes, offset: int) -> tuple[int, bytes] | str:
+    """Read the body of the record whose header ``head`` starts at ``offset``.
+
+    Returns ``(opcode, body)``, or why the record's framing is broken.
+    """
+    if len(head) < 9:
+        return f"truncated record header at byte {offset}"
+    op, length = head[0], struct.unpack("<Q", head[1:])[0]
+    if length > _MAX_RECORD:
+        return f"implausible record length {length} at byte {offset}"
+    body = bio.read(length)
+    if len(body) < length:
+        return f"record at byte {offset} truncated ({len(body)} of {length} bytes)"
+    return op, body
 
 
 def _string(body: bytes, pos: int) -> tuple[str, int]:

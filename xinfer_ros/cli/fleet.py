@@ -312,23 +312,10 @@ def _plot(report: dict[str, Any], records: dict[str, list[Any]], out: Path) -> P
 
 def run_fleet(args: argparse.Namespace) -> int:
     """Start the fleet, monitor it for ``args.duration`` seconds and report."""
-    from tqdm import tqdm
-
-    from xinfer_ros.core.metrics import summarize
     from xinfer_ros.nodes.fleet_monitor import watching
 
     try:
-        plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
-                                model_path=args.model_path,
-                                policy=args.policy, workload=args.workload,
-                                config=args.config, seed=args.seed,
-                                camera_rate_hz=args.camera_rate)
-        scale, why = fit_budget_scale(plan[0].parameters)
-        if args.budget_scale is not None:
-            scale, why = args.budget_scale, f"budgets x{args.budget_scale:g} (--budget-scale)"
-        for spec in plan[1:]:
-            if spec.executable == "robot_sim":
-                spec.parameters["budget_scale"] = scale
+        plan, scale, why = _plan_fleet(args)
     except (PlanError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -346,39 +333,10 @@ def run_fleet(args: argparse.Namespace) -> int:
     print(f"xinfer-fleet: {why}")
 
     t0 = time.time()
-    died: list[str] = []
-    ready: float | None = None
     with watching(robots, t0) as monitor:
         procs = [_spawn(spec, workdir, env) for spec in plan]
         try:
-            with tqdm(total=int(args.duration), unit="s", disable=args.no_progress,
-                      desc="fleet", dynamic_ncols=True) as bar:
-                while True:
-                    time.sleep(0.5)
-                    elapsed = time.time() - t0
-                    died = [f"{s.namespace}/{s.name} (exit {p.returncode})"
-                            for s, p in zip(plan, procs, strict=True) if p.poll() is not None]
-                    if died:
-                        break
-                    if ready is None:
-                        # The run is timed from the server's first answer, so model loading
-                        # (seconds for transformers and the Action workers) is not measured.
-                        ready = monitor.first_answer
-                        if ready is None and elapsed > args.startup_timeout:
-                            break
-                        bar.set_postfix(server="starting" if ready is None else "serving")
-                        continue
-                    if elapsed >= ready + args.duration:
-                        break
-                    recs = [r for o in monitor.snapshot().values() for r in o.records]
-                    done = [r for r in recs if r.send_time >= ready + args.warmup]
-                    on_time = sum(r.on_time for r in done)
-                    bar.set_postfix(responses=len(recs),
-                                    attainment=f"{on_time / len(done):.1%}" if done else "-")
-                    bar.n = int(elapsed - ready)
-                    bar.refresh()
-        except KeyboardInterrupt:
-            print("\ninterrupted; stopping the fleet")
+            ready, died = _watch(args, plan, procs, monitor, t0)
         finally:
             _stop(procs)
     if ready is None:
@@ -393,9 +351,96 @@ def run_fleet(args: argparse.Namespace) -> int:
     window = (ready + args.warmup, max(ready + args.warmup, ready + args.duration - args.drain))
 
     snap = monitor.snapshot(include_pending=True)
+    report = _build_report(args, server, snap, ready=ready, window=window, scale=scale,
+                           why=why, died=died)
+    print()
+    _print_report(report)
+    if "simulator" in report:
+        _print_sim_comparison(report)
+    json_path = args.json or args.out / "fleet_report.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2, default=float))
+    plot = _plot(report, {n: o.records for n, o in snap.items()}, args.out)
+    print(f"\nreport: {json_path}\nplot:   {plot}")
+    return _exit_status(report, died, workdir)
+
+
+def _plan_fleet(args: argparse.Namespace) -> tuple[list[NodeSpec], float, str]:
+    """The node plan, with the robots' budget scale set, and the scale with its reason.
+
+    Raises:
+        PlanError: If the plan cannot be built from the arguments and the config.
+        OSError: If a config or rate-table file cannot be read.
+        ValueError: If a value in them is invalid.
+    """
+    plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
+                            model_path=args.model_path,
+                            policy=args.policy, workload=args.workload,
+                            config=args.config, seed=args.seed,
+                            camera_rate_hz=args.camera_rate)
+    scale, why = fit_budget_scale(plan[0].parameters)
+    if args.budget_scale is not None:
+        scale, why = args.budget_scale, f"budgets x{args.budget_scale:g} (--budget-scale)"
+    for spec in plan[1:]:
+        if spec.executable == "robot_sim":
+            spec.parameters["budget_scale"] = scale
+    return plan, scale, why
+
+
+def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subprocess.Popen],
+           monitor: Any, t0: float) -> tuple[float | None, list[str]]:
+    """Show live progress until the run is over, a node exits, startup times out or Ctrl-C.
+
+    Returns:
+        When the server first answered (``None``: never) and the nodes that exited.
+    """
+    from tqdm import tqdm
+
+    died: list[str] = []
+    ready: float | None = None
+    try:
+        with tqdm(total=int(args.duration), unit="s", disable=args.no_progress,
+                  desc="fleet", dynamic_ncols=True) as bar:
+            while True:
+                time.sleep(0.5)
+                elapsed = time.time() - t0
+                died = [f"{s.namespace}/{s.name} (exit {p.returncode})"
+                        for s, p in zip(plan, procs, strict=True) if p.poll() is not None]
+                if died:
+                    break
+                if ready is None:
+                    # The run is timed from the server's first answer, so model loading
+                    # (seconds for transformers and the Action workers) is not measured.
+                    ready = monitor.first_answer
+                    if ready is None and elapsed > args.startup_timeout:
+                        break
+                    bar.set_postfix(server="starting" if ready is None else "serving")
+                    continue
+                if elapsed >= ready + args.duration:
+                    break
+                recs = [r for o in monitor.snapshot().values() for r in o.records]
+                done = [r for r in recs if r.send_time >= ready + args.warmup]
+                on_time = sum(r.on_time for r in done)
+                bar.set_postfix(responses=len(recs),
+                                attainment=f"{on_time / len(done):.1%}" if done else "-")
+                bar.n = int(elapsed - ready)
+                bar.refresh()
+    except KeyboardInterrupt:
+        print("\ninterrupted; stopping the fleet")
+    return ready, died
+
+
+def _build_report(args: argparse.Namespace, server: dict[str, Any], snap: dict[str, Any], *,
+                  ready: float, window: tuple[float, float], scale: float, why: str,
+                  died: list[str]) -> dict[str, Any]:
+    """The JSON report of the run, with the simulator's run beside it if asked for."""
+    from xinfer_ros.core.metrics import summarize
+
+    robots = len(server["robots"])
     report: dict[str, Any] = {
-        "robots_count": len(robots), "policy": server["policy"], "backend": server["backend"],
-        "model": server["model"], "workload": args.workload, "phase_spread": phase_spread,
+        "robots_count": robots, "policy": server["policy"], "backend": server["backend"],
+        "model": server["model"], "workload": args.workload,
+        "phase_spread": bool(server.get("phase_spread", False)),
         "budget_scale": scale, "budget_scale_reason": why, "duration_s": args.duration,
         "server_ready_s": ready, "window_s": list(window),
         "emulated": server["backend"] == "emulated",
@@ -407,23 +452,24 @@ def run_fleet(args: argparse.Namespace) -> int:
     report["total"]["statuses"] = _sum_statuses(snap)
     report["total"].update(_fleet_send_lag(report["robots"]))
     if args.compare_sim:
-        report["simulator"] = simulate_fleet(server, len(robots), workload=args.workload,
+        report["simulator"] = simulate_fleet(server, robots, workload=args.workload,
                                              seed=args.seed, duration=ready + args.duration,
                                              window=window, budget_scale=scale)
-    print()
-    _print_report(report)
-    if "simulator" in report:
-        sim = report["simulator"]["metrics"]
-        print(f"\nsimulator (same policy, workload, seed, table, slots; phase_spread "
-              f"{'on' if phase_spread else 'off'}): attainment {sim['attainment'] * 100:.1f}% "
-              f"P50/P99 {sim['latency_p50_ms']:.1f}/{sim['latency_p99_ms']:.1f} ms; fleet "
-              f"{report['total']['attainment'] * 100:.1f}% "
-              f"({(report['total']['attainment'] - sim['attainment']) * 100:+.1f} pt)")
-    json_path = args.json or args.out / "fleet_report.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(report, indent=2, default=float))
-    plot = _plot(report, {n: o.records for n, o in snap.items()}, args.out)
-    print(f"\nreport: {json_path}\nplot:   {plot}")
+    return report
+
+
+def _print_sim_comparison(report: dict[str, Any]) -> None:
+    sim = report["simulator"]["metrics"]
+    print(f"\nsimulator (same policy, workload, seed, table, slots; phase_spread "
+          f"{'on' if report['phase_spread'] else 'off'}): attainment "
+          f"{sim['attainment'] * 100:.1f}% "
+          f"P50/P99 {sim['latency_p50_ms']:.1f}/{sim['latency_p99_ms']:.1f} ms; fleet "
+          f"{report['total']['attainment'] * 100:.1f}% "
+          f"({(report['total']['attainment'] - sim['attainment']) * 100:+.1f} pt)")
+
+
+def _exit_status(report: dict[str, Any], died: list[str], workdir: Path) -> int:
+    """1 (with the reason on stderr) if a node exited early or nothing was measured."""
     if died:
         print(f"error: node(s) exited early: {', '.join(died)}; see {workdir}", file=sys.stderr)
         return 1

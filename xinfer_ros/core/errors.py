@@ -6,6 +6,8 @@ reports bad input or an impossible event), so a driver can catch one base class.
 
 from __future__ import annotations
 
+from xinfer_ros.errors import XInferRosError
+
 __all__ = [
     "InvalidRequestError",
     "RateTableError",
@@ -15,7 +17,7 @@ __all__ = [
 ]
 
 
-class XInferError(ValueError):
+class XInferError(XInferRosError, ValueError):
     """Base class of every error raised by ``xinfer_ros.core``."""
 
 

@@ -283,27 +283,7 @@ class RateTable:
                                          f"number >= 0, got {v!r}")
             return tuple(float(v) * 1e-3 for v in vals)
 
-        entries = data["entries"]
-        if not isinstance(entries, list):
-            raise RateTableError(f"{source}: 'entries' must be a list")
-        rates: dict[Vec3, tuple[float, float, float]] = {}
-        for i, e in enumerate(entries):
-            if not isinstance(e, Mapping) or "n" not in e or "rho" not in e:
-                raise RateTableError(f"{source}: entries[{i}] needs 'n' and 'rho', got {e!r}")
-            n, rho = e["n"], e["rho"]
-            if not isinstance(n, list) or len(n) != NUM_STAGES or \
-                    not isinstance(rho, list) or len(rho) != NUM_STAGES:
-                raise RateTableError(f"{source}: entries[{i}] must have 3 counts and 3 rates, "
-                                     f"got {e!r}")
-            vec = cast(Vec3, tuple(n))  # ints are checked by RateTable itself
-            if vec in rates:
-                raise RateTableError(f"{source}: duplicate entry for n={n}")
-            for s, r in zip(STAGES, rho, strict=True):
-                if isinstance(r, bool) or not isinstance(r, (int, float)) or \
-                        not math.isfinite(r) or r <= 0:
-                    raise RateTableError(f"{source}: entries[{i}] (n={n}) has rate "
-                                         f"rho_{s.short}={r!r}; rates must be finite and > 0")
-            rates[vec] = (float(rho[0]), float(rho[1]), float(rho[2]))
+        rates = _parse_entries(data["entries"], source)
         try:
             return cls(
                 work=to_s("work_ms"),  # type: ignore[arg-type]
@@ -318,6 +298,35 @@ class RateTable:
             )
         except RateTableError as exc:
             raise RateTableError(f"{source}: {exc}") from None
+
+
+def _parse_entries(entries: Any, source: str) -> dict[Vec3, tuple[float, float, float]]:
+    """Parse the file's ``entries`` list into ``{n: (ρ_V, ρ_P, ρ_A)}``.
+
+    Raises:
+        RateTableError: naming ``source`` and the offending entry.
+    """
+    if not isinstance(entries, list):
+        raise RateTableError(f"{source}: 'entries' must be a list")
+    rates: dict[Vec3, tuple[float, float, float]] = {}
+    for i, e in enumerate(entries):
+        if not isinstance(e, Mapping) or "n" not in e or "rho" not in e:
+            raise RateTableError(f"{source}: entries[{i}] needs 'n' and 'rho', got {e!r}")
+        n, rho = e["n"], e["rho"]
+        if not isinstance(n, list) or len(n) != NUM_STAGES or \
+                not isinstance(rho, list) or len(rho) != NUM_STAGES:
+            raise RateTableError(f"{source}: entries[{i}] must have 3 counts and 3 rates, "
+                                 f"got {e!r}")
+        vec = cast(Vec3, tuple(n))  # ints are checked by RateTable itself
+        if vec in rates:
+            raise RateTableError(f"{source}: duplicate entry for n={n}")
+        for s, r in zip(STAGES, rho, strict=True):
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or \
+                    not math.isfinite(r) or r <= 0:
+                raise RateTableError(f"{source}: entries[{i}] (n={n}) has rate "
+                                     f"rho_{s.short}={r!r}; rates must be finite and > 0")
+        rates[vec] = (float(rho[0]), float(rho[1]), float(rho[2]))
+    return rates
 
 
 def _ms_scalar(v: Any, key: str, source: str) -> float:

@@ -105,54 +105,79 @@ def run_closed_loop(
     """
     if robots < 1:
         raise ValueError(f"robots must be >= 1, got {robots!r}")
-    rng = random.Random(seed)
-    pred = policy.predictor
-    res = ClosedLoopResult()
-    events: list[tuple[float, int, int, int, int]] = []  # (t, seq, kind, a, b)
-    seq = 0
-    cycle = phase_len * len(budgets)
-    responses = [(i * cycle) // robots for i in range(robots)]  # staggered phases
-    last_send = [0.0] * robots
-    by_id: dict[int, tuple[int, float]] = {}  # request id -> (robot, send time)
-    next_id = 0
-    ready_count = policy.ready_queue
-
-    def push(t: float, kind: int, a: int = 0, b: int = 0) -> None:
-        nonlocal seq
-        heapq.heappush(events, (t, seq, kind, a, b))
-        seq += 1
-
-    for i in range(robots):
-        push(i * send_period / robots, _ARRIVAL, i)
-    if tick > 0:
-        push(0.0, _TICK)
-
-    def launch_all(out: SchedulerOutput, t: float) -> None:
-        for ln in out.launches:
-            s = ln.stage
-            c = policy.tracker.counts
-            n = [c[0], c[1], c[2]]
-            n[s] -= 1  # the launched unit is already counted; rate uses the others
-            dur = pred.q(s, n) * (1.0 + jitter * (2.0 * rng.random() - 1.0))
-            push(t + dur, _COMPLETE, ln.request.request_id, int(s))
-        for req in out.finished:
-            robot, sent = by_id.pop(req.request_id)
-            r_t = t + pred.h_out
-            res.latencies.append((req.robot_id, req.budget, r_t - sent))
-            responses[robot] += 1
-            nxt = next_send(last_send[robot], r_t, send_period)
-            push(nxt, _ARRIVAL, robot)
-
+    fleet = _Fleet(policy, robots, budgets=budgets, phase_len=phase_len,
+                   send_period=send_period, tick=tick, rng=random.Random(seed), jitter=jitter,
+                   clock=clock)
+    events = fleet.events
     while events:
         t, _, kind, a, b = heapq.heappop(events)
         if t > duration:
             break
+        out, cost = fleet.decide(t, kind, a, b)
+        if t >= record_from:
+            fleet.record(t, kind, out, cost)
+        fleet.launch_all(out, t)
+    return fleet.result
+
+
+class _Fleet:
+    """The robots, the event queue and the requests in flight of one closed-loop run."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        robots: int,
+        *,
+        budgets: Sequence[float],
+        phase_len: int,
+        send_period: float,
+        tick: float,
+        rng: random.Random,
+        jitter: float,
+        clock: Callable[[], int],
+    ) -> None:
+        self.policy = policy
+        self.pred = policy.predictor
+        self.budgets = budgets
+        self.phase_len = phase_len
+        self.send_period = send_period
+        self.tick = tick
+        self.rng = rng
+        self.jitter = jitter
+        self.clock = clock
+        self.result = ClosedLoopResult()
+        self.events: list[tuple[float, int, int, int, int]] = []  # (t, seq, kind, a, b)
+        self._seq = 0
+        cycle = phase_len * len(budgets)
+        self.responses = [(i * cycle) // robots for i in range(robots)]  # staggered phases
+        self.last_send = [0.0] * robots
+        self.by_id: dict[int, tuple[int, float]] = {}  # request id -> (robot, send time)
+        self.next_id = 0
+        for i in range(robots):
+            self.push(i * send_period / robots, _ARRIVAL, i)
+        if tick > 0:
+            self.push(0.0, _TICK)
+
+    def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
+        """Queue an event; the sequence number keeps same-time events in push order."""
+        heapq.heappush(self.events, (t, self._seq, kind, a, b))
+        self._seq += 1
+
+    def send(self, robot: int, t: float) -> Request:
+        """The request ``robot`` sends at ``t``, with the budget of its current phase."""
+        budgets = self.budgets
+        budget = budgets[(self.responses[robot] // self.phase_len) % len(budgets)]
+        req = Request(self.next_id, f"robot_{robot}", arrival=t, budget=budget)
+        self.by_id[self.next_id] = (robot, t)
+        self.last_send[robot] = t
+        self.next_id += 1
+        return req
+
+    def decide(self, t: float, kind: int, a: int, b: int) -> tuple[SchedulerOutput, int]:
+        """Hand one event to the policy; returns its output and the call's cost (ns)."""
+        clock, policy = self.clock, self.policy
         if kind == _ARRIVAL:
-            budget = budgets[(responses[a] // phase_len) % len(budgets)]
-            req = Request(next_id, f"robot_{a}", arrival=t, budget=budget)
-            by_id[next_id] = (a, t)
-            last_send[a] = t
-            next_id += 1
+            req = self.send(a, t)
             t0 = clock()
             out = policy.on_arrival(req, t)
             cost = clock() - t0
@@ -164,12 +189,32 @@ def run_closed_loop(
             t0 = clock()
             out = policy.on_tick(t)
             cost = clock() - t0
-            push(t + tick, _TICK)
-        if t >= record_from:
-            # Ready units the decision considered: those left queued plus those launched.
-            queued = (len(ready_count(0)) + len(ready_count(1)) + len(ready_count(2))
-                      + len(out.launches))
-            res.decisions.append(DecisionSample(t, _KIND_NAMES[kind], queued,
-                                                len(out.launches), cost))
-        launch_all(out, t)
-    return res
+            self.push(t + self.tick, _TICK)
+        return out, cost
+
+    def record(self, t: float, kind: int, out: SchedulerOutput, cost: int) -> None:
+        """Record one timed decision."""
+        ready_count = self.policy.ready_queue
+        # Ready units the decision considered: those left queued plus those launched.
+        queued = (len(ready_count(0)) + len(ready_count(1)) + len(ready_count(2))
+                  + len(out.launches))
+        self.result.decisions.append(DecisionSample(t, _KIND_NAMES[kind], queued,
+                                                    len(out.launches), cost))
+
+    def launch_all(self, out: SchedulerOutput, t: float) -> None:
+        """Start the launched units and answer the finished requests."""
+        pred, rng, jitter = self.pred, self.rng, self.jitter
+        for ln in out.launches:
+            s = ln.stage
+            c = self.policy.tracker.counts
+            n = [c[0], c[1], c[2]]
+            n[s] -= 1  # the launched unit is already counted; rate uses the others
+            dur = pred.q(s, n) * (1.0 + jitter * (2.0 * rng.random() - 1.0))
+            self.push(t + dur, _COMPLETE, ln.request.request_id, int(s))
+        for req in out.finished:
+            robot, sent = self.by_id.pop(req.request_id)
+            r_t = t + pred.h_out
+            self.result.latencies.append((req.robot_id, req.budget, r_t - sent))
+            self.responses[robot] += 1
+            nxt = next_send(self.last_send[robot], r_t, self.send_period)
+            self.push(nxt, _ARRIVAL, robot)

@@ -299,7 +299,8 @@ class XInferPolicy(Policy):
             if r.deadline - t < rem:
                 late.add(rid)
 
-    def _refresh(
+    # Inlined on purpose: runs on every scheduling decision; a split costs µs (docs/BENCHMARKS.md).
+    def _refresh(  # noqa: PLR0912, PLR0915
         self, t: float, units: dict[int, tuple[float, float, int]]
     ) -> tuple[set[int], tuple[int, int, int]]:
         """Algorithm 2 at ``t``; ``units`` is the tracker's snapshot at ``t``."""

@@ -15,7 +15,7 @@ import functools
 import heapq
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from xinfer_ros.core.constants import LINK_DELAY, SEND_PERIOD
 from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.timing import deadline, next_send
+from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineResult
 
@@ -107,16 +108,13 @@ def run_closed_loop(
     clock = engine.clock
     t0 = clock.now()
     cond = threading.Condition()
-    heap: list[tuple[float, int, int]] = []  # (submit time, tiebreak, robot)
     tie = itertools.count()
+    heap = _first_submissions(robots, link_up, tie)
     delta = link_up + link_down
     run = ClosedLoopRun()
     sent_count = [0] * len(robots)
     previous: list[np.ndarray | None] = [None] * len(robots)
     in_flight = [0]
-    for i, plan in enumerate(robots):
-        heap.append((plan.start + link_up, next(tie), i))
-    heapq.heapify(heap)
 
     def on_result(i: int, rec: Sent, result: EngineResult) -> None:
         ready = result.finished - t0
@@ -157,9 +155,25 @@ def run_closed_loop(
         # Outside the lock: an immediate refusal runs the callback on this thread.
         engine.submit(inputs(i, prev), rec.budget * 1e3, f"robot{i}",
                       callback=functools.partial(on_result, i, rec))
+    _wait_for_in_flight(clock, cond, in_flight, drain)
+    run.duration = duration
+    return run
+
+
+def _first_submissions(
+    robots: list[RobotPlan], link_up: float, tie: Iterator[int]
+) -> list[tuple[float, int, int]]:
+    """The submission heap at the start: (submit time, tiebreak, robot) of each first send."""
+    heap = [(plan.start + link_up, next(tie), i) for i, plan in enumerate(robots)]
+    heapq.heapify(heap)
+    return heap
+
+
+def _wait_for_in_flight(
+    clock: Clock, cond: threading.Condition, in_flight: list[int], drain: float
+) -> None:
+    """Wait up to ``drain`` engine seconds for the requests still in flight to answer."""
     end = clock.now() + drain
     with cond:
         while in_flight[0] and clock.now() < end:
             clock.wait(cond, 0.01)
-    run.duration = duration
-    return run

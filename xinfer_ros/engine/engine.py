@@ -14,6 +14,11 @@ stage ``s`` run. Failures stay local: a request whose inputs fail validation is
 rejected, a request whose stage raises fails with the exception text, and its slot is
 released for the others.
 
+Parts: :mod:`~xinfer_ros.engine.admission` decides which requests may hold state,
+:mod:`~xinfer_ros.engine.gates` which launches the slots and switches allow, and
+:mod:`~xinfer_ros.engine.delivery` finishes every request once; this module is the
+dispatcher between them, the lanes and the policies.
+
 Thread-safety: :meth:`StageEngine.submit`, :meth:`cancel`, :meth:`set_policy`,
 :meth:`stats` and :meth:`close` may be called from any thread (e.g. ROS callbacks).
 Result callbacks run on engine threads and must return quickly.
@@ -21,15 +26,13 @@ Result callbacks run on engine threads and must return quickly.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import queue
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -41,10 +44,13 @@ from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.core.timing import budget_seconds
+from xinfer_ros.core.timing import MS_PER_S, budget_seconds
+from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.backends.base import Backend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
 from xinfer_ros.engine.clock import Clock
+from xinfer_ros.engine.delivery import ResultDelivery
+from xinfer_ros.engine.gates import ExecutionGates
 from xinfer_ros.engine.lanes import (
     ACTION_GROUP,
     CONTEXT_GROUP,
@@ -55,42 +61,17 @@ from xinfer_ros.engine.lanes import (
     group_of,
 )
 from xinfer_ros.engine.prediction import PredictionAudit
-from xinfer_ros.engine.types import EngineConfig, EngineResult, Overflow, StageTimings, Status
+from xinfer_ros.engine.types import EngineConfig, EngineResult, Status
 
 __all__ = ["ResultCallback", "StageEngine"]
 
 _LOG = logging.getLogger("xinfer_ros.engine")
-
-#: ``callback(result)`` invoked once per submitted request.
-ResultCallback = Callable[[EngineResult], None]
 
 #: Policies whose decisions change only on events, never with the passage of time
 #: (as in the simulator); others get periodic ticks while ready work waits.
 _TIME_INVARIANT = frozenset({"fifo", "edf"})
 
 _STAGE_FIELD = {Stage.VIT: "vit_ms", Stage.PREFILL: "prefill_ms", Stage.ACTION: "action_ms"}
-
-
-@dataclass(eq=False)
-class _Live:
-    """Engine-side record of one live request (dispatcher-owned after submit)."""
-
-    rid: int
-    robot_id: str
-    budget: float
-    inputs: Any
-    callback: ResultCallback | None
-    future: Future[EngineResult]
-    submitted: float
-    state: Any = None
-    request: Request | None = None
-    policy: Policy | None = None
-    running: Stage | None = None
-    in_output: bool = False
-    model_started: bool = False
-    ready_since: float = math.nan
-    drop: tuple[Status, str] | None = None
-    timings: StageTimings = field(default_factory=StageTimings)
 
 
 class StageEngine:
@@ -145,19 +126,13 @@ class StageEngine:
         self._draining: list[Policy] = []
         self.audit = PredictionAudit(self.config.sample_period_s)
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._live: dict[int, _Live] = {}
-        self._by_robot: dict[str, set[int]] = {}
-        self._ids = itertools.count(1)
+        self._table = LiveTable(self.config.max_live, self.config.overflow,
+                                self.config.supersede)
         self._last_arrival = -math.inf
-        self._counts: dict[str, int] = {s.name: 0 for s in Status}
-        # Dispatcher-owned execution state.
-        self._running: list[int] = [0, 0, 0]
-        self._group_running = {CONTEXT_GROUP: 0, ACTION_GROUP: 0}
-        self._round_units = 0
-        self._round_cohort: set[int] = set()
-        #: Cohort members whose Prefill has not started: the round's Context is unfinished.
-        self._round_pending: set[int] = set()
+        #: Dispatcher-owned: what runs, and what the slots and switches allow next.
+        self._gates = ExecutionGates(self.config)
+        self._delivery = ResultDelivery(backend, self._table, self.clock, self._note,
+                                        self._gates.forget)
         self._gate = SharedExclusiveGate(enabled=not self.config.cpu_overlap)
         # Lanes are sized for the configured slots even when intra-stage concurrency is
         # off, so that set_switches can turn it on at run time.
@@ -172,7 +147,6 @@ class StageEngine:
         #: Policy decisions made and wall seconds spent in them (dispatcher cost).
         self._decisions = 0
         self._decide_s = 0.0
-        self._closed = False
         self._stopped = threading.Event()
 
     # -- construction helpers -----------------------------------------------------------
@@ -218,10 +192,8 @@ class StageEngine:
         Args:
             drain_timeout: engine seconds to wait for live requests to finish.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._table.close():
+            return
         deadline = self.clock.now() + drain_timeout
         while self.live_count() and self.clock.now() < deadline and self._thread is not None:
             self.clock.sleep(0.005)
@@ -230,11 +202,9 @@ class StageEngine:
             self._thread.join(timeout=10.0)
         for lane in self._lanes.values():
             lane.shutdown(wait=True)
-        with self._lock:
-            left = list(self._live.values())
-        for live in left:
+        for live in self._table.remaining():
             self._finish(live, Status.SHED, "engine stopped")
-        self._note("engine closed: %s", self._counts)
+        self._note("engine closed: %s", self._table.counts())
 
     # -- public API -------------------------------------------------------------------------
     def submit(
@@ -261,46 +231,17 @@ class StageEngine:
         now = self.clock.now()
         robot = str(robot_id)
         try:
-            budget: float | None = budget_seconds(budget_ms)
-            refuse: str | None = None
+            budget, refused = budget_seconds(budget_ms), ""
         except InvalidRequestError as exc:
-            budget, refuse = None, str(exc)
-        shed: list[_Live] = []
-        with self._lock:
-            rid = next(self._ids)
-            live = _Live(rid, robot, budget if budget is not None else math.nan, request_inputs,
-                         callback, fut, now)
-            if self._closed:
-                refuse = "engine is closed"
-            elif refuse is None:
-                # The robot's older request is superseded only if this one is accepted.
-                older = ([self._live[r] for r in self._by_robot.get(robot, ())]
-                         if self.config.supersede else [])
-                if len(self._live) - len(older) >= self.config.max_live:
-                    victim = self._pick_victim() if (
-                        self.config.overflow is Overflow.SHED_OLDEST) else None
-                    if victim is None:
-                        refuse = (f"backpressure: {len(self._live)} live requests "
-                                  f"(max_live={self.config.max_live})")
-                    else:
-                        self._detach(victim)
-                        victim.drop = (Status.SHED, f"shed by backpressure (max_live="
-                                                    f"{self.config.max_live})")
-                        shed.append(victim)
-                if refuse is None:
-                    for old_live in older:
-                        if old_live not in shed:
-                            self._detach(old_live)
-                            shed.append(old_live)
-                    self._live[rid] = live
-                    self._by_robot.setdefault(robot, set()).add(rid)
-        for old_live in shed:
-            if old_live.drop is None:
-                old_live.drop = (Status.SHED, f"superseded by a newer request of robot {robot}")
-            self._events.put(("drop", old_live))
-        if refuse is not None:
-            self._finish(live, Status.REJECTED, refuse)
+            budget, refused = math.nan, str(exc)
+        live = LiveRequest(self._table.next_id(), robot, budget, request_inputs, callback,
+                           fut, now)
+        admission = self._table.admit(live) if not refused else None
+        if admission is None or admission.refused:
+            self._finish(live, Status.REJECTED, admission.refused if admission else refused)
             return fut
+        for dropped in admission.dropped:
+            self._events.put(("drop", dropped))
         self._lanes[CPU_GROUP].submit(self._prepare_task, live)
         return fut
 
@@ -346,34 +287,19 @@ class StageEngine:
 
     def live_count(self) -> int:
         """Requests currently holding engine state."""
-        with self._lock:
-            return len(self._live)
+        return len(self._table)
 
     def stats(self) -> dict[str, Any]:
         """Snapshot for diagnostics (thread-safe, approximate while running)."""
-        with self._lock:
-            return {"emulated": self.backend.emulated, "policy": self.policy.name,
-                    "live": len(self._live), "results": dict(self._counts),
-                    "running": list(self._running), "slots": list(self.config.effective_slots),
-                    "draining_policies": len(self._draining), "decisions": self._decisions,
-                    "decision_ms_total": self._decide_s * 1e3}
-
-    # -- submit helpers (caller holds the lock) -----------------------------------------------
-    def _detach(self, live: _Live) -> None:
-        """Stop counting ``live`` against the bound; the dispatcher finishes it."""
-        self._live.pop(live.rid, None)
-        ids = self._by_robot.get(live.robot_id)
-        if ids is not None:
-            ids.discard(live.rid)
-            if not ids:
-                del self._by_robot[live.robot_id]
-
-    def _pick_victim(self) -> _Live | None:
-        waiting = [lv for lv in self._live.values() if not lv.model_started and lv.drop is None]
-        return min(waiting, key=lambda lv: (lv.submitted, lv.rid)) if waiting else None
+        return {"emulated": self.backend.emulated, "policy": self.policy.name,
+                "live": len(self._table), "results": self._table.counts(),
+                "running": list(self._gates.running),
+                "slots": list(self.config.effective_slots),
+                "draining_policies": len(self._draining), "decisions": self._decisions,
+                "decision_ms_total": self._decide_s * MS_PER_S}
 
     # -- CPU work -----------------------------------------------------------------------------
-    def _prepare_task(self, live: _Live) -> None:
+    def _prepare_task(self, live: LiveRequest) -> None:
         state, error = None, None
         with self._gate.exclusive():
             t1 = self.clock.now()
@@ -385,11 +311,11 @@ class StageEngine:
                 error = (Status.ERROR, f"prepare raised {type(exc).__name__}: {exc}")
         t2 = self.clock.now()
         live.inputs = None  # the raw images are no longer needed
-        live.timings.queue_ms += (t1 - live.submitted) * 1e3
-        live.timings.prepare_ms = (t2 - t1) * 1e3
+        live.timings.queue_ms += (t1 - live.submitted) * MS_PER_S
+        live.timings.prepare_ms = (t2 - t1) * MS_PER_S
         self._events.put(("prepared", live, state, error))
 
-    def _output_task(self, live: _Live) -> None:
+    def _output_task(self, live: LiveRequest) -> None:
         t0 = self.clock.now()
         actions, error = None, None
         with self._gate.exclusive():
@@ -399,11 +325,11 @@ class StageEngine:
             except Exception as exc:  # a faulty request fails alone
                 error = f"output raised {type(exc).__name__}: {exc}"
         t2 = self.clock.now()
-        live.timings.queue_ms += (t1 - t0) * 1e3
-        live.timings.output_ms = (t2 - t1) * 1e3
+        live.timings.queue_ms += (t1 - t0) * MS_PER_S
+        live.timings.output_ms = (t2 - t1) * MS_PER_S
         self._events.put(("output", live, actions, error))
 
-    def _unit_task(self, live: _Live, stage: Stage, issued: float) -> None:
+    def _unit_task(self, live: LiveRequest, stage: Stage, issued: float) -> None:
         error: BaseException | None = None
         lane = current_lane()
         if lane is not None:
@@ -464,12 +390,11 @@ class StageEngine:
             self._stopped.set()
 
     def _needs_tick(self) -> bool:
-        slots = self.config.effective_slots
         for policy in (*self._draining, self.policy):
             if not getattr(policy, "time_dependent", policy.name not in _TIME_INVARIANT):
                 continue
             for s in range(3):
-                if self._running[s] < slots[s] and policy.ready_queue(s):
+                if self._gates.has_free_slot(s) and policy.ready_queue(s):
                     return True
         return False
 
@@ -480,7 +405,7 @@ class StageEngine:
         except Exception as exc:  # the dispatcher must survive any single request
             self._note("internal error handling %s event", ev[0], level=logging.ERROR,
                        exc_info=True)
-            live = ev[1] if len(ev) > 1 and isinstance(ev[1], _Live) else None
+            live = ev[1] if len(ev) > 1 and isinstance(ev[1], LiveRequest) else None
             if live is not None:
                 self._remove_from_policy(live, self.clock.now())
                 self._finish(live, Status.ERROR, f"internal error: {type(exc).__name__}: {exc}")
@@ -502,7 +427,7 @@ class StageEngine:
         elif kind == "switches":
             self._on_switches(ev[1], ev[2])
 
-    def _on_prepared(self, live: _Live, state: Any, error: tuple[Status, str] | None) -> None:
+    def _on_prepared(self, live: LiveRequest, state: Any, error: tuple[Status, str] | None) -> None:
         live.state = state
         if error is not None:
             self._finish(live, error[0], error[1])
@@ -524,15 +449,12 @@ class StageEngine:
             return
         live.request, live.policy, live.ready_since = req, self.policy, now
 
-    def _on_unit(self, live: _Live, stage: Stage, t0: float, t1: float,
+    def _on_unit(self, live: LiveRequest, stage: Stage, t0: float, t1: float,
                  error: BaseException | None) -> None:
         now = self.clock.now()
-        self._running[stage] -= 1
-        self._group_running[group_of(stage)] -= 1
-        if self.config.round_barrier and self._round_units > 0:
-            self._round_units -= 1
+        self._gates.completed(stage)
         live.running = None
-        setattr(live.timings, _STAGE_FIELD[stage], (t1 - t0) * 1e3)
+        setattr(live.timings, _STAGE_FIELD[stage], (t1 - t0) * MS_PER_S)
         policy = live.policy
         assert policy is not None
         if error is not None:
@@ -559,7 +481,7 @@ class StageEngine:
         live.in_output = True
         self._lanes[CPU_GROUP].submit(self._output_task, live)
 
-    def _on_output(self, live: _Live, actions: np.ndarray | None, error: str | None) -> None:
+    def _on_output(self, live: LiveRequest, actions: np.ndarray | None, error: str | None) -> None:
         now = self.clock.now()
         live.in_output = False
         if error is not None:
@@ -572,7 +494,7 @@ class StageEngine:
             return
         self._finish(live, Status.OK, "", actions)
 
-    def _on_drop(self, live: _Live) -> None:
+    def _on_drop(self, live: LiveRequest) -> None:
         """A request detached by ``submit`` (superseded or shed by backpressure)."""
         if live.future.done():
             return
@@ -584,10 +506,7 @@ class StageEngine:
         # else: running or in output: finished at its next stage boundary
 
     def _on_cancel(self, robot_id: str, reason: str) -> None:
-        with self._lock:
-            lives = [self._live[r] for r in self._by_robot.get(robot_id, ())]
-            for live in lives:
-                self._detach(live)
+        lives = self._table.take_robot(robot_id)
         for live in lives:
             live.drop = (Status.SHED, f"cancelled: {reason}")
             self._on_drop(live)
@@ -604,15 +523,10 @@ class StageEngine:
         Returns:
             Whether any request was shed.
         """
-        with self._lock:
-            expired = [lv for lv in self._live.values()
-                       if lv.request is not None and lv.running is None and not lv.in_output
-                       and lv.drop is None and now > lv.submitted + lv.budget]
-            for live in expired:
-                self._detach(live)
+        expired = self._table.take_expired(now)
         for live in expired:
             live.drop = (Status.SHED, f"deadline passed while waiting for a stage "
-                                      f"(budget {live.budget * 1e3:.0f} ms)")
+                                      f"(budget {live.budget * MS_PER_S:.0f} ms)")
             self._on_drop(live)
         return bool(expired)
 
@@ -630,12 +544,11 @@ class StageEngine:
         for policy in (*self._draining, self.policy):
             policy.set_slots(self.config.effective_slots)
         self._gate.enabled = not self.config.cpu_overlap
-        if not self.config.round_barrier:
-            self._round_units, self._round_pending = 0, set()
+        self._gates.reconfigure(self.config)
         self._note("switches changed: %s", changes)
         fut.set_result(self.config)
 
-    def _remove_from_policy(self, live: _Live, now: float) -> None:
+    def _remove_from_policy(self, live: LiveRequest, now: float) -> None:
         self.audit.drop(live.rid)
         policy = live.policy
         if policy is not None and live.rid in policy.requests:
@@ -655,91 +568,26 @@ class StageEngine:
             self.audit.maybe_sample(self.policy, now)
 
     def _launch_all(self, policy: Policy, out: Any, now: float) -> None:
-        opening = (self.config.round_barrier and self._round_units == 0
-                   and not self._round_pending)
-        if opening:
-            self._round_cohort = set()
+        opening = self._gates.open_round()
         for launch in out.launches:
-            if self._allowed(launch, opening):
+            if self._gates.allows(launch.stage, launch.request_id, opening):
                 self._issue(launch, now, opening)
             else:
                 policy.abort(launch.request_id, now)
 
-    def _allowed(self, launch: Launch, opening: bool) -> bool:
-        """Physical slots plus the ablation gates (serial device, no G, no M, rounds)."""
-        s = launch.stage
-        cfg = self.config
-        if self._running[s] >= cfg.effective_slots[s]:
-            return False
-        group = group_of(s)
-        if cfg.serial_device and any(self._running):
-            return False
-        if not cfg.cross_stage:
-            other = ACTION_GROUP if group == CONTEXT_GROUP else CONTEXT_GROUP
-            if self._group_running[other]:
-                return False
-        if not cfg.intra_stage and group == CONTEXT_GROUP and self._group_running[group]:
-            return False
-        if cfg.round_barrier and not opening:
-            # Inside a round only the cohort's Context chain continues (ViT -> Prefill);
-            # everything else waits for the barrier.
-            return s is Stage.PREFILL and launch.request_id in self._round_cohort
-        return True
-
     def _issue(self, launch: Launch, now: float, opening: bool) -> None:
-        live: _Live = launch.request.payload
+        live: LiveRequest = launch.request.payload
         s = launch.stage
-        live.timings.queue_ms += (now - live.ready_since) * 1e3
+        live.timings.queue_ms += (now - live.ready_since) * MS_PER_S
         live.running = s
         live.model_started = True
-        self._running[s] += 1
-        self._group_running[group_of(s)] += 1
-        if self.config.round_barrier:
-            self._round_units += 1
-            if opening and s is Stage.VIT:
-                self._round_cohort.add(live.rid)
-                self._round_pending.add(live.rid)
-            elif s is Stage.PREFILL:
-                self._round_pending.discard(live.rid)
+        self._gates.issued(s, live.rid, opening)
         try:
             self._lanes[group_of(s)].submit(self._unit_task, live, s, now)
         except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
             self._events.put(("unit", live, s, now, now, exc))
 
     # -- results ----------------------------------------------------------------------------------
-    def _finish(self, live: _Live, status: Status, reason: str,
+    def _finish(self, live: LiveRequest, status: Status, reason: str,
                 actions: np.ndarray | None = None) -> None:
-        self._round_pending.discard(live.rid)
-        if live.state is not None:
-            try:
-                self.backend.release(live.state)
-            except Exception:  # releasing must not break the dispatcher
-                self._note("release failed for request %d", live.rid, level=logging.ERROR,
-                           exc_info=True)
-            live.state = None
-        self._deliver(live, status, reason, actions)
-
-    def _deliver(self, live: _Live, status: Status, reason: str,
-                 actions: np.ndarray | None = None) -> None:
-        if live.future.done():
-            return
-        now = self.clock.now()
-        with self._lock:
-            self._detach(live)
-            self._counts[status.name] += 1
-        live.timings.total_ms = (now - live.submitted) * 1e3
-        result = EngineResult(
-            request_id=live.rid, robot_id=live.robot_id, status=status, reason=reason,
-            actions=actions, timings=live.timings, budget_ms=live.budget * 1e3,
-            submitted=live.submitted, finished=now, emulated=self.backend.emulated)
-        if status is not Status.OK and status is not Status.SHED:
-            self._note("request %d (%s) %s: %s", live.rid, live.robot_id, status.name, reason,
-                       level=logging.INFO)
-        if live.callback is not None:
-            try:
-                live.callback(result)
-            except Exception:  # a faulty callback must not stop the engine
-                self._note("result callback of request %d raised", live.rid,
-                           level=logging.ERROR, exc_info=True)
-        live.future.set_result(result)
-
+        self._delivery.finish(live, status, reason, actions)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from xinfer_ros.config_paths import config_dir
+from xinfer_ros.errors import XInferRosError
 
 __all__ = [
     "BACKENDS",
@@ -45,7 +46,7 @@ def config_file(name: str) -> str:
     return str(default_config().parent / name)
 
 
-class PlanError(ValueError):
+class PlanError(XInferRosError, ValueError):
     """The fleet arguments or configuration are invalid."""
 
 

@@ -9,6 +9,8 @@ configuration, tokenizer or statistics cannot be used; it names the path.
 
 from __future__ import annotations
 
+from xinfer_ros.errors import XInferRosError
+
 __all__ = [
     "CheckpointError",
     "ChunkShapeError",
@@ -20,7 +22,7 @@ __all__ = [
 ]
 
 
-class ModelError(Exception):
+class ModelError(XInferRosError):
     """Root of the model layer's exceptions."""
 
 

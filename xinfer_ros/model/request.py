@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from xinfer_ros.model.errors import ModelError
 from xinfer_ros.model.processing import PreparedRequest
 
 __all__ = ["RequestState", "StageOrderError", "StageProgress", "StagedState", "cache_kv"]
@@ -19,7 +20,7 @@ def cache_kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-class StageOrderError(RuntimeError):
+class StageOrderError(ModelError, RuntimeError):
     """A stage ran before the stage it depends on (or twice)."""
 
 

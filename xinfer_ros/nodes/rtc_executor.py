@@ -107,17 +107,39 @@ PARAMS = [
 ]
 
 
+def _check_params(p: dict[str, Any]) -> None:
+    """Reject parameter combinations that no single range check catches.
+
+    Raises:
+        ValueError: If ``commit_steps`` exceeds a fixed ``horizon`` or the budget range is
+            empty.
+    """
+    if p["horizon"] and p["commit_steps"] > p["horizon"]:
+        raise ValueError(f"commit_steps {p['commit_steps']} exceeds horizon {p['horizon']}")
+    if p["min_budget_ms"] > p["max_budget_ms"]:
+        raise ValueError(f"parameter 'min_budget_ms'={p['min_budget_ms']} exceeds "
+                         f"'max_budget_ms'={p['max_budget_ms']}")
+
+
 class RtcExecutor(Node):
     """The executor of one robot; see the module docstring."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("rtc_executor", **kwargs)
         p = declare_params(self, PARAMS)
-        if p["horizon"] and p["commit_steps"] > p["horizon"]:
-            raise ValueError(f"commit_steps {p['commit_steps']} exceeds horizon {p['horizon']}")
-        if p["min_budget_ms"] > p["max_budget_ms"]:
-            raise ValueError(f"parameter 'min_budget_ms'={p['min_budget_ms']} exceeds "
-                             f"'max_budget_ms'={p['max_budget_ms']}")
+        _check_params(p)
+        self._configure(p)
+        self._init_state()
+        self._declare_interfaces()
+        self._create_timers(p["stats_period_s"])
+        self.get_logger().info(
+            f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, "
+            f"H={self.horizon or 'from the chunks'}, "
+            f"d={self.commit}, T_E={self.min_period * 1e3:.0f} ms, startup {self.startup}, "
+            f"hold {self.hold_timeout:g} s")
+
+    def _configure(self, p: dict[str, Any]) -> None:
+        """Set the robot's name and the settings from the declared parameters ``p``."""
         # The robot's name is its namespace's last part (a site prefix may come first).
         namespace = self.get_namespace().strip("/").rsplit("/", 1)[-1]
         self.robot_id: str = p["robot_id"] or namespace or "robot"
@@ -147,6 +169,8 @@ class RtcExecutor(Node):
                              f"action_dim {self.action_dim}")
         self.joint_names = names or [f"joint_{i}" for i in range(self.action_dim)]
 
+    def _init_state(self) -> None:
+        """The chunk queue, the request bookkeeping and the counters, before any chunk."""
         self.queue = ActionQueue(self.action_dim)
         self.smoothness = SpliceSmoothness(self.action_dim)
         #: A chunk has been applied: commands flow (before it, see ``startup``).
@@ -171,6 +195,8 @@ class RtcExecutor(Node):
         self._tick = 0
         self._send_timer: Timer | None = None
 
+    def _declare_interfaces(self) -> None:
+        """Create the publishers (joint_trajectory only if ``output`` uses it) and subscriptions."""
         self.cmd_pub = self.create_publisher(Float64MultiArray, "commands", 10)
         self.traj_pub = self.create_publisher(JointTrajectory, "joint_trajectory", 10) \
             if self.output != "commands" else None
@@ -184,13 +210,11 @@ class RtcExecutor(Node):
                                      qos_profile_sensor_data)
         self._chunk_sub = self.create_subscription(ActionChunk, "action_chunk", self._on_chunk,
                                                    10)
+
+    def _create_timers(self, stats_period: float) -> None:
+        """Start the keyframe tick and the ``executor_stats`` timer."""
         self.create_timer(self.spacing, self._on_timer)
-        self.create_timer(p["stats_period_s"], self._publish_stats)
-        self.get_logger().info(
-            f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, "
-            f"H={self.horizon or 'from the chunks'}, "
-            f"d={self.commit}, T_E={self.min_period * 1e3:.0f} ms, startup {self.startup}, "
-            f"hold {self.hold_timeout:g} s")
+        self.create_timer(stats_period, self._publish_stats)
 
     def _now_tick(self) -> int:
         return int((time.monotonic() - self._t0) / self.spacing)

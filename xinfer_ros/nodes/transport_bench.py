@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -105,23 +107,11 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
     from xinfer_ros.nodes.runtime import make_executor
 
     names = [f"bench_{i}" for i in range(robots)]
-    params = workdir / f"server_{robots}.yaml"
-    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
-        "robots": names, "backend": "emulated", "model": "tiny", "policy": "xinfer",
-        "executor": executor}}}))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "xinfer_ros.nodes.inference_server", "--ros-args",
-         "--params-file", str(params)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env=dict(os.environ))
-    streamer = subprocess.Popen(
-        [sys.executable, "-m", "xinfer_ros.nodes.transport_bench", "--stream",
-         str(camera_rate), str(duration + 90.0), *names],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    server, streamer = _start_server_and_streamer(names, camera_rate, duration, workdir,
+                                                  executor)
     rclpy.init()
     node = rclpy.create_node("transport_bench")
-    lat: list[float] = []
-    split: list[tuple[float, float]] = []  # (wire ms, server overhead ms) per response
-    rejected: list[str] = []
+    tally = _Tally()
     pending: dict[tuple[str, int], float] = {}
     next_send = {n: 0.0 for n in names}
     seqs = {n: 0 for n in names}
@@ -138,13 +128,8 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
         if sent is None:
             return
         now = time.monotonic()
-        if msg.status == ActionChunk.STATUS_OK and sent >= t_start + warmup:
-            lat.append(now - sent)
-            t = msg.timing
-            engine_ms = t.queue_ms + t.vit_ms + t.prefill_ms + t.action_ms + t.output_ms
-            split.append(((now - sent) * 1e3 - t.server_total_ms, t.server_total_ms - engine_ms))
-        elif msg.status != ActionChunk.STATUS_OK:
-            rejected.append(msg.reason)
+        tally.add(msg, now - sent, ok=msg.status == ActionChunk.STATUS_OK,
+                  measured=sent >= t_start + warmup)
         next_send[name] = max(sent + PERIOD_S, now)  # Eq. 1
 
     for n in names:
@@ -155,31 +140,14 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
     spinner = make_executor(executor)
     spinner.add_node(node)
     # Wait for the server to subscribe before the clock starts.
-    end = time.monotonic() + 60.0
-    while time.monotonic() < end and pubs[names[-1]].get_subscription_count() == 0:
-        spinner.spin_once(timeout_sec=0.05)
-    settle = time.monotonic() + 1.0  # let camera frames reach the server
-    while time.monotonic() < settle:
-        spinner.spin_once(timeout_sec=0.05)
+    _wait_for_server(spinner, pubs[names[-1]])
     t_start = time.monotonic()
     stop = t_start + duration
     cpu_start = _cpu_seconds(server.pid)
     for i, n in enumerate(names):
         next_send[n] = t_start + 0.2 + i * PERIOD_S / robots
     while time.monotonic() < stop:
-        now = time.monotonic()
-        for n in names:
-            waiting = any(key[0] == n for key in pending)
-            if waiting and now - max(v for k, v in pending.items() if k[0] == n) > 2.0:
-                pending.clear()  # a lost request: resend rather than stall
-                waiting = False
-            if not waiting and now >= next_send[n]:
-                seqs[n] += 1
-                req = PolicyRequest(robot_id=n, seq=seqs[n], budget_ms=BUDGET_MS,
-                                    commit_steps=8, keyframe_spacing_s=0.03)
-                req.header.stamp = node.get_clock().now().to_msg()
-                pending[(n, seqs[n])] = time.monotonic()
-                pubs[n].publish(req)
+        _send_due_requests(node, pubs, pending, next_send, seqs)
         spinner.spin_once(timeout_sec=0.002)
     cpu_share = (_cpu_seconds(server.pid) - cpu_start) / (time.monotonic() - t_start)
     spinner.shutdown()
@@ -188,13 +156,96 @@ def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
     for proc in (server, streamer):
         proc.terminate()
         proc.wait(timeout=20)
-    if split:
-        wire, over = np.median(np.asarray(split), axis=0)
+    tally.report(robots, cpu_share)
+    return tally.lat
+
+
+@dataclass
+class _Tally:
+    """What the answered chunks of one ``through_ros`` run measured."""
+
+    lat: list[float] = field(default_factory=list)
+    split: list[tuple[float, float]] = field(default_factory=list)  # (wire, server overhead) ms
+    rejected: list[str] = field(default_factory=list)
+
+    def add(self, msg: Any, latency: float, *, ok: bool, measured: bool) -> None:
+        """Count one chunk that answered a request after ``latency`` seconds.
+
+        Args:
+            msg: The ActionChunk.
+            latency: From send to receipt (s).
+            ok: The chunk's status is OK.
+            measured: The request went out after the warm-up.
+        """
+        if ok and measured:
+            self.lat.append(latency)
+            t = msg.timing
+            engine_ms = t.queue_ms + t.vit_ms + t.prefill_ms + t.action_ms + t.output_ms
+            self.split.append((latency * 1e3 - t.server_total_ms,
+                               t.server_total_ms - engine_ms))
+        elif not ok:
+            self.rejected.append(msg.reason)
+
+    def report(self, robots: int, cpu_share: float) -> None:
+        """Print the median split of the latency (nothing when no chunk was measured)."""
+        if not self.split:
+            return
+        rejected = self.rejected
+        wire, over = np.median(np.asarray(self.split), axis=0)
         print(f"  {robots} robots via ROS: median wire (DDS both ways) {wire:.2f} ms, "
               f"server outside the engine {over:.2f} ms, server CPU {cpu_share:.0%} of a core; "
               f"{len(rejected)} non-OK"
               + (f" (e.g. {rejected[0]})" if rejected else ""))
-    return lat
+
+
+def _start_server_and_streamer(
+    names: list[str], camera_rate: float, duration: float, workdir: Path, executor: str
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """Start the emulated inference_server for ``names`` and the camera streamer."""
+    params = workdir / f"server_{len(names)}.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "robots": names, "backend": "emulated", "model": "tiny", "policy": "xinfer",
+        "executor": executor}}}))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "xinfer_ros.nodes.inference_server", "--ros-args",
+         "--params-file", str(params)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(os.environ))
+    # It outlives the measurement by a wide margin: through_ros terminates it.
+    streamer = subprocess.Popen(
+        [sys.executable, "-m", "xinfer_ros.nodes.transport_bench", "--stream",
+         str(camera_rate), str(duration + 90.0), *names],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    return server, streamer
+
+
+def _wait_for_server(spinner: Any, pub: Any) -> None:
+    """Spin until the server subscribes to ``pub`` (at most 60 s), then 1 s more."""
+    end = time.monotonic() + 60.0
+    while time.monotonic() < end and pub.get_subscription_count() == 0:
+        spinner.spin_once(timeout_sec=0.05)
+    settle = time.monotonic() + 1.0  # let camera frames reach the server
+    while time.monotonic() < settle:
+        spinner.spin_once(timeout_sec=0.05)
+
+
+def _send_due_requests(node: Any, pubs: dict[str, Any], pending: dict[tuple[str, int], float],
+                       next_send: dict[str, float], seqs: dict[str, int]) -> None:
+    """Send each robot's next request once its Eq. 1 send time has come (one in flight)."""
+    from xinfer_ros.msg import PolicyRequest
+
+    now = time.monotonic()
+    for n, pub in pubs.items():
+        waiting = any(key[0] == n for key in pending)
+        if waiting and now - max(v for k, v in pending.items() if k[0] == n) > 2.0:
+            pending.clear()  # a lost request: resend rather than stall
+            waiting = False
+        if not waiting and now >= next_send[n]:
+            seqs[n] += 1
+            req = PolicyRequest(robot_id=n, seq=seqs[n], budget_ms=BUDGET_MS,
+                                commit_steps=8, keyframe_spacing_s=0.03)
+            req.header.stamp = node.get_clock().now().to_msg()
+            pending[(n, seqs[n])] = time.monotonic()
+            pub.publish(req)
 
 
 def _cpu_seconds(pid: int) -> float:

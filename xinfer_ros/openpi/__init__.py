@@ -10,6 +10,7 @@ and ``options.py`` for the ``xinfer/*`` keys.
 from __future__ import annotations
 
 from xinfer_ros.openpi.codec import CodecError, packb, unpackb
+from xinfer_ros.openpi.errors import ObservationFieldError, OpenPIError
 from xinfer_ros.openpi.layouts import (
     ALOHA,
     BUILTIN_LAYOUTS,
@@ -17,7 +18,6 @@ from xinfer_ros.openpi.layouts import (
     CameraSource,
     MappedObservation,
     ModelSpec,
-    ObservationError,
     ObservationLayout,
     load_layout,
     map_observation,
@@ -34,8 +34,9 @@ __all__ = [
     "CodecError",
     "MappedObservation",
     "ModelSpec",
-    "ObservationError",
+    "ObservationFieldError",
     "ObservationLayout",
+    "OpenPIError",
     "OpenPIServer",
     "RequestOptions",
     "ServerConfig",

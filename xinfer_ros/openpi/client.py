@@ -14,11 +14,12 @@ from typing import Any
 from websockets.sync.client import ClientConnection, connect
 
 from xinfer_ros.openpi.codec import packb, unpackb
+from xinfer_ros.openpi.errors import OpenPIError
 
 __all__ = ["OpenPIClient", "ServerError"]
 
 
-class ServerError(RuntimeError):
+class ServerError(OpenPIError, RuntimeError):
     """The server answered with a text frame (the openpi protocol's error report)."""
 
 

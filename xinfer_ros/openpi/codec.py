@@ -21,6 +21,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from xinfer_ros.openpi.errors import OpenPIError
+
 __all__ = ["CodecError", "packb", "unpackb"]
 
 _ND = b"__ndarray__"
@@ -33,7 +35,7 @@ _REFUSED_KINDS = frozenset("OVc")
 _MAX_DEPTH = 32
 
 
-class CodecError(ValueError):
+class CodecError(OpenPIError, ValueError):
     """A message is not valid msgpack-numpy (or holds a value that cannot be packed)."""
 
 

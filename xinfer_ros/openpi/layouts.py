@@ -47,6 +47,7 @@ import numpy as np
 import yaml
 
 from xinfer_ros.model.images import ResizeMode, fit_image
+from xinfer_ros.openpi.errors import ObservationFieldError
 
 if TYPE_CHECKING:
     from xinfer_ros.model.presets import ModelIO
@@ -59,7 +60,6 @@ __all__ = [
     "CameraSource",
     "MappedObservation",
     "ModelSpec",
-    "ObservationError",
     "ObservationLayout",
     "detect_layout",
     "fit_image",
@@ -73,18 +73,6 @@ __all__ = [
 MAX_PROMPT_CHARS = 4096
 #: Largest accepted image side (pixels), a bound independent of the message size.
 MAX_IMAGE_SIDE = 8192
-
-
-class ObservationError(ValueError):
-    """An observation field is missing or malformed.
-
-    Attributes:
-        field: the offending key (as the client wrote it).
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -276,13 +264,13 @@ def detect_layout(obs: Mapping[str, Any],
     """The first layout whose first camera key is present in ``obs``.
 
     Raises:
-        ObservationError: when no layout matches.
+        ObservationFieldError: when no layout matches.
     """
     for layout in layouts:
         if lookup(obs, layout.cameras[0].key) is not MISSING:
             return layout
     keys = sorted(str(k) for k in obs)[:12]
-    raise ObservationError(
+    raise ObservationFieldError(
         "observation", f"matches no known layout (looked for "
                        f"{[lay.cameras[0].key for lay in layouts]}); its keys are {keys}")
 
@@ -291,29 +279,29 @@ def to_rgb_uint8(value: Any, name: str) -> np.ndarray:
     """An HxWx3 uint8 RGB array from an HWC/CHW, uint8/float[0, 1] image.
 
     Raises:
-        ObservationError: on a non-array, a wrong channel count or dtype, or bad values.
+        ObservationFieldError: on a non-array, a wrong channel count or dtype, or bad values.
     """
     if not isinstance(value, np.ndarray):
-        raise ObservationError(name, f"expected an image array, got {type(value).__name__}")
+        raise ObservationFieldError(name, f"expected an image array, got {type(value).__name__}")
     img = value
     if img.ndim != 3:
-        raise ObservationError(name, f"expected a 3-D HxWx3 or 3xHxW image, got shape "
+        raise ObservationFieldError(name, f"expected a 3-D HxWx3 or 3xHxW image, got shape "
                                      f"{img.shape}")
     if img.shape[-1] != 3 and img.shape[0] == 3:
         img = img.transpose(1, 2, 0)  # CHW, as openpi's ALOHA client sends
     if img.shape[-1] != 3:
-        raise ObservationError(name, f"expected 3 colour channels, got shape {value.shape}")
+        raise ObservationFieldError(name, f"expected 3 colour channels, got shape {value.shape}")
     if not (0 < img.shape[0] <= MAX_IMAGE_SIDE and 0 < img.shape[1] <= MAX_IMAGE_SIDE):
-        raise ObservationError(name, f"image size {img.shape[0]}x{img.shape[1]} outside "
+        raise ObservationFieldError(name, f"image size {img.shape[0]}x{img.shape[1]} outside "
                                      f"1..{MAX_IMAGE_SIDE}")
     if img.dtype == np.uint8:
         return np.ascontiguousarray(img)
     if np.issubdtype(img.dtype, np.floating):
         if not np.all(np.isfinite(img)):
-            raise ObservationError(name, "image contains NaN or Inf")
+            raise ObservationFieldError(name, "image contains NaN or Inf")
         return np.ascontiguousarray(
             np.clip(np.rint(img.astype(np.float32) * 255.0), 0, 255).astype(np.uint8))
-    raise ObservationError(name, f"expected dtype uint8 or float in [0, 1], got {img.dtype}")
+    raise ObservationFieldError(name, f"expected dtype uint8 or float in [0, 1], got {img.dtype}")
 
 
 @dataclass
@@ -342,20 +330,20 @@ def _state(obs: Mapping[str, Any], layout: ObservationLayout, dim: int) -> tuple
     raw = lookup(obs, layout.state_key)
     if raw is MISSING:
         if layout.state_required:
-            raise ObservationError(layout.state_key, "required state is missing")
+            raise ObservationFieldError(layout.state_key, "required state is missing")
         return np.zeros(dim, dtype=np.float64), 0
     try:
         arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ObservationError(layout.state_key, f"state is not numeric: {exc}") from exc
+        raise ObservationFieldError(layout.state_key, f"state is not numeric: {exc}") from exc
     if arr.ndim != 1:
-        raise ObservationError(layout.state_key, f"expected a 1-D state vector, got shape "
+        raise ObservationFieldError(layout.state_key, f"expected a 1-D state vector, got shape "
                                                  f"{arr.shape}")
     if arr.size > dim:
-        raise ObservationError(layout.state_key, f"state has {arr.size} values; the model "
+        raise ObservationFieldError(layout.state_key, f"state has {arr.size} values; the model "
                                                  f"takes at most {dim}")
     if not np.all(np.isfinite(arr)):
-        raise ObservationError(layout.state_key, "state contains NaN or Inf")
+        raise ObservationFieldError(layout.state_key, "state contains NaN or Inf")
     out = np.zeros(dim, dtype=np.float64)
     out[:arr.size] = arr
     return out, int(arr.size)
@@ -365,19 +353,19 @@ def _prompt(obs: Mapping[str, Any], layout: ObservationLayout, default: str | No
     raw = lookup(obs, layout.prompt_key)
     if raw is MISSING:
         if default is None:
-            raise ObservationError(layout.prompt_key, "prompt is missing and the server has "
+            raise ObservationFieldError(layout.prompt_key, "prompt is missing and the server has "
                                                       "no default prompt")
         return default
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ObservationError(layout.prompt_key, "prompt is not UTF-8") from exc
+            raise ObservationFieldError(layout.prompt_key, "prompt is not UTF-8") from exc
     if not isinstance(raw, str):
-        raise ObservationError(layout.prompt_key, f"expected a string, got "
+        raise ObservationFieldError(layout.prompt_key, f"expected a string, got "
                                                   f"{type(raw).__name__}")
     if len(raw) > MAX_PROMPT_CHARS:
-        raise ObservationError(layout.prompt_key, f"prompt longer than {MAX_PROMPT_CHARS} "
+        raise ObservationFieldError(layout.prompt_key, f"prompt longer than {MAX_PROMPT_CHARS} "
                                                   "characters")
     return raw
 
@@ -393,10 +381,10 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
         default_prompt: used when the observation has no prompt (None: required).
 
     Raises:
-        ObservationError: naming the first missing or malformed field.
+        ObservationFieldError: naming the first missing or malformed field.
     """
     if not isinstance(obs, Mapping):
-        raise ObservationError("observation", f"expected a map, got {type(obs).__name__}")
+        raise ObservationFieldError("observation", f"expected a map, got {type(obs).__name__}")
     layout = layout if layout is not None else detect_layout(obs)
     state, state_in = _state(obs, layout, model.state_dim)
     prompt = _prompt(obs, layout, default_prompt)
@@ -407,7 +395,7 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
         raw = lookup(obs, source.key) if source is not None else MISSING
         if raw is MISSING or source is None:
             if source is not None and source.required:
-                raise ObservationError(source.key, "required camera image is missing")
+                raise ObservationFieldError(source.key, "required camera image is missing")
             images.append(None if model.masks_missing_cameras
                           else np.zeros((height, width, 3), dtype=np.uint8))
             mask.append(False)

@@ -34,7 +34,8 @@ import numpy as np
 from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.core.errors import InvalidRequestError
 from xinfer_ros.core.timing import budget_seconds
-from xinfer_ros.openpi.layouts import MISSING, ObservationError, lookup
+from xinfer_ros.openpi.errors import ObservationFieldError
+from xinfer_ros.openpi.layouts import MISSING, lookup
 
 __all__ = [
     "KEY_BUDGET",
@@ -97,7 +98,7 @@ def _budget(obs: Mapping[str, Any], default_ms: float, max_ms: float) -> float:
     try:
         budget_seconds(raw, max_ms)  # validated here; the engine converts at submit
     except InvalidRequestError as exc:
-        raise ObservationError(KEY_BUDGET, str(exc)) from None
+        raise ObservationFieldError(KEY_BUDGET, str(exc)) from None
     return float(raw)
 
 
@@ -109,12 +110,12 @@ def _prev_chunk(obs: Mapping[str, Any], horizon: int, dim: int,
     try:
         arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ObservationError(KEY_PREV_CHUNK, f"not a numeric array: {exc}") from exc
+        raise ObservationFieldError(KEY_PREV_CHUNK, f"not a numeric array: {exc}") from exc
     if arr.ndim != 2 or arr.shape[0] != horizon or arr.shape[1] not in (dim, out_dim):
-        raise ObservationError(KEY_PREV_CHUNK, f"expected shape ({horizon}, {dim}) or "
+        raise ObservationFieldError(KEY_PREV_CHUNK, f"expected shape ({horizon}, {dim}) or "
                                                f"({horizon}, {out_dim}), got {arr.shape}")
     if not np.all(np.isfinite(arr)):
-        raise ObservationError(KEY_PREV_CHUNK, "contains NaN or Inf")
+        raise ObservationFieldError(KEY_PREV_CHUNK, "contains NaN or Inf")
     if arr.shape[1] == dim:
         return arr
     # A layout that replies with fewer columns gets them back padded with zeros: the
@@ -129,7 +130,7 @@ def _int(obs: Mapping[str, Any], key: str) -> int | None:
     if raw is MISSING or raw is None:
         return None
     if isinstance(raw, (bool, np.bool_)) or not isinstance(raw, (int, np.integer)):
-        raise ObservationError(key, f"expected an integer, got {raw!r}")
+        raise ObservationFieldError(key, f"expected an integer, got {raw!r}")
     return int(raw)
 
 
@@ -146,7 +147,7 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
         out_dim: action columns the layout returns (a ``prev_chunk`` may have these).
 
     Raises:
-        ObservationError: naming the malformed field.
+        ObservationFieldError: naming the malformed field.
     """
     robot = lookup(obs, KEY_ROBOT_ID)
     if robot is MISSING or robot is None:
@@ -154,7 +155,7 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
     else:
         why = valid_robot_id(robot)
         if why is not None:
-            raise ObservationError(KEY_ROBOT_ID, why)
+            raise ObservationFieldError(KEY_ROBOT_ID, why)
     budget = _budget(obs, default_budget_ms, max_budget_ms)
     prev = _prev_chunk(obs, horizon, action_dim, out_dim)
     commit = _int(obs, KEY_COMMIT)
@@ -163,8 +164,8 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
     elif commit is None:
         commit = min(COMMIT_LENGTH, horizon)
     elif not 0 <= commit <= horizon:
-        raise ObservationError(KEY_COMMIT, f"{commit} outside [0, {horizon}]")
+        raise ObservationFieldError(KEY_COMMIT, f"{commit} outside [0, {horizon}]")
     seed = _int(obs, KEY_SEED)
     if seed is not None and not 0 <= seed < 2**63:
-        raise ObservationError(KEY_SEED, f"{seed} outside [0, 2**63)")
+        raise ObservationFieldError(KEY_SEED, f"{seed} outside [0, 2**63)")
     return RequestOptions(robot, budget, prev, commit, seed)

@@ -54,11 +54,11 @@ from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
 from xinfer_ros.openpi.codec import CodecError, packb, unpackb
+from xinfer_ros.openpi.errors import ObservationFieldError, OpenPIError
 from xinfer_ros.openpi.layouts import (
     BUILTIN_LAYOUTS,
     MappedObservation,
     ModelSpec,
-    ObservationError,
     ObservationLayout,
     map_observation,
 )
@@ -165,7 +165,7 @@ class ServerConfig:
                 raise ValueError(f"allowlist entry {robot!r}: {why}")
 
 
-class _ClientError(Exception):
+class _ClientError(OpenPIError):
     """A request the client can fix; answered with a text frame, connection kept.
 
     Attributes:
@@ -425,7 +425,7 @@ class OpenPIServer:
                 obs, default_budget_ms=self.config.default_budget_ms,
                 max_budget_ms=self.config.max_budget_ms, horizon=self.model.horizon,
                 action_dim=self.model.action_dim, out_dim=self._out_dim(mapped.layout))
-        except ObservationError as exc:
+        except ObservationFieldError as exc:
             raise _ClientError("invalid_observation", str(exc)) from exc
         return mapped, options
 

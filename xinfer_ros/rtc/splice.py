@@ -22,6 +22,8 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
+from xinfer_ros.errors import XInferRosError
+
 __all__ = [
     "ActionQueue",
     "ExecutorCounters",
@@ -33,7 +35,7 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 
 
-class SpliceError(ValueError):
+class SpliceError(XInferRosError, ValueError):
     """A chunk cannot be spliced (bad shape or bad tick arithmetic)."""
 
 

@@ -14,11 +14,13 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from xinfer_ros.errors import XInferRosError
+
 __all__ = ["DEPTH_ENCODINGS", "ImageConversionError", "ImageLike", "check_colour",
            "image_to_rgb", "rgb_to_image_fields"]
 
 
-class ImageConversionError(ValueError):
+class ImageConversionError(XInferRosError, ValueError):
     """An image message cannot be converted (encoding, size or data length)."""
 
 

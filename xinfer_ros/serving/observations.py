@@ -13,11 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from xinfer_ros.errors import ObservationError
+
 __all__ = ["ObservationError", "RobotObservations", "joint_positions", "stamp_seconds"]
-
-
-class ObservationError(ValueError):
-    """No usable observation for a request (missing, too old or in the future)."""
 
 
 def stamp_seconds(stamp: Any) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -280,6 +280,89 @@ def _sequences(
     return robots
 
 
+@dataclass(frozen=True, slots=True)
+class _BuildArgs:
+    """The arguments of :func:`build_workload` that a workload builder may read.
+
+    Builders record extra facts about the workload (e.g. burst windows) in ``meta``.
+    """
+
+    robots: int
+    rng: np.random.Generator
+    phase_length: int
+    budgets_ms: Sequence[float] | None
+    budget_csv: Path | str | None
+    parcel_traces: Path | str | None
+    meta: dict[str, object]
+
+
+#: Bursty: a group of extra tight-budget robots starts at the start of each window.
+_BURST_WINDOWS: tuple[tuple[float, float], ...] = ((60.0, 80.0), (120.0, 140.0))
+_BURST_ROBOTS = 6
+_BURST_REQUESTS = 55
+
+
+def _build_phases(a: _BuildArgs) -> list[RobotSpec]:
+    """The paper's alternating 90/400 ms budgets."""
+    return _staggered_cyclic(a.robots, ALTERNATING_BUDGETS, a.phase_length, a.rng)
+
+
+def _build_multi_budget(a: _BuildArgs) -> list[RobotSpec]:
+    """Cycle through the multi-budget set."""
+    return _staggered_cyclic(a.robots, MULTI_BUDGETS, a.phase_length, a.rng)
+
+
+def _build_uniform(a: _BuildArgs) -> list[RobotSpec]:
+    """One budget for every request: the first of ``budgets_ms`` (default 150 ms)."""
+    b = (a.budgets_ms or [150.0])[0] / 1000.0
+    return _staggered_cyclic(a.robots, (b,), a.phase_length, a.rng)
+
+
+def _build_bursty(a: _BuildArgs) -> list[RobotSpec]:
+    """Phases plus burst groups of tight-budget robots that send a fixed number each."""
+    specs = _staggered_cyclic(a.robots, ALTERNATING_BUDGETS, a.phase_length, a.rng)
+    for group, (t0, _) in enumerate(_BURST_WINDOWS, start=1):
+        starts = _stagger_starts(_BURST_ROBOTS, a.rng, t0)
+        specs += [
+            RobotSpec(
+                robot_id=a.robots + _BURST_ROBOTS * (group - 1) + i,
+                start=starts[i],
+                budgets=CyclicBudgets(ALTERNATING_BUDGETS[:1], 1),
+                max_requests=_BURST_REQUESTS,
+                tag=f"burst{group}",
+            )
+            for i in range(_BURST_ROBOTS)
+        ]
+    a.meta["burst_windows"] = list(_BURST_WINDOWS)
+    return specs
+
+
+def _build_parcel(a: _BuildArgs) -> list[RobotSpec]:
+    """Replay parcel trace episodes."""
+    return _parcel(a.robots, a.rng, a.parcel_traces)
+
+
+def _build_custom(a: _BuildArgs) -> list[RobotSpec]:
+    """Replay a budget CSV, or cycle ``budgets_ms`` every ``phase_length`` responses."""
+    if a.budget_csv is not None:
+        return _sequences(a.robots, a.rng, load_budget_csv(a.budget_csv))
+    if a.budgets_ms:
+        budgets = tuple(b / 1000.0 for b in a.budgets_ms)
+        return _staggered_cyclic(a.robots, budgets, a.phase_length, a.rng)
+    raise ValueError("custom workload needs budgets_ms or budget_csv")
+
+
+#: Builder of each name in :data:`WORKLOADS`.
+_BUILDERS: dict[str, Callable[[_BuildArgs], list[RobotSpec]]] = {
+    "phases": _build_phases,
+    "bursty": _build_bursty,
+    "multi_budget": _build_multi_budget,
+    "parcel": _build_parcel,
+    "uniform": _build_uniform,
+    "custom": _build_custom,
+}
+
+
 def build_workload(
     name: str,
     robots: int,
@@ -314,42 +397,12 @@ def build_workload(
     if robots < 1:
         raise ValueError(f"robots must be >= 1, got {robots!r}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
-    meta: dict[str, object] = {}
-    if name == "phases":
-        specs = _staggered_cyclic(robots, ALTERNATING_BUDGETS, phase_length, rng)
-    elif name == "multi_budget":
-        specs = _staggered_cyclic(robots, MULTI_BUDGETS, phase_length, rng)
-    elif name == "uniform":
-        b = (budgets_ms or [150.0])[0] / 1000.0
-        specs = _staggered_cyclic(robots, (b,), phase_length, rng)
-    elif name == "bursty":
-        specs = _staggered_cyclic(robots, ALTERNATING_BUDGETS, phase_length, rng)
-        for group, t0 in enumerate((60.0, 120.0), start=1):
-            starts = _stagger_starts(6, rng, t0)
-            specs += [
-                RobotSpec(
-                    robot_id=robots + 6 * (group - 1) + i,
-                    start=starts[i],
-                    budgets=CyclicBudgets(ALTERNATING_BUDGETS[:1], 1),
-                    max_requests=55,
-                    tag=f"burst{group}",
-                )
-                for i in range(6)
-            ]
-        meta["burst_windows"] = [(60.0, 80.0), (120.0, 140.0)]
-    elif name == "parcel":
-        specs = _parcel(robots, rng, parcel_traces)
-    elif name == "custom":
-        if budget_csv is not None:
-            specs = _sequences(robots, rng, load_budget_csv(budget_csv))
-        elif budgets_ms:
-            specs = _staggered_cyclic(
-                robots, tuple(b / 1000.0 for b in budgets_ms), phase_length, rng
-            )
-        else:
-            raise ValueError("custom workload needs budgets_ms or budget_csv")
-    else:
+    builder = _BUILDERS.get(name)
+    if builder is None:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
+    meta: dict[str, object] = {}
+    specs = builder(_BuildArgs(robots, rng, phase_length, budgets_ms, budget_csv, parcel_traces,
+                               meta))
     if budget_scale != 1.0:
         specs = [replace(spec, budgets=ScaledBudgets(spec.budgets, budget_scale))
                  for spec in specs]

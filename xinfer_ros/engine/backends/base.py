@@ -25,6 +25,7 @@ import numpy as np
 from xinfer_ros.core.constants import ACTION_DIM, HORIZON
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.lanes import LaneInfo
+from xinfer_ros.errors import XInferRosError
 
 if TYPE_CHECKING:
     from xinfer_ros.model.presets import ModelIO
@@ -35,7 +36,7 @@ __all__ = ["Backend", "InputValidationError", "StateFactory"]
 StateFactory = Callable[[Stage], Any]
 
 
-class InputValidationError(ValueError):
+class InputValidationError(XInferRosError, ValueError):
     """Request inputs are malformed; the request is rejected with this reason.
 
     Attributes:

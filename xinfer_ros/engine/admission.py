@@ -1,0 +1,205 @@
+"""Admission into the engine: the bound on live requests, superseding and shedding.
+
+:class:`LiveTable` is the one place that decides whether a submitted request may hold
+engine state. It is shared by caller threads (``submit``, ``cancel``) and the
+dispatcher (completions), so every method takes its lock; it never calls back into
+the engine. What it detaches it returns, and the dispatcher finishes those requests at
+their next stage boundary.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from xinfer_ros.core.policy import Policy
+from xinfer_ros.core.request import Request
+from xinfer_ros.core.stages import Stage
+from xinfer_ros.engine.types import EngineResult, Overflow, StageTimings, Status
+
+__all__ = ["Admission", "LiveRequest", "LiveTable", "ResultCallback"]
+
+#: ``callback(result)`` invoked once per submitted request.
+ResultCallback = Callable[[EngineResult], None]
+
+
+@dataclass(eq=False)
+class LiveRequest:
+    """Engine-side record of one submitted request (dispatcher-owned once admitted).
+
+    Attributes:
+        rid: Engine-assigned id.
+        robot_id: The submitting robot.
+        budget: Budget b_j (s); NaN when the submitted budget was refused.
+        inputs: Backend inputs until preparation consumes them.
+        callback: Called once with the result.
+        future: Resolved once with the result.
+        submitted: Engine-clock submit time (s).
+        state: Backend state between preparation and release.
+        request: The scheduler's view, once added to a policy.
+        policy: The policy that owns ``request``.
+        running: The stage whose unit runs now, if any.
+        in_output: Whether CPU output processing runs now.
+        model_started: Whether any stage unit was issued (backpressure sheds only
+            requests that have not started).
+        ready_since: When the request last became ready for a stage (queue time).
+        drop: Status and reason to finish with at the next boundary (superseded,
+            shed or cancelled).
+        timings: Per-stage timings reported with the result.
+    """
+
+    rid: int
+    robot_id: str
+    budget: float
+    inputs: Any
+    callback: ResultCallback | None
+    future: Future[EngineResult]
+    submitted: float
+    state: Any = None
+    request: Request | None = None
+    policy: Policy | None = None
+    running: Stage | None = None
+    in_output: bool = False
+    model_started: bool = False
+    ready_since: float = math.nan
+    drop: tuple[Status, str] | None = None
+    timings: StageTimings = field(default_factory=StageTimings)
+
+    @property
+    def idle(self) -> bool:
+        """Admitted to a policy and neither running a unit nor in output."""
+        return self.request is not None and self.running is None and not self.in_output
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What :meth:`LiveTable.admit` decided.
+
+    Attributes:
+        refused: Why the request may not hold state, or empty when it was admitted.
+        dropped: Requests detached to make room (each with its ``drop`` set): the
+            robot's older request when superseding, or the oldest unstarted request
+            under :attr:`Overflow.SHED_OLDEST`.
+    """
+
+    refused: str = ""
+    dropped: tuple[LiveRequest, ...] = ()
+
+
+class LiveTable:
+    """Live requests by id and by robot, bounded by ``max_live``.
+
+    Args:
+        max_live: Requests that may hold state at once.
+        overflow: What a full table does with a new request: refuse it, or shed the
+            oldest request whose model work has not started.
+        supersede: Whether a robot's new request replaces its older ones.
+    """
+
+    def __init__(self, max_live: int, overflow: Overflow, supersede: bool) -> None:
+        self.max_live = max_live
+        self.overflow = overflow
+        self.supersede = supersede
+        self._lock = threading.Lock()
+        self._live: dict[int, LiveRequest] = {}
+        self._by_robot: dict[str, set[int]] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._counts: dict[str, int] = {s.name: 0 for s in Status}
+
+    def next_id(self) -> int:
+        """A fresh request id."""
+        with self._lock:
+            return next(self._ids)
+
+    def close(self) -> bool:
+        """Admit nothing from now on; returns False when already closed."""
+        with self._lock:
+            was_open, self._closed = not self._closed, True
+            return was_open
+
+    def admit(self, live: LiveRequest) -> Admission:
+        """Admit ``live`` unless closed or full; supersede the robot's older requests.
+
+        The robot's older requests are superseded only if this one is admitted.
+        """
+        with self._lock:
+            if self._closed:
+                return Admission("engine is closed")
+            older = ([self._live[r] for r in self._by_robot.get(live.robot_id, ())]
+                     if self.supersede else [])
+            dropped: list[LiveRequest] = []
+            if len(self._live) - len(older) >= self.max_live:
+                victim = (self._oldest_unstarted() if self.overflow is Overflow.SHED_OLDEST
+                          else None)
+                if victim is None:
+                    return Admission(f"backpressure: {len(self._live)} live requests "
+                                     f"(max_live={self.max_live})")
+                self._detach(victim)
+                victim.drop = (Status.SHED, f"shed by backpressure (max_live={self.max_live})")
+                dropped.append(victim)
+            for old in older:
+                if old not in dropped:
+                    self._detach(old)
+                    old.drop = old.drop or (
+                        Status.SHED, f"superseded by a newer request of robot {live.robot_id}")
+                    dropped.append(old)
+            self._live[live.rid] = live
+            self._by_robot.setdefault(live.robot_id, set()).add(live.rid)
+            return Admission(dropped=tuple(dropped))
+
+    def take_robot(self, robot_id: str) -> list[LiveRequest]:
+        """Detach and return every live request of ``robot_id``."""
+        with self._lock:
+            lives = [self._live[r] for r in self._by_robot.get(robot_id, ())]
+            for live in lives:
+                self._detach(live)
+        return lives
+
+    def take_expired(self, now: float) -> list[LiveRequest]:
+        """Detach and return idle requests whose budget ran out before ``now``."""
+        with self._lock:
+            expired = [lv for lv in self._live.values()
+                       if lv.idle and lv.drop is None and now > lv.submitted + lv.budget]
+            for live in expired:
+                self._detach(live)
+        return expired
+
+    def retire(self, live: LiveRequest, status: Status) -> None:
+        """Detach a finished request and count its status."""
+        with self._lock:
+            self._detach(live)
+            self._counts[status.name] += 1
+
+    def remaining(self) -> list[LiveRequest]:
+        """The requests still live."""
+        with self._lock:
+            return list(self._live.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+    def counts(self) -> dict[str, int]:
+        """Results so far by status name."""
+        with self._lock:
+            return dict(self._counts)
+
+    # -- caller holds the lock --------------------------------------------------------------
+    def _detach(self, live: LiveRequest) -> None:
+        """Stop counting ``live`` against the bound; the dispatcher finishes it."""
+        self._live.pop(live.rid, None)
+        ids = self._by_robot.get(live.robot_id)
+        if ids is not None:
+            ids.discard(live.rid)
+            if not ids:
+                del self._by_robot[live.robot_id]
+
+    def _oldest_unstarted(self) -> LiveRequest | None:
+        waiting = [lv for lv in self._live.values() if not lv.model_started and lv.drop is None]
+        return min(waiting, key=lambda lv: (lv.submitted, lv.rid)) if waiting else None
