@@ -10,7 +10,7 @@ from xinfer_ros.core.constants import (
     DEFAULT_SLACK_GATE_LIMITS,
     SLACK_GATE_THRESHOLD,
 )
-from xinfer_ros.core.tracegen import run_closed_loop
+from xinfer_ros.sim.decision_trace import trace_decisions
 
 
 def req(rid, arrival, budget):
@@ -87,7 +87,7 @@ def test_every_policy_respects_slots_on_a_closed_loop(name):
         return out
 
     p.schedule = checked
-    res = run_closed_loop(p, 14, 3.0)
+    res = trace_decisions(p, 14, 3.0)
     assert len(res.latencies) > 100
     assert peak[0] == 1  # the slot limit was actually reached
 

@@ -9,7 +9,7 @@ import pytest
 from xinfer_ros.core import Request, Stage, XInferPolicy, make_policy
 from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.registry import ABLATIONS
-from xinfer_ros.core.tracegen import run_closed_loop
+from xinfer_ros.sim.decision_trace import trace_decisions
 
 from .test_xinfer_policy import BIG, CheckedXInfer, additive_table, launched
 
@@ -126,7 +126,7 @@ def test_local_property_holds_with_and_without_extensions(kwargs):
     # The extensions only add conditions: every checked admission still keeps every
     # protected request's R_h(n+) within its deadline (CheckedXInfer asserts it).
     p = CheckedXInfer(**kwargs)
-    run_closed_loop(p, 20, 4.0, budgets=(0.070, 0.400), phase_len=10)
+    trace_decisions(p, 20, 4.0, budgets=(0.070, 0.400), phase_len=10)
     assert p.checked_admissions > 100
 
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xinfer_ros.core import RateTable, Request, Stage, XInferPolicy, make_policy
-from xinfer_ros.core.tracegen import run_closed_loop
+from xinfer_ros.sim.decision_trace import trace_decisions
 
 MS = 1e-3
 BIG = 10.0  # budget (s) of requests that must never become urgent
@@ -264,7 +264,7 @@ def test_local_property_and_termination_on_random_states(events, slots, interfer
 def test_local_property_on_a_closed_loop_trace():
     # Overloaded fleet: many protected requests, many checked ordinary admissions.
     p = CheckedXInfer()
-    run_closed_loop(p, 20, 6.0, budgets=(0.070, 0.400), phase_len=10)
+    trace_decisions(p, 20, 6.0, budgets=(0.070, 0.400), phase_len=10)
     assert p.checked_admissions > 200
     assert p.protected_admissions > 50  # the property was exercised with H ≠ ∅
     assert p.max_iterations >= 2        # promotions cascaded within one refresh
@@ -301,7 +301,7 @@ def test_variants_run_closed_loop_within_slots(name):
         return out
 
     p.schedule = checked
-    res = run_closed_loop(p, 12, 3.0)
+    res = trace_decisions(p, 12, 3.0)
     assert len(res.latencies) > 100
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from xinfer_ros.bags.scan import RecordedChunk, RecordedRun, RobotTrack
 from xinfer_ros.core.metrics import ResponseRecord, summarize
+from xinfer_ros.core.timing import MS_PER_S
 
 __all__ = ["STATUS_NAMES", "Thresholds", "build_report", "format_report"]
 
@@ -65,10 +66,10 @@ def _before_records(track: RobotTrack, start_ns: int) -> list[ResponseRecord]:
         send = (q.log_ns - start_ns) / 1e9
         chunk = track.chunks.get(q.seq)
         if chunk is None:
-            records.append(ResponseRecord(send, None, q.budget_ms / 1e3, ok=False))
+            records.append(ResponseRecord(send, None, q.budget_ms / MS_PER_S, ok=False))
             continue
         latency = (chunk.log_ns - q.stamp_ns) / 1e9
-        records.append(ResponseRecord(send, send + latency, q.budget_ms / 1e3,
+        records.append(ResponseRecord(send, send + latency, q.budget_ms / MS_PER_S,
                                       ok=chunk.status == STATUS_OK))
     return records
 
@@ -80,10 +81,10 @@ def _after_records(sent: list[Any], answers: dict[int, RecordedChunk],
         send = (s.bag_ns - start_ns) / 1e9
         chunk = answers.get(s.seq)
         if chunk is None:
-            records.append(ResponseRecord(send, None, s.budget_ms / 1e3, ok=False))
+            records.append(ResponseRecord(send, None, s.budget_ms / MS_PER_S, ok=False))
         else:
             records.append(ResponseRecord(send, send + (chunk.log_ns - s.send_ns) / 1e9,
-                                          s.budget_ms / 1e3, ok=chunk.status == STATUS_OK))
+                                          s.budget_ms / MS_PER_S, ok=chunk.status == STATUS_OK))
     return records
 
 

@@ -1,6 +1,6 @@
 """``xinfer-bench decision``: CPU cost of one scheduling decision (paper App. C.3).
 
-A deterministic closed-loop fleet (``xinfer_ros.core.tracegen``: alternating 90/400 ms
+A deterministic closed-loop fleet (``xinfer_ros.sim.decision_trace``: alternating 90/400 ms
 budgets every 30 responses, staggered phases, the Eq. 1 send rule, execution times from
 the rate table) drives the policy in chronological order. Each arrival, completion and
 periodic tick is one decision; its cost is the wall time of the policy call, i.e. the
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from xinfer_ros.core.registry import make_policy, policy_names
-from xinfer_ros.core.tracegen import run_closed_loop
+from xinfer_ros.sim.decision_trace import trace_decisions
 
 __all__ = ["SETTLE_S", "add_arguments", "measure", "percentile", "run"]
 
@@ -96,12 +96,12 @@ def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: flo
     # first timed rounds 1.5x slower than the rest.
     start = time.perf_counter()
     while settle > 0:
-        run_closed_loop(make_policy(policy), robots, warmup + window, tick=tick, seed=seed)
+        trace_decisions(make_policy(policy), robots, warmup + window, tick=tick, seed=seed)
         if time.perf_counter() - start >= settle:
             break
     for _ in range(rounds):
         gc.collect()
-        res = run_closed_loop(make_policy(policy), robots, warmup + window, tick=tick,
+        res = trace_decisions(make_policy(policy), robots, warmup + window, tick=tick,
                               seed=seed, record_from=warmup, clock=timer)
         per_round.append([d.cost_ns / 1e3 for d in res.decisions
                           if all_decisions or d.queued])

@@ -39,7 +39,7 @@ from xinfer_ros.engine.latency_arms import (
     REPLY_TIMEOUT_S,
     in_process_latencies,
     percentiles,
-    run_closed_loop,
+    run_blocking_robots,
 )
 
 __all__ = ["add_arguments", "run"]
@@ -101,7 +101,7 @@ def _through_openpi(robots: int, duration: float,
         def request(i: int) -> float:
             return float(clients[i].infer(observations[i])["policy_timing"]["infer_ms"])
 
-        return run_closed_loop(robots, duration, warmup, request)
+        return run_blocking_robots(robots, duration, warmup, request)
     finally:
         for c in clients:
             c.close()

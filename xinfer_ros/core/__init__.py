@@ -22,9 +22,11 @@ Modules: ``stages`` (Stage, StageState), ``request`` (Request), ``constants`` (p
 defaults, seconds), ``rate_table`` (ρ table + JSON format), ``predictor`` (Eq. 8–10),
 ``forecast`` (arrival forecasts), ``policy`` (interface + decision dataclasses),
 ``baselines`` (fifo, edf, slack_gate), ``xinfer_policy`` (Alg. 1–2 + ablations),
-``registry`` (make_policy), ``tracegen`` (a minimal deterministic closed-loop driver
-used by ``xinfer-bench decision``), ``metrics`` (attainment, goodput, percentiles),
-``phase_spread`` (release times that keep the robots' send phases apart), ``errors``.
+``registry`` (make_policy), ``metrics`` (attainment, goodput, percentiles),
+``phase_spread`` (release times that keep the robots' send phases apart), ``timing``
+(the deadline, Eq. 1 and the ms boundary), ``errors``. The closed-loop drivers live
+above core: ``xinfer_ros.sim`` (the simulator and ``decision_trace``, which times
+policy decisions) and ``xinfer_ros.engine.closed_loop``.
 """
 
 from xinfer_ros.core.baselines import EDFPolicy, FIFOPolicy, SlackGatePolicy

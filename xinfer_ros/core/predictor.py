@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xinfer_ros.core.errors import SchedulerStateError
+from xinfer_ros.core.progress import progress
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable
 from xinfer_ros.core.request import Request
@@ -224,9 +225,7 @@ class ProgressTracker:
             return
         rate = self.cur_rate
         for u in self.units.values():
-            start = u.compute_start if u.compute_start > last else last
-            if t > start:
-                u.work += rate[u.stage] * (t - start)
+            u.work += progress(rate[u.stage], u.compute_start, last, t)
         self.last = t
 
     def start(self, request: Request, stage: Stage, t: float) -> RunningUnit:
@@ -290,20 +289,15 @@ class ProgressTracker:
         last, rate, w = self.last, self.cur_rate, self.predictor.work
         for rid, u in self.units.items():
             s = u.stage
-            b = u.compute_start
-            start = b if b > last else last
-            done = u.work + rate[s] * (t - start) if t > start else u.work
-            wait = b - t
+            done = u.work + progress(rate[s], u.compute_start, last, t)
+            wait = u.compute_start - t
             left = w[s] - done
             out[rid] = (wait if wait > 0.0 else 0.0, left if left > 0.0 else 0.0, s)
         return out
 
     def work_done(self, unit: RunningUnit, t: float) -> float:
         """ŵ_{j,s}(t): completed work, integrating past ``last`` at the current rate."""
-        start = unit.compute_start if unit.compute_start > self.last else self.last
-        if t > start:
-            return unit.work + self.cur_rate[unit.stage] * (t - start)
-        return unit.work
+        return unit.work + progress(self.cur_rate[unit.stage], unit.compute_start, self.last, t)
 
     def residual(self, unit: RunningUnit, t: float, n: Sequence[int]) -> float:
         """r̃_{j,s}(t, n) (Eq. 9): issue overhead left plus remaining work at ρ_s(n − e_s).

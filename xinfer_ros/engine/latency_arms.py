@@ -17,7 +17,7 @@ from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.core.timing import next_send
 
 __all__ = ["BUDGET_MS", "REPLY_TIMEOUT_S", "in_process_latencies", "percentiles",
-           "run_closed_loop"]
+           "run_blocking_robots"]
 
 #: One wide budget for every arm, so the scheduler never sheds and never reorders.
 BUDGET_MS = 400.0
@@ -34,7 +34,7 @@ def percentiles(lat_s: list[float]) -> dict[str, float]:
             "p99_ms": float(np.percentile(arr, 99))}
 
 
-def run_closed_loop(robots: int, duration: float, warmup: float,
+def run_blocking_robots(robots: int, duration: float, warmup: float,
                     request: Callable[[int], float | None]) -> tuple[list[float], list[float]]:
     """Run ``robots`` Eq. 1 loops of ``request(index)`` after a staggered start.
 
@@ -84,6 +84,6 @@ def in_process_latencies(robots: int, duration: float, warmup: float) -> list[fl
         def request(i: int) -> None:
             engine.submit(inputs, BUDGET_MS, f"r{i}").result(timeout=REPLY_TIMEOUT_S)
 
-        return run_closed_loop(robots, duration, warmup, request)[0]
+        return run_blocking_robots(robots, duration, warmup, request)[0]
     finally:
         engine.close()

@@ -20,6 +20,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from xinfer_ros.core.metrics import ResponseRecord
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.msg import ActionChunk, ExecutorStats, FleetStats, PolicyRequest
 
 __all__ = ["FleetMonitor", "RobotObservation", "watching"]
@@ -67,7 +68,7 @@ class FleetMonitor(Node):
     def _on_request(self, robot: str, msg: PolicyRequest) -> None:
         sent = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9 - self.t0
         with self._lock:
-            self.robots[robot].pending[msg.seq] = (sent, msg.budget_ms / 1e3)
+            self.robots[robot].pending[msg.seq] = (sent, msg.budget_ms / MS_PER_S)
 
     def _on_chunk(self, robot: str, msg: ActionChunk) -> None:
         now = time.time() - self.t0

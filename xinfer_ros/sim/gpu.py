@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xinfer_ros.core.progress import finish_time, progress
+
 __all__ = ["GpuModel", "RateFn", "Unit"]
 
 #: ``rate(stage, (n_V, n_P, n_A) of the other units) -> ρ`` (dimensionless, > 0).
@@ -117,9 +119,7 @@ class GpuModel:
     def _advance(self, t: float) -> None:
         """Account work done by every unit up to ``t`` at its current rate."""
         for u in self.units.values():
-            begin = u.last if u.last > u.compute_start else u.compute_start
-            if t > begin:
-                u.work -= u.rate * (t - begin)
+            u.work -= progress(u.rate, u.compute_start, u.last, t)
             u.last = t
 
     def _rerate(self, t: float) -> None:
@@ -131,8 +131,7 @@ class GpuModel:
             u.rate = self._lookup(
                 s, nv - (s == 0), np_ - (s == 1), na - (s == 2)
             )
-            begin = u.compute_start if u.compute_start > t else t
-            u.finish = begin + max(u.work, 0.0) / u.rate
+            u.finish = finish_time(u.rate, u.compute_start, u.work, t)
             nxt = min(nxt, u.finish)
         self.next_finish = nxt
         if self.units and self._busy_since is None:

@@ -27,6 +27,7 @@ from xinfer_ros.core.constants import (
     RUN_DURATION,
     SEND_PERIOD,
 )
+from xinfer_ros.core.timing import MS_PER_S
 
 __all__ = [
     "DEFAULT_PARCEL_TRACES",
@@ -219,7 +220,7 @@ def load_parcel_traces(path: Path | str = DEFAULT_PARCEL_TRACES) -> list[tuple[f
             budget_ms, count = float(run[0]), int(run[1])
             if not budget_ms > 0 or count < 1:
                 raise ValueError(f"{path}: episode {i} has a bad run {run!r}")
-            seq.extend([budget_ms / 1000.0] * count)
+            seq.extend([budget_ms / MS_PER_S] * count)
         out.append(tuple(seq))
     return out
 
@@ -247,7 +248,7 @@ def load_budget_csv(path: Path | str) -> list[tuple[float, ...]]:
                 if v is not None:
                     if not v > 0:
                         raise ValueError(f"{path}: budget must be positive, got {v!r}")
-                    columns[j].append(v / 1000.0)
+                    columns[j].append(v / MS_PER_S)
     columns = [c for c in columns if c]
     if not columns:
         raise ValueError(f"{path}: no budgets found")
@@ -314,7 +315,7 @@ def _build_multi_budget(a: _BuildArgs) -> list[RobotSpec]:
 
 def _build_uniform(a: _BuildArgs) -> list[RobotSpec]:
     """One budget for every request: the first of ``budgets_ms`` (default 150 ms)."""
-    b = (a.budgets_ms or [150.0])[0] / 1000.0
+    b = (a.budgets_ms or [150.0])[0] / MS_PER_S
     return _staggered_cyclic(a.robots, (b,), a.phase_length, a.rng)
 
 
@@ -347,7 +348,7 @@ def _build_custom(a: _BuildArgs) -> list[RobotSpec]:
     if a.budget_csv is not None:
         return _sequences(a.robots, a.rng, load_budget_csv(a.budget_csv))
     if a.budgets_ms:
-        budgets = tuple(b / 1000.0 for b in a.budgets_ms)
+        budgets = tuple(b / MS_PER_S for b in a.budgets_ms)
         return _staggered_cyclic(a.robots, budgets, a.phase_length, a.rng)
     raise ValueError("custom workload needs budgets_ms or budget_csv")
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xinfer_ros.core.constants import ACTION_DIM, HORIZON
+from xinfer_ros.core.progress import finish_time, others, progress
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.stages import NUM_STAGES, Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
@@ -78,16 +79,12 @@ class EmulatedDevice:
         self.counts: list[int] = [0] * NUM_STAGES
 
     def _rate(self, stage: int) -> float:
-        c = self.counts
-        others = (c[0] - (stage == 0), c[1] - (stage == 1), c[2] - (stage == 2))
-        return self.table.rate(stage, others)
+        return self.table.rate(stage, others(self.counts, stage))
 
     def _advance(self, t: float) -> None:
         """Integrate every unit's work up to ``t`` at the current (constant) rates."""
         for u in self._units:
-            begin = u.last if u.last > u.compute_start else u.compute_start
-            if t > begin:
-                u.work -= u.rate * (t - begin)
+            u.work -= progress(u.rate, u.compute_start, u.last, t)
             u.last = max(u.last, t)
 
     def _rerate(self) -> None:
@@ -136,8 +133,7 @@ class EmulatedDevice:
                 self._advance(now)
                 if now >= unit.compute_start and unit.work <= _EPS:
                     break
-                begin = max(now, unit.compute_start)
-                finish = begin + max(unit.work, 0.0) / unit.rate
+                finish = finish_time(unit.rate, unit.compute_start, unit.work, now)
                 clock.wait(self._cond, finish - now)
             end = self._retire(unit, clock.now())
             return issue, end

@@ -1,7 +1,8 @@
-"""A minimal deterministic closed-loop driver (for the decision-cost benchmark and tests).
+"""Decision traces: a policy put through realistic decision states, each call timed.
 
-Not the fleet simulator (that lives in ``xinfer_ros.sim``): it only needs to put a
-policy through realistic decision states in chronological order. Model:
+A minimal deterministic closed loop for the decision-cost benchmark and the policy
+tests. Not the fleet simulator (:mod:`xinfer_ros.sim.engine_loop`): it needs no GPU
+model, only decision states in chronological order. Model:
 
 * ``robots`` robots send requests at ``s_{j+1} = max(s_j + T_E, r_j)`` (Eq. 1), first
   sends staggered over one period; server arrival = send time.
@@ -27,7 +28,7 @@ from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.timing import next_send
 
-__all__ = ["ClosedLoopResult", "DecisionSample", "run_closed_loop"]
+__all__ = ["ClosedLoopResult", "DecisionSample", "trace_decisions"]
 
 _ARRIVAL, _COMPLETE, _TICK = 0, 1, 2
 _KIND_NAMES = ("arrival", "complete", "tick")
@@ -71,7 +72,7 @@ class ClosedLoopResult:
         return sum(lat <= b for _, b, lat in self.latencies) / len(self.latencies)
 
 
-def run_closed_loop(
+def trace_decisions(
     policy: Policy,
     robots: int,
     duration: float,

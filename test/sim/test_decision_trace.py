@@ -9,11 +9,11 @@ from collections import defaultdict
 from xinfer_ros.cli import bench
 from xinfer_ros.core import make_policy
 from xinfer_ros.core.constants import SEND_PERIOD
-from xinfer_ros.core.tracegen import run_closed_loop
+from xinfer_ros.sim.decision_trace import trace_decisions
 
 
 def test_deterministic_closed_loop_with_alternating_budgets():
-    runs = [run_closed_loop(make_policy("xinfer"), 6, 12.0, phase_len=5) for _ in range(2)]
+    runs = [trace_decisions(make_policy("xinfer"), 6, 12.0, phase_len=5) for _ in range(2)]
     a, b = ([(d.t, d.kind, d.queued, d.launches) for d in r.decisions] for r in runs)
     assert a == b  # identical decision states: replays are comparable
     lat = runs[0].latencies
@@ -40,7 +40,7 @@ def test_send_rule_one_request_in_flight_per_robot():
         return orig(req, t)
 
     p.on_arrival = arrival
-    run_closed_loop(p, 5, 3.0)
+    trace_decisions(p, 5, 3.0)
     assert len(last) == 5
 
 
