@@ -53,6 +53,7 @@ from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
 from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds, deadline
 from xinfer_ros.fleet.plan import config_file, parse_robots
+from xinfer_ros.model.errors import ChunkShapeError, InputError
 from xinfer_ros.model.images import decode_image, fit_image
 from xinfer_ros.msg import (
     ActionChunk,
@@ -65,6 +66,7 @@ from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.raw_image import RawImage
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.serving.frontend import commit_steps, engine_inputs, previous_chunk
 from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
 from xinfer_ros.serving.observations import (
     ObservationError,
@@ -350,7 +352,7 @@ class InferenceServer(Node):
             if rx.budget_error:
                 raise ValueError(rx.budget_error)
             inputs, stamps = self._assemble(robot, msg)
-        except (ObservationError, ImageConversionError, ValueError) as exc:
+        except (ObservationError, ImageConversionError, InputError, ValueError) as exc:
             self._publish(rx, ActionChunk.STATUS_REJECTED, str(exc))
             return
         with self._lock:
@@ -362,18 +364,15 @@ class InferenceServer(Node):
         if msg.robot_id and msg.robot_id != robot:
             raise ValueError(f"robot_id {msg.robot_id!r} does not match namespace /{robot}")
         horizon, dim = self.engine.backend.action_shape
-        if msg.commit_steps > horizon:
-            raise ValueError(f"commit_steps {msg.commit_steps} exceeds the horizon {horizon}")
+        commit = commit_steps(msg.commit_steps, horizon)
         prev = None
         if len(msg.prev_chunk):
-            if (msg.prev_horizon, msg.prev_action_dim) != (horizon, dim) or \
-                    len(msg.prev_chunk) != horizon * dim:
-                raise ValueError(
-                    f"prev_chunk has {len(msg.prev_chunk)} values as "
-                    f"{msg.prev_horizon}x{msg.prev_action_dim}; the model needs {horizon}x{dim}")
-            prev = np.asarray(msg.prev_chunk, dtype=np.float64).reshape(horizon, dim)
-            if not np.all(np.isfinite(prev)):
-                raise ValueError("prev_chunk contains NaN or Inf")
+            shape = (msg.prev_horizon, msg.prev_action_dim)
+            if len(msg.prev_chunk) != shape[0] * shape[1]:
+                raise ChunkShapeError("prev_chunk", f"{len(msg.prev_chunk)} values do not "
+                                                    f"fill prev_horizon x prev_action_dim "
+                                                    f"{shape[0]}x{shape[1]}")
+            prev = previous_chunk(np.asarray(msg.prev_chunk).reshape(shape), horizon, dim)
         frames, joint = self._robots[robot].obs.assemble(
             stamp_seconds(msg.header.stamp), self.params["max_observation_age_s"])
         messages = [frame.message() for frame in frames]
@@ -383,10 +382,8 @@ class InferenceServer(Node):
                            dtype=np.float64)
         if not np.all(np.isfinite(state)):
             raise ValueError("joint_states position contains NaN or Inf")
-        inputs = {"images": images, "state": state,
-                  "instruction": msg.instruction, "prev_chunk": prev,
-                  "d": int(msg.commit_steps) if prev is not None else 0,
-                  "seed": int(msg.seq)}
+        inputs = engine_inputs(images, msg.instruction, state, prev_chunk=prev, commit=commit,
+                               seed=int(msg.seq))
         stamps = ([m.header.stamp for m in messages], joint.header.stamp)
         return inputs, stamps
 

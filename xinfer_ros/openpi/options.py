@@ -31,11 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.core.errors import InvalidRequestError
 from xinfer_ros.core.timing import budget_seconds
+from xinfer_ros.model.errors import InputError
 from xinfer_ros.openpi.errors import ObservationFieldError
 from xinfer_ros.openpi.layouts import MISSING, lookup
+from xinfer_ros.serving.frontend import commit_steps, previous_chunk
 
 __all__ = [
     "KEY_BUDGET",
@@ -107,22 +108,7 @@ def _prev_chunk(obs: Mapping[str, Any], horizon: int, dim: int,
     raw = lookup(obs, KEY_PREV_CHUNK)
     if raw is MISSING or raw is None:
         return None
-    try:
-        arr = np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ObservationFieldError(KEY_PREV_CHUNK, f"not a numeric array: {exc}") from exc
-    if arr.ndim != 2 or arr.shape[0] != horizon or arr.shape[1] not in (dim, out_dim):
-        raise ObservationFieldError(KEY_PREV_CHUNK, f"expected shape ({horizon}, {dim}) or "
-                                               f"({horizon}, {out_dim}), got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ObservationFieldError(KEY_PREV_CHUNK, "contains NaN or Inf")
-    if arr.shape[1] == dim:
-        return arr
-    # A layout that replies with fewer columns gets them back padded with zeros: the
-    # model's extra dimensions are dropped on the way out, so their guidance is moot.
-    full = np.zeros((horizon, dim), dtype=np.float64)
-    full[:, :out_dim] = arr
-    return full
+    return previous_chunk(raw, horizon, dim, columns=out_dim, field=KEY_PREV_CHUNK)
 
 
 def _int(obs: Mapping[str, Any], key: str) -> int | None:
@@ -157,14 +143,13 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
         if why is not None:
             raise ObservationFieldError(KEY_ROBOT_ID, why)
     budget = _budget(obs, default_budget_ms, max_budget_ms)
-    prev = _prev_chunk(obs, horizon, action_dim, out_dim)
-    commit = _int(obs, KEY_COMMIT)
-    if prev is None:
-        commit = 0
-    elif commit is None:
-        commit = min(COMMIT_LENGTH, horizon)
-    elif not 0 <= commit <= horizon:
-        raise ObservationFieldError(KEY_COMMIT, f"{commit} outside [0, {horizon}]")
+    try:
+        prev = _prev_chunk(obs, horizon, action_dim, out_dim)
+        commit = (commit_steps(_int(obs, KEY_COMMIT), horizon, field=KEY_COMMIT)
+                  if prev is not None else 0)
+    except InputError as exc:
+        raise ObservationFieldError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) \
+            from None
     seed = _int(obs, KEY_SEED)
     if seed is not None and not 0 <= seed < 2**63:
         raise ObservationFieldError(KEY_SEED, f"{seed} outside [0, 2**63)")

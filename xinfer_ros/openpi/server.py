@@ -63,6 +63,7 @@ from xinfer_ros.openpi.layouts import (
     map_observation,
 )
 from xinfer_ros.openpi.options import XINFER_KEYS, RequestOptions, parse_options, valid_robot_id
+from xinfer_ros.serving.frontend import engine_inputs
 
 __all__ = [
     "API_KEY_ENV",
@@ -465,12 +466,10 @@ class OpenPIServer:
             _LOG.info("robot %s (%s layout): cameras %s masked out (zero image)", robot,
                       mapped.layout, [i for i, m in enumerate(mapped.image_mask) if not m])
         session.seq += 1
-        inputs: dict[str, Any] = {
-            "images": mapped.images, "instruction": mapped.prompt, "state": mapped.state,
-            "seed": options.seed if options.seed is not None else session.seq}
-        if options.prev_chunk is not None:
-            inputs["prev_chunk"] = options.prev_chunk
-            inputs["d"] = options.commit_steps
+        inputs = engine_inputs(
+            mapped.images, mapped.prompt, mapped.state, prev_chunk=options.prev_chunk,
+            commit=options.commit_steps,
+            seed=options.seed if options.seed is not None else session.seq)
         future = self.engine.submit(inputs, options.budget_ms, robot)
         try:
             # shield: a timeout must not cancel the engine's future (the engine resolves

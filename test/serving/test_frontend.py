@@ -1,0 +1,50 @@
+"""The shared request front end: previous chunks, commit lengths, engine inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xinfer_ros.core.constants import COMMIT_LENGTH
+from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError
+from xinfer_ros.serving.frontend import commit_steps, engine_inputs, previous_chunk
+
+
+def test_previous_chunk_accepts_the_model_shape_and_pads_a_narrow_layout() -> None:
+    chunk = np.arange(16 * 14, dtype=float).reshape(16, 14)
+    assert previous_chunk(chunk.tolist(), 16, 14) == pytest.approx(chunk)
+    narrow = previous_chunk(np.ones((16, 7)), 16, 14, columns=7)
+    assert narrow.shape == (16, 14) and narrow[:, :7].all() and not narrow[:, 7:].any()
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ("abc", "not a numeric array"),
+    (np.ones((16, 7)), r"expected shape \(16, 14\), got \(16, 7\)"),
+    (np.ones((8, 14)), "expected shape"),
+    (np.ones(16 * 14), "expected shape"),
+    (np.full((16, 14), np.nan), "NaN or Inf"),
+])
+def test_previous_chunk_names_the_field_on_bad_input(values: object, message: str) -> None:
+    with pytest.raises(ChunkShapeError, match=message) as info:
+        previous_chunk(values, 16, 14, field="xinfer/prev_chunk")
+    assert info.value.field == "xinfer/prev_chunk"
+
+
+def test_commit_steps_defaults_to_the_paper_and_is_bounded_by_the_horizon() -> None:
+    assert commit_steps(None, 16) == COMMIT_LENGTH
+    assert commit_steps(None, 4) == 4
+    assert commit_steps(0, 16) == 0 and commit_steps(16, 16) == 16
+    with pytest.raises(CommitLengthError, match=r"17 outside \[0, 16\]"):
+        commit_steps(17, 16)
+    with pytest.raises(CommitLengthError):
+        commit_steps(-1, 16)
+
+
+def test_engine_inputs_commit_nothing_without_a_previous_chunk() -> None:
+    state = np.zeros(14)
+    plain = engine_inputs([None], "pick", state, prev_chunk=None, commit=8, seed=3)
+    assert plain["d"] == 0 and plain["prev_chunk"] is None and plain["seed"] == 3
+    prev = np.zeros((16, 14))
+    rtc = engine_inputs([None], "pick", state, prev_chunk=prev, commit=8, seed=3)
+    assert rtc["d"] == 8 and rtc["prev_chunk"] is prev
+    assert set(rtc) == {"images", "instruction", "state", "prev_chunk", "d", "seed"}

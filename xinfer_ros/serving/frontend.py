@@ -1,0 +1,80 @@
+"""The request front end both servers share: chunking fields and the engine's inputs.
+
+The ROS server (a ``PolicyRequest`` with a flat ``prev_chunk``) and the openpi endpoint
+(an ``xinfer/prev_chunk`` array in a msgpack observation) accept the same request
+fields; they validate them here, with the model layer's field-naming errors, and build
+the one input mapping the engine's backends read. The model checks the chunk against
+its own horizon again when it aligns it; these checks answer the robot before any
+engine work is queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from xinfer_ros.core.constants import COMMIT_LENGTH
+from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError
+
+__all__ = ["commit_steps", "engine_inputs", "previous_chunk"]
+
+
+def previous_chunk(values: Any, horizon: int, action_dim: int, *,
+                   columns: int | None = None, field: str = "prev_chunk") -> np.ndarray:
+    """The robot's previous chunk as a finite ``(H, D)`` float64 array.
+
+    Args:
+        values: A 2-D array-like of the chunk.
+        horizon: The model's H.
+        action_dim: The model's D.
+        columns: Fewer columns the client's layout uses, if any; such a chunk is
+            zero-padded to D (the model's extra dimensions are dropped on the way out,
+            so their guidance is moot).
+        field: The request field named in errors.
+
+    Raises:
+        ChunkShapeError: When ``values`` is not numeric, has another shape or holds
+            NaN or Inf.
+    """
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ChunkShapeError(field, f"not a numeric array: {exc}") from exc
+    widths = {action_dim} if columns is None else {action_dim, columns}
+    if arr.ndim != 2 or arr.shape[0] != horizon or arr.shape[1] not in widths:
+        want = " or ".join(f"({horizon}, {w})" for w in sorted(widths, reverse=True))
+        raise ChunkShapeError(field, f"expected shape {want}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ChunkShapeError(field, "contains NaN or Inf")
+    if arr.shape[1] == action_dim:
+        return arr
+    full = np.zeros((horizon, action_dim), dtype=np.float64)
+    full[:, :arr.shape[1]] = arr
+    return full
+
+
+def commit_steps(value: int | None, horizon: int, *, field: str = "commit_steps") -> int:
+    """The commit length d for a request with a previous chunk (default: the paper's d).
+
+    Raises:
+        CommitLengthError: When ``value`` lies outside ``[0, horizon]``.
+    """
+    if value is None:
+        return min(COMMIT_LENGTH, horizon)
+    if not 0 <= value <= horizon:
+        raise CommitLengthError(field, f"{value} outside [0, {horizon}]")
+    return int(value)
+
+
+def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: np.ndarray, *,
+                  prev_chunk: np.ndarray | None, commit: int, seed: int) -> dict[str, Any]:
+    """The input mapping every backend's ``prepare`` reads.
+
+    A camera the client masked out is None. Without a previous chunk nothing is
+    committed (d = 0).
+    """
+    return {"images": list(images), "instruction": instruction, "state": state,
+            "prev_chunk": prev_chunk, "d": commit if prev_chunk is not None else 0,
+            "seed": seed}
