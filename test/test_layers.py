@@ -10,6 +10,8 @@ import ast
 import importlib
 from pathlib import Path
 
+from .source_imports import module_imports
+
 PACKAGE = Path(__file__).resolve().parents[1] / "xinfer_ros"
 
 #: Layer -> the package's layers it may import (besides itself).
@@ -46,14 +48,7 @@ def _imports() -> list[tuple[str, str, str]]:
         layer = rel.parts[0].removesuffix(".py")
         if layer == "__init__":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            found += [(layer, name, str(rel)) for name in names]
+        found += [(layer, name, str(rel)) for name in module_imports(path)]
     return found
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from .source_imports import module_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,17 +33,10 @@ def _imports() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     files = [*ROOT.joinpath("xinfer_ros").rglob("*.py"), *ROOT.joinpath("launch").glob("*.py")]
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "xinfer_ros":
-                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+        for name in module_imports(path):
+            top = name.split(".")[0]
+            if top not in sys.stdlib_module_names and top != "xinfer_ros":
+                found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
     return found
 
 

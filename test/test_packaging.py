@@ -1,6 +1,7 @@
 """The ROS-free library installs with plain pip, without ROS and without torch."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,14 +72,16 @@ def test_plain_colcon_install_serves_a_request_and_colcon_test_runs(tmp_path) ->
 
 
 def _check_colcon_test(tmp_path: Path, bases: list[str], env: dict[str, str]) -> None:
-    """colcon test runs the Python tests against this install (one suite, to stay quick)."""
+    """colcon test runs the Python tests against this install (three small suites: quick)."""
     subprocess.run(["colcon", "--log-base", str(tmp_path / "log"), "test", *bases,
-                    "--ctest-args", "-R", "pytest_rtc"], env=env, cwd=tmp_path,
+                    "--ctest-args", "-R", "pytest_(rtc|serving|fleet)"], env=env, cwd=tmp_path,
                    capture_output=True, check=True, timeout=300)
     result = subprocess.run(["colcon", "test-result", "--test-result-base",
                              str(tmp_path / "build" / "xinfer_ros")], check=False, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and " 0 failures" in result.stdout, result.stdout
+    ran = re.search(r"Summary: (\d+) tests", result.stdout)
+    assert ran is not None and int(ran.group(1)) >= 30, result.stdout  # the suites did run
 
 
 def _check_installed_server(install: Path, env: dict[str, str], tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xinfer_ros.core.constants import DELTA, SEND_PERIOD
-from xinfer_ros.core.errors import InvalidRequestError
+from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.timing import budget_met, budget_seconds, deadline, next_send
 
@@ -52,11 +52,11 @@ def test_budget_seconds_accepts_numbers(value: object) -> None:
 
 @pytest.mark.parametrize("value", [True, np.bool_(True), "150", None, [150.0]])
 def test_budget_seconds_refuses_non_numbers(value: object) -> None:
-    with pytest.raises(InvalidRequestError, match="expected a number of ms"):
+    with pytest.raises(BudgetError, match="expected a number of ms"):
         budget_seconds(value)
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf, 20_000.0])
 def test_budget_seconds_refuses_out_of_range(value: float) -> None:
-    with pytest.raises(InvalidRequestError, match=r"outside \(0, 10000\] ms"):
+    with pytest.raises(BudgetError, match=r"outside \(0, 10000\] ms"):
         budget_seconds(value, max_ms=10_000.0)

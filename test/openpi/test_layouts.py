@@ -160,6 +160,7 @@ def test_options_defaults_and_overrides() -> None:
     {"xinfer/robot_id": 7}, {"xinfer/prev_chunk": np.ones((8, 14))},
     {"xinfer/prev_chunk": np.ones((16, 14)), "xinfer/commit_steps": 17},
     {"xinfer/prev_chunk": np.ones((16, 14)), "xinfer/commit_steps": 2.5},
+    {"xinfer/commit_steps": "x"},
     {"xinfer/seed": -1},
 ])
 def test_options_reject_bad_values(obs: dict[str, object]) -> None:
@@ -167,3 +168,7 @@ def test_options_reject_bad_values(obs: dict[str, object]) -> None:
         parse_options(obs, default_budget_ms=180.0, max_budget_ms=1000.0, horizon=16,
                       action_dim=14, out_dim=7)
     assert info.value.field.startswith("xinfer/")
+    # The field is named once, as the client wrote it.
+    field = info.value.field
+    detail = str(info.value).removeprefix(f"{field}: ")
+    assert not detail.startswith(field.rsplit("/", 1)[-1]), str(info.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from xinfer_ros.errors import XInferRosError
 
 __all__ = [
+    "BudgetError",
     "InvalidRequestError",
     "RateTableError",
     "SchedulerStateError",
@@ -23,6 +24,19 @@ class XInferError(XInferRosError, ValueError):
 
 class InvalidRequestError(XInferError):
     """A request field is missing or out of range (e.g. a budget that is not > 0)."""
+
+
+class BudgetError(InvalidRequestError):
+    """A budget is not a number of milliseconds in the accepted range.
+
+    Attributes:
+        detail: The reason without the field name, for front ends that name the field
+            their own way (openpi's ``xinfer/budget_ms``).
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"budget_ms: {detail}")
+        self.detail = detail
 
 
 class RateTableError(XInferError):

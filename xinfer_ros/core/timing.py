@@ -16,7 +16,7 @@ import math
 from numbers import Real
 
 from xinfer_ros.core.constants import DELTA, SEND_PERIOD
-from xinfer_ros.core.errors import InvalidRequestError
+from xinfer_ros.core.errors import BudgetError
 
 __all__ = [
     "MS_PER_S",
@@ -70,13 +70,13 @@ def budget_seconds(budget_ms: object, max_ms: float = math.inf) -> float:
         max_ms: Largest accepted budget (ms).
 
     Raises:
-        InvalidRequestError: When ``budget_ms`` is not a real number (bools are not)
-            or lies outside ``(0, max_ms]``.
+        BudgetError: When ``budget_ms`` is not a real number (bools are not) or lies
+            outside ``(0, max_ms]``.
     """
     if isinstance(budget_ms, bool) or not isinstance(budget_ms, Real):
-        raise InvalidRequestError(f"budget_ms: expected a number of ms, got {budget_ms!r}")
+        raise BudgetError(f"expected a number of ms, got {budget_ms!r}")
     value = float(budget_ms)
     if not (math.isfinite(value) and 0.0 < value <= max_ms):
         upper = "inf)" if math.isinf(max_ms) else f"{max_ms:g}]"
-        raise InvalidRequestError(f"budget_ms {value} outside (0, {upper} ms")
+        raise BudgetError(f"{value} outside (0, {upper} ms")
     return value / MS_PER_S

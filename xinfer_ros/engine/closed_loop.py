@@ -110,7 +110,6 @@ def run_closed_loop(
     cond = threading.Condition()
     tie = itertools.count()
     heap = _first_submissions(robots, link_up, tie)
-    delta = link_up + link_down
     run = ClosedLoopRun()
     sent_count = [0] * len(robots)
     previous: list[np.ndarray | None] = [None] * len(robots)
@@ -121,8 +120,9 @@ def run_closed_loop(
         with cond:
             if spreader is not None and result.ok:
                 arrival = rec.send_time + link_up
+                # The links come off the deadline one at a time, as in the simulator.
                 ready = spreader.release_time(str(i), ready, arrival,
-                                              deadline(arrival, rec.budget, delta))
+                                              deadline(arrival, rec.budget, link_up) - link_down)
             r = ready + link_down
             rec.result, rec.response_time = result, r
             if result.ok:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.errors import InvalidRequestError, XInferError
+from xinfer_ros.core.errors import BudgetError, XInferError
 from xinfer_ros.core.policy import Launch, Policy
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
@@ -232,7 +232,7 @@ class StageEngine:
         robot = str(robot_id)
         try:
             budget, refused = budget_seconds(budget_ms), ""
-        except InvalidRequestError as exc:
+        except BudgetError as exc:
             budget, refused = math.nan, str(exc)
         live = LiveRequest(self._table.next_id(), robot, budget, request_inputs, callback,
                            fut, now)

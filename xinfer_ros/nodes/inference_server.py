@@ -46,7 +46,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
 from xinfer_ros.core.constants import ATTAINMENT_TARGET
-from xinfer_ros.core.errors import InvalidRequestError
+from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
@@ -338,7 +338,7 @@ class InferenceServer(Node):
         try:
             rx = _Received(robot, msg, arrival,
                            budget_seconds(msg.budget_ms, self.params["max_budget_ms"]))
-        except InvalidRequestError as exc:
+        except BudgetError as exc:
             rx = _Received(robot, msg, arrival, 0.0, str(exc))
         state = self._robots[robot]
         state.obs.last_seen = arrival

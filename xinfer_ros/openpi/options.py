@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.errors import InvalidRequestError
+from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.timing import budget_seconds
 from xinfer_ros.model.errors import InputError
 from xinfer_ros.openpi.errors import ObservationFieldError
@@ -98,8 +98,8 @@ def _budget(obs: Mapping[str, Any], default_ms: float, max_ms: float) -> float:
         return default_ms
     try:
         budget_seconds(raw, max_ms)  # validated here; the engine converts at submit
-    except InvalidRequestError as exc:
-        raise ObservationFieldError(KEY_BUDGET, str(exc)) from None
+    except BudgetError as exc:
+        raise ObservationFieldError(KEY_BUDGET, exc.detail) from None
     return float(raw)
 
 
@@ -143,10 +143,10 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
         if why is not None:
             raise ObservationFieldError(KEY_ROBOT_ID, why)
     budget = _budget(obs, default_budget_ms, max_budget_ms)
+    raw_commit = _int(obs, KEY_COMMIT)  # malformed is refused even without a chunk
     try:
         prev = _prev_chunk(obs, horizon, action_dim, out_dim)
-        commit = (commit_steps(_int(obs, KEY_COMMIT), horizon, field=KEY_COMMIT)
-                  if prev is not None else 0)
+        commit = commit_steps(raw_commit, horizon, field=KEY_COMMIT) if prev is not None else 0
     except InputError as exc:
         raise ObservationFieldError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) \
             from None

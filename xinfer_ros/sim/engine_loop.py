@@ -263,8 +263,9 @@ class Simulation:
         wall0 = time.perf_counter()
         cfg, gpu, policy, robots = self.cfg, self.gpu, self.policy, self.robots
         heap = self._heap
+        # δ is the two links; the deadline takes them off one at a time, the order the
+        # simulator has always used (a + b − δ in one step differs in the last bit).
         up, down, prep, h_out = self.link.up, self.link.down, cfg.cpu_prep, self.table.h_out
-        delta = self.link.delta
         end_send = cfg.duration
         for i, r in enumerate(robots):
             if r.spec.start < end_send:
@@ -298,7 +299,7 @@ class Simulation:
                     ready = t + h_out
                     if spreader is not None:
                         ready = spreader.release_time(
-                            str(robot), ready, arrival, deadline(arrival, budget, delta))
+                            str(robot), ready, arrival, deadline(arrival, budget, up) - down)
                     self._push(ready + down, _RESPOND, robot, budget)
                 dirty = True
             elif t_heap <= next_tick:
