@@ -7,6 +7,7 @@ from concurrent.futures import Future
 import pytest
 
 from xinfer_ros.core.stages import Stage
+from xinfer_ros.core.timing import deadline
 from xinfer_ros.engine.admission import LiveRequest, LiveTable
 from xinfer_ros.engine.gates import ExecutionGates
 from xinfer_ros.engine.types import EngineConfig, Overflow, Status
@@ -14,7 +15,8 @@ from xinfer_ros.engine.types import EngineConfig, Overflow, Status
 
 def _live(table: LiveTable, robot: str, submitted: float = 0.0,
           budget: float = 0.1) -> LiveRequest:
-    return LiveRequest(table.next_id(), robot, budget, None, None, Future(), submitted)
+    return LiveRequest(table.next_id(), robot, budget, None, None, Future(), submitted,
+                       arrival=submitted, deadline=deadline(submitted, budget))
 
 
 def test_full_table_refuses_and_a_robot_supersedes_itself() -> None:
@@ -52,15 +54,16 @@ def test_closed_table_admits_nothing_and_close_reports_once() -> None:
     assert table.admit(_live(table, "a")).refused == "engine is closed"
 
 
-def test_take_expired_returns_only_idle_requests_past_their_budget() -> None:
+def test_take_expired_returns_only_idle_requests_past_their_deadline() -> None:
     table = LiveTable(8, Overflow.REJECT, supersede=False)
     idle, running, preparing = (_live(table, r, 0.0, 0.1) for r in "abc")
     for live in (idle, running, preparing):
         table.admit(live)
     idle.request = running.request = object()  # type: ignore[assignment]
     running.running = Stage.VIT
-    assert table.take_expired(0.05) == []
-    assert table.take_expired(0.2) == [idle]
+    # The deadline is a + b - δ (0.096 s), the one contract of core.timing.
+    assert table.take_expired(0.095) == []
+    assert table.take_expired(0.097) == [idle]
     assert len(table) == 2
     table.retire(running, Status.OK)
     assert table.counts()["OK"] == 1 and len(table) == 1

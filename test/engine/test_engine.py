@@ -270,3 +270,50 @@ def test_lane_that_cannot_start_fails_its_requests_instead_of_hanging() -> None:
         assert result.status is Status.ERROR
         assert "lane action/" in result.reason and "could not start" in result.reason
         assert "specified index" in result.reason
+
+
+def test_results_carry_arrival_deadline_and_release_time() -> None:
+    from xinfer_ros.core.constants import DELTA
+    from xinfer_ros.core.timing import deadline
+
+    engine, _ = make_engine()
+    with engine:
+        ok = engine.submit({"seed": 1}, 300.0, "r1", age=0.050).result(TIMEOUT)
+        refused = engine.submit({"seed": 2}, -5.0, "r2").result(TIMEOUT)
+    assert ok.ok and ok.arrival == pytest.approx(ok.submitted - 0.050, abs=1e-9)
+    assert ok.deadline == deadline(ok.arrival, 0.300, DELTA)
+    assert ok.release_at == ok.finished and ok.hold_s == 0.0  # phase spreading is off
+    assert refused.status is Status.REJECTED and math.isnan(refused.deadline)
+    assert refused.release_at == refused.finished
+
+
+def test_phase_spreading_holds_only_late_ok_results_and_within_their_deadline() -> None:
+    from xinfer_ros.core.constants import DELTA, SEND_PERIOD
+
+    cfg = EngineConfig(slots=(4, 4, 6), phase_spread=True, phase_spread_margin=0.010)
+    engine, _ = make_engine(config=cfg)
+    spreader = engine.releases.spreader
+    assert spreader is not None
+    release_time = spreader.release_time
+
+    def other_robot_where_r1_would_land(robot: str, ready: float, arrival: float,
+                                        limit: float) -> float:
+        # r2's phase sits where r1's next request lands if released at once: the
+        # widest gap's middle is then half a period later.
+        spreader.record_arrival("r2", ready + DELTA)
+        return release_time(robot, ready, arrival, limit)
+
+    spreader.release_time = other_robot_where_r1_would_land  # type: ignore[method-assign]
+    with engine:
+        # Arrived 250 ms ago: later than T_E, with a second of budget left to hold in.
+        late = engine.submit({"seed": 1}, 1500.0, "r1", age=0.250).result(TIMEOUT)
+        # Arrived 150 ms before a deadline it can only just make: held to the margin.
+        tight = engine.submit({"seed": 2}, 420.0, "r1", age=0.250).result(TIMEOUT)
+        fresh = engine.submit({"seed": 3}, 1500.0, "r1").result(TIMEOUT)
+        failed = engine.submit({"seed": 4, "work_factor": -1.0}, 1500.0, "r1",
+                               age=0.250).result(TIMEOUT)
+    assert late.ok and late.hold_s == pytest.approx(SEND_PERIOD / 2, abs=1e-9)
+    assert tight.ok and tight.hold_s > 0.0 and tight.release_at <= tight.deadline - 0.010
+    assert fresh.ok and fresh.hold_s == 0.0  # within T_E of its arrival: phase kept
+    assert not failed.ok and failed.hold_s == 0.0
+    assert engine.stats()["held"] == 2

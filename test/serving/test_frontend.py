@@ -48,3 +48,17 @@ def test_engine_inputs_commit_nothing_without_a_previous_chunk() -> None:
     rtc = engine_inputs([None], "pick", state, prev_chunk=prev, commit=8, seed=3)
     assert rtc["d"] == 8 and rtc["prev_chunk"] is prev
     assert set(rtc) == {"images", "instruction", "state", "prev_chunk", "d", "seed"}
+
+
+def test_camera_image_passes_fits_or_refuses_other_sizes() -> None:
+    from xinfer_ros.model.errors import ImageError
+    from xinfer_ros.serving.frontend import camera_image
+
+    frame = np.full((100, 100, 3), 90, np.uint8)
+    assert camera_image(frame, 0, (100, 100), strict=True, resizes=False) is frame
+    assert camera_image(frame, 0, (224, 352), strict=False, resizes=True) is frame
+    boxed = camera_image(frame, 0, (224, 352), strict=False, resizes=False)
+    assert boxed.shape == (224, 352, 3) and not boxed[:, :50].any()
+    assert (boxed[:, 176] == 90).all()
+    with pytest.raises(ImageError, match=r"camera_2: image is 100x100; the model takes 352x224"):
+        camera_image(frame, 2, (224, 352), strict=True, resizes=False)

@@ -23,7 +23,6 @@ import numpy as np
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
-from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
 from xinfer_ros.core.registry import policy_names
 from xinfer_ros.engine.affinity import pin_thread
@@ -138,7 +137,9 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
     max_live = args.max_live or 2 * args.robots + 8
     base = EngineConfig(slots=slots, max_live=max_live, overflow=Overflow(args.overflow),
                         cpu_workers=args.cpu_workers, tick_s=args.tick_ms * 1e-3,
-                        rate_correction=getattr(args, "rate_correction", True))
+                        rate_correction=getattr(args, "rate_correction", True),
+                        delta=2 * args.link_ms * 1e-3,
+                        phase_spread=bool(getattr(args, "phase_spread", False)))
     config = (ablation_config(args.ablation, base) if getattr(args, "ablation", None)
               else mode_config(args.engine, base))
     engine = StageEngine(backend, args.policy, config, rate_table=table, clock=clock)
@@ -185,10 +186,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
     engine.start()
     try:
         engine.audit.keep_from = engine.clock.now() + warmup
-        spreader = (PhaseSpreader(lead=2 * link) if getattr(args, "phase_spread", False)
-                    else None)
         run = run_closed_loop(engine, plans, backend.example_inputs, duration, link_up=link,
-                              link_down=link, spreader=spreader)
+                              link_down=link)
     finally:
         engine.close(drain_timeout=2.0)
         if owned:
@@ -213,8 +212,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
         "rate_table": str(args.rate_table) if args.rate_table else "default",
         "rate_table_provenance": table.provenance,
         "time_scale": args.time_scale,
-        "phase_spread": spreader is not None,
-        "held": spreader.held if spreader is not None else 0,
+        "phase_spread": engine.config.phase_spread,
+        "held": engine.stats()["held"],
         "host": platform.node(),
         "load_average": list(os.getloadavg()),
         "metrics": metrics.to_dict(),

@@ -40,6 +40,8 @@ class LiveRequest:
         callback: Called once with the result.
         future: Resolved once with the result.
         submitted: Engine-clock submit time (s).
+        arrival: Engine-clock time the request reached the server (s).
+        deadline: Its deadline ``arrival + budget - δ`` (s; NaN when refused).
         state: Backend state between preparation and release.
         request: The scheduler's view, once added to a policy.
         policy: The policy that owns ``request``.
@@ -60,6 +62,8 @@ class LiveRequest:
     callback: ResultCallback | None
     future: Future[EngineResult]
     submitted: float
+    arrival: float = math.nan
+    deadline: float = math.nan
     state: Any = None
     request: Request | None = None
     policy: Policy | None = None
@@ -162,10 +166,10 @@ class LiveTable:
         return lives
 
     def take_expired(self, now: float) -> list[LiveRequest]:
-        """Detach and return idle requests whose budget ran out before ``now``."""
+        """Detach and return idle requests whose deadline passed before ``now``."""
         with self._lock:
             expired = [lv for lv in self._live.values()
-                       if lv.idle and lv.drop is None and now > lv.submitted + lv.budget]
+                       if lv.idle and lv.drop is None and now > lv.deadline]
             for live in expired:
                 self._detach(live)
         return expired

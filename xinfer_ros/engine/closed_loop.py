@@ -4,9 +4,9 @@ Each robot has at most one request in flight and sends the next one at
 ``s_{j+1} = max(s_j + T_E, r_j)``. Budgets follow the simulator's workloads
 (``xinfer_ros.sim.workloads``), so the engine benchmark and the simulator replay the
 same budget patterns. Transport outside the server is modelled as fixed uplink and
-downlink delays (δ = up + down), matching the simulator's ``Link``. With a
-:class:`~xinfer_ros.core.phase_spread.PhaseSpreader` the server side releases each
-response at the spreader's time, as the ROS server and the simulator do.
+downlink delays (δ = up + down), matching the simulator's ``Link``. Each response
+leaves the server at the result's ``release_at``: when it is ready, or later when the
+engine's phase spreading holds it, as the ROS server publishes it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import numpy as np
 
 from xinfer_ros.core.constants import LINK_DELAY, SEND_PERIOD
 from xinfer_ros.core.metrics import ResponseRecord
-from xinfer_ros.core.phase_spread import PhaseSpreader
-from xinfer_ros.core.timing import deadline, next_send
+from xinfer_ros.core.timing import MS_PER_S, next_send
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineResult
@@ -87,7 +86,6 @@ def run_closed_loop(
     link_up: float = LINK_DELAY,
     link_down: float = LINK_DELAY,
     drain: float = 2.0,
-    spreader: PhaseSpreader | None = None,
 ) -> ClosedLoopRun:
     """Drive ``engine`` with closed-loop robots for ``duration`` engine seconds.
 
@@ -100,7 +98,6 @@ def run_closed_loop(
         link_up: robot → server delay (s).
         link_down: server → robot delay (s).
         drain: engine seconds to wait for in-flight requests after ``duration``.
-        spreader: phase-spreading release for OK responses (None: publish when ready).
 
     Returns:
         Every sent request with its result (unanswered ones have none).
@@ -116,14 +113,8 @@ def run_closed_loop(
     in_flight = [0]
 
     def on_result(i: int, rec: Sent, result: EngineResult) -> None:
-        ready = result.finished - t0
         with cond:
-            if spreader is not None and result.ok:
-                arrival = rec.send_time + link_up
-                # The links come off the deadline one at a time, as in the simulator.
-                ready = spreader.release_time(str(i), ready, arrival,
-                                              deadline(arrival, rec.budget, link_up) - link_down)
-            r = ready + link_down
+            r = result.release_at - t0 + link_down
             rec.result, rec.response_time = result, r
             if result.ok:
                 previous[i] = result.actions
@@ -147,14 +138,13 @@ def run_closed_loop(
             k = sent_count[i]
             sent_count[i] += 1
             rec = Sent(i, t_submit - link_up, robots[i].budget(k))
-            if spreader is not None:
-                spreader.record_arrival(str(i), t_submit, rec.budget)
             run.sent.append(rec)
             in_flight[0] += 1
             prev = previous[i]
-        # Outside the lock: an immediate refusal runs the callback on this thread.
-        engine.submit(inputs(i, prev), rec.budget * 1e3, f"robot{i}",
-                      callback=functools.partial(on_result, i, rec))
+        # Outside the lock: an immediate refusal runs the callback on this thread. The
+        # request reached the server at t_submit, however late this thread woke.
+        engine.submit(inputs(i, prev), rec.budget * MS_PER_S, f"robot{i}",
+                      callback=functools.partial(on_result, i, rec), age=now - t_submit)
     _wait_for_in_flight(clock, cond, in_flight, drain)
     run.duration = duration
     return run

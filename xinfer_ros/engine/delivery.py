@@ -1,7 +1,8 @@
 """Delivery of results: every request the engine accepted or refused ends here, once.
 
 :class:`ResultDelivery` releases the backend state, retires the request from the live
-table, builds the :class:`EngineResult` and hands it to the callback and the future.
+table, builds the :class:`EngineResult` (with its deadline and, for an OK result,
+the release time phase spreading chose) and hands it to the callback and the future.
 It runs on the dispatcher, or on the caller's thread for an immediate refusal; a
 failing release or callback is logged and never stops the engine.
 """
@@ -18,6 +19,7 @@ from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.engine.admission import LiveRequest, LiveTable
 from xinfer_ros.engine.backends.base import Backend
 from xinfer_ros.engine.clock import Clock
+from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineResult, Status
 
 __all__ = ["Note", "ResultDelivery"]
@@ -36,15 +38,17 @@ class ResultDelivery:
         note: Logs through the engine's logger.
         on_finish: Called with each finished request id before its result is built
             (the execution gates forget it).
+        releases: Stamps each OK result's release time (phase spreading).
     """
 
     def __init__(self, backend: Backend, table: LiveTable, clock: Clock, note: Note,
-                 on_finish: Callable[[int], Any]) -> None:
+                 on_finish: Callable[[int], Any], *, releases: ReleasePlanner) -> None:
         self._backend = backend
         self._table = table
         self._clock = clock
         self._note = note
         self._on_finish = on_finish
+        self._releases = releases
 
     def finish(self, live: LiveRequest, status: Status, reason: str,
                actions: np.ndarray | None = None) -> None:
@@ -62,10 +66,13 @@ class ResultDelivery:
         now = self._clock.now()
         self._table.retire(live, status)
         live.timings.total_ms = (now - live.submitted) * MS_PER_S
+        release = (self._releases.release_at(live.robot_id, now, live.arrival, live.deadline)
+                   if status is Status.OK else now)
         result = EngineResult(
             request_id=live.rid, robot_id=live.robot_id, status=status, reason=reason,
             actions=actions, timings=live.timings, budget_ms=live.budget * MS_PER_S,
-            submitted=live.submitted, finished=now, emulated=self._backend.emulated)
+            submitted=live.submitted, finished=now, arrival=live.arrival,
+            deadline=live.deadline, release_at=release, emulated=self._backend.emulated)
         if status is not Status.OK and status is not Status.SHED:
             self._note("request %d (%s) %s: %s", live.rid, live.robot_id, status.name, reason,
                        level=logging.INFO)

@@ -16,8 +16,9 @@ released for the others.
 
 Parts: :mod:`~xinfer_ros.engine.admission` decides which requests may hold state,
 :mod:`~xinfer_ros.engine.gates` which launches the slots and switches allow, and
-:mod:`~xinfer_ros.engine.delivery` finishes every request once; this module is the
-dispatcher between them, the lanes and the policies.
+:mod:`~xinfer_ros.engine.delivery` finishes every request once, stamping each result
+with its deadline and release time (:mod:`~xinfer_ros.engine.spreading`); this module
+is the dispatcher between them, the lanes and the policies.
 
 Thread-safety: :meth:`StageEngine.submit`, :meth:`cancel`, :meth:`set_policy`,
 :meth:`stats` and :meth:`close` may be called from any thread (e.g. ROS callbacks).
@@ -44,7 +45,7 @@ from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.core.timing import MS_PER_S, budget_seconds
+from xinfer_ros.core.timing import MS_PER_S, budget_seconds, deadline
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.backends.base import Backend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
@@ -61,6 +62,7 @@ from xinfer_ros.engine.lanes import (
     group_of,
 )
 from xinfer_ros.engine.prediction import PredictionAudit
+from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineConfig, EngineResult, Status
 
 __all__ = ["ResultCallback", "StageEngine"]
@@ -131,8 +133,11 @@ class StageEngine:
         self._last_arrival = -math.inf
         #: Dispatcher-owned: what runs, and what the slots and switches allow next.
         self._gates = ExecutionGates(self.config)
+        #: Release times of OK results (phase spreading) and the arrivals they avoid.
+        self.releases = ReleasePlanner(self.config.phase_spread, self.config.delta,
+                                       self.config.phase_spread_margin)
         self._delivery = ResultDelivery(backend, self._table, self.clock, self._note,
-                                        self._gates.forget)
+                                        self._gates.forget, releases=self.releases)
         self._gate = SharedExclusiveGate(enabled=not self.config.cpu_overlap)
         # Lanes are sized for the configured slots even when intra-stage concurrency is
         # off, so that set_switches can turn it on at run time.
@@ -194,8 +199,8 @@ class StageEngine:
         """
         if not self._table.close():
             return
-        deadline = self.clock.now() + drain_timeout
-        while self.live_count() and self.clock.now() < deadline and self._thread is not None:
+        until = self.clock.now() + drain_timeout
+        while self.live_count() and self.clock.now() < until and self._thread is not None:
             self.clock.sleep(0.005)
         if self._thread is not None:
             self._events.put(("stop",))
@@ -213,6 +218,8 @@ class StageEngine:
         budget_ms: float,
         robot_id: str,
         callback: ResultCallback | None = None,
+        *,
+        age: float = 0.0,
     ) -> Future[EngineResult]:
         """Submit one request; thread-safe.
 
@@ -223,6 +230,8 @@ class StageEngine:
             robot_id: the sending robot.
             callback: called once with the :class:`EngineResult` (on an engine thread,
                 or on the caller's thread for an immediate refusal).
+            age: how long ago the request reached the server (s, >= 0; a clock-free
+                duration): its deadline counts from that arrival, not from now.
 
         Returns:
             A future resolved with the same result.
@@ -230,12 +239,15 @@ class StageEngine:
         fut: Future[EngineResult] = Future()
         now = self.clock.now()
         robot = str(robot_id)
+        arrival = now - age if age > 0 and math.isfinite(age) else now
         try:
             budget, refused = budget_seconds(budget_ms), ""
         except BudgetError as exc:
             budget, refused = math.nan, str(exc)
+        self.releases.arrived(robot, arrival, budget)
         live = LiveRequest(self._table.next_id(), robot, budget, request_inputs, callback,
-                           fut, now)
+                           fut, now, arrival=arrival,
+                           deadline=deadline(arrival, budget, self.config.delta))
         admission = self._table.admit(live) if not refused else None
         if admission is None or admission.refused:
             self._finish(live, Status.REJECTED, admission.refused if admission else refused)
@@ -291,7 +303,9 @@ class StageEngine:
 
     def stats(self) -> dict[str, Any]:
         """Snapshot for diagnostics (thread-safe, approximate while running)."""
-        return {"emulated": self.backend.emulated, "policy": self.policy.name,
+        held, held_s = self.releases.held()
+        return {"held": held, "held_s": held_s,
+                "emulated": self.backend.emulated, "policy": self.policy.name,
                 "live": len(self._table), "results": self._table.counts(),
                 "running": list(self._gates.running),
                 "slots": list(self.config.effective_slots),
@@ -438,11 +452,11 @@ class StageEngine:
         now = self.clock.now()
         # Arrivals reach the forecaster in order even when two CPU workers finish
         # preparation out of order.
-        arrival = max(live.submitted, self._last_arrival)
+        arrival = max(live.arrival, self._last_arrival)
         self._last_arrival = arrival
         try:
             req = Request(request_id=live.rid, robot_id=live.robot_id, arrival=arrival,
-                          budget=live.budget, payload=live)
+                          budget=live.budget, delta=self.config.delta, payload=live)
             self.policy.add_request(req, now)
         except XInferError as exc:
             self._finish(live, Status.REJECTED, f"invalid request: {exc}")
@@ -506,6 +520,7 @@ class StageEngine:
         # else: running or in output: finished at its next stage boundary
 
     def _on_cancel(self, robot_id: str, reason: str) -> None:
+        self.releases.forget(robot_id)
         lives = self._table.take_robot(robot_id)
         for live in lives:
             live.drop = (Status.SHED, f"cancelled: {reason}")

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.constants import DEFAULT_SLOTS, MAX_LIVE_REQUESTS, POLICY_TICK
+from xinfer_ros.core.constants import DEFAULT_SLOTS, DELTA, MAX_LIVE_REQUESTS, POLICY_TICK
+from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 
 __all__ = [
     "TABLE6",
@@ -95,6 +96,15 @@ class EngineConfig:
         rate_correction: learn per-stage slowdown factors of the calibrated rates
             from completed units (:mod:`xinfer_ros.core.rate_correction`), shared by
             every policy of the engine; off keeps the calibrated predictions exactly.
+        delta: δ, the time reserved outside the server (s): a request's deadline is
+            its arrival plus its budget less ``delta``, and a published response
+            brings its robot's next request about ``delta`` later.
+        phase_spread: OK results ready later than ``T_E`` after their arrival get a
+            release time that keeps the robots' send phases apart
+            (:mod:`xinfer_ros.core.phase_spread`); the caller publishes each result at
+            its ``release_at``. Off: every result is released when it is ready.
+        phase_spread_margin: held results are released at least this long before
+            their deadline (s).
     """
 
     slots: tuple[int, int, int] = DEFAULT_SLOTS
@@ -110,6 +120,9 @@ class EngineConfig:
     tick_s: float = POLICY_TICK
     sample_period_s: float = 0.020
     rate_correction: bool = True
+    delta: float = DELTA
+    phase_spread: bool = False
+    phase_spread_margin: float = PHASE_SPREAD_MARGIN
 
     def __post_init__(self) -> None:
         if len(self.slots) != 3 or any(int(s) < 1 for s in self.slots):
@@ -121,6 +134,10 @@ class EngineConfig:
             raise ValueError(f"cpu_workers must be >= 1, got {self.cpu_workers!r}")
         if not (self.tick_s > 0 and math.isfinite(self.tick_s)):
             raise ValueError(f"tick_s must be > 0, got {self.tick_s!r}")
+        for name in ("delta", "phase_spread_margin"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0 s, got {value!r}")
         object.__setattr__(self, "overflow", Overflow(self.overflow))
 
     @property
@@ -218,7 +235,14 @@ class EngineResult:
         timings: per-stage server timings.
         budget_ms: the budget the request carried.
         submitted: engine-clock submit time (s).
-        finished: engine-clock completion time (s).
+        finished: engine-clock completion time (s): the result is ready.
+        arrival: engine-clock time the request reached the server (s); ``submit``'s
+            ``age`` earlier than ``submitted``.
+        deadline: the request's deadline ``arrival + b - δ`` (engine clock, s); NaN
+            when its budget was refused.
+        release_at: when to publish the result (engine clock, s): ``finished``, or
+            later for an OK result that phase spreading holds (never past
+            ``deadline`` less the configured margin).
         emulated: True when produced by the emulated backend (placeholder actions).
         meta: backend extras (e.g. seed).
     """
@@ -232,6 +256,9 @@ class EngineResult:
     budget_ms: float = math.nan
     submitted: float = math.nan
     finished: float = math.nan
+    arrival: float = math.nan
+    deadline: float = math.nan
+    release_at: float = math.nan
     emulated: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -239,6 +266,12 @@ class EngineResult:
     def ok(self) -> bool:
         """True when the chunk is usable."""
         return self.status is Status.OK
+
+    @property
+    def hold_s(self) -> float:
+        """How long the result is held after it is ready (s); 0 when released at once."""
+        hold = self.release_at - self.finished
+        return hold if hold > 0 else 0.0
 
     @property
     def latency_ms(self) -> float:

@@ -15,12 +15,12 @@ serves ``~/get_fleet_stats`` and ``~/set_policy``. A malformed request never cra
 the server; a robot that falls silent for ``robot_timeout_s`` has its live requests
 cancelled and its buffers freed.
 
-With ``phase_spread`` an OK response that is ready later than ``T_E`` after its
-request arrived may be held, never past the request's deadline less
+With ``phase_spread`` the engine may hold an OK response that is ready later than
+``T_E`` after its request arrived, never past the request's deadline less
 ``phase_spread_margin_ms``, so that its robot's next request lands in the widest gap
 between the arrival phases of the other robots with tight budgets (at most ``T_E``;
-:mod:`xinfer_ros.core.phase_spread`). The
-chunk's ``timing.hold_ms`` says how long it was held, and ``server_total_ms`` and
+:mod:`xinfer_ros.core.phase_spread`); the node publishes it at the result's release
+time. The chunk's ``timing.hold_ms`` says how long it was held, and ``server_total_ms`` and
 ``budget_met`` count the hold. Responses within ``T_E`` and non-OK chunks are never
 held.
 """
@@ -31,10 +31,8 @@ import array
 import math
 import os
 import sys
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -48,13 +46,13 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from xinfer_ros.core.constants import ATTAINMENT_TARGET
 from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.health import HealthLimits, robot_health
-from xinfer_ros.core.metrics import ResponseRecord, summarize
-from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN, PhaseSpreader
+from xinfer_ros.core.metrics import ResponseRecord
+from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.registry import SERVED_POLICIES
-from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds, deadline
+from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds
 from xinfer_ros.fleet.plan import config_file, parse_robots
 from xinfer_ros.model.errors import ChunkShapeError, InputError
-from xinfer_ros.model.images import decode_image, fit_image
+from xinfer_ros.model.images import decode_image
 from xinfer_ros.msg import (
     ActionChunk,
     FleetStats,
@@ -66,8 +64,10 @@ from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.raw_image import RawImage
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
-from xinfer_ros.serving.frontend import commit_steps, engine_inputs, previous_chunk
+from xinfer_ros.serving.control import PolicySwitchError, policy_arguments
+from xinfer_ros.serving.frontend import camera_image, commit_steps, engine_inputs, previous_chunk
 from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
+from xinfer_ros.serving.ledger import Outcome, ServingLedger
 from xinfer_ros.serving.observations import (
     ObservationError,
     RobotObservations,
@@ -146,7 +146,6 @@ PARAMS = [
     EXECUTOR_PARAM,
 ]
 
-_RECORDS_PER_ROBOT = 4096
 
 # Sensor subscriptions go without rclpy's default event handlers (incompatible QoS,
 # incompatible type): each is a waitable that a SingleThreadedExecutor re-adds to its
@@ -154,6 +153,10 @@ _RECORDS_PER_ROBOT = 4096
 # subscription accepts every publisher's QoS anyway; a publisher of the wrong type is
 # reported by the periodic graph check instead (_check_graph).
 _NO_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
+
+#: How each ``ActionChunk`` status counts in the statistics.
+_OUTCOMES = {ActionChunk.STATUS_OK: Outcome.OK, ActionChunk.STATUS_SHED: Outcome.SHED,
+             ActionChunk.STATUS_REJECTED: Outcome.FAILED, ActionChunk.STATUS_ERROR: Outcome.FAILED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +185,7 @@ class _RobotState:
     def __init__(self, name: str, cameras: int) -> None:
         self.name = name
         self.obs = RobotObservations(cameras)
-        self.records: deque[tuple[ResponseRecord, int]] = deque(maxlen=_RECORDS_PER_ROBOT)
-        self.live = 0
         self.present = False
-        self.last_error = ""  # reason of the latest non-OK chunk
 
 
 class InferenceServer(Node):
@@ -196,22 +196,16 @@ class InferenceServer(Node):
         p = declare_params(self, PARAMS)
         self.params = p
         names = parse_robots(list(p["robots"]))
-        self._lock = threading.Lock()
         self._robots = {name: _RobotState(name, p["cameras"]) for name in names}
+        #: What was answered, per robot: the statistics and diagnostics read it.
+        self.ledger = ServingLedger(names)
         self._warned: set[str] = set()
-        # Phase spreading: requests and results arrive on different threads, so the
-        # spreader has a lock of its own; held chunks go out from the release thread.
-        self._spread_lock = threading.Lock()
-        self._spreader: PhaseSpreader | None = None
+        # Phase spreading: the engine picks each result's release time; chunks held
+        # past their ready time go out from the release thread.
         self._releases: ReleaseScheduler | None = None
-        #: Chunks published after a phase-spreading hold, and their total hold (s).
-        self.held = 0
-        self.held_s = 0.0
         if p["phase_spread"]:
-            self._spreader = PhaseSpreader(margin=p["phase_spread_margin_ms"] / 1e3)
-            self._releases = ReleaseScheduler(
-                "phase_spread_release",
-                on_error=self._release_failed)
+            self._releases = ReleaseScheduler("phase_spread_release",
+                                              on_error=self._release_failed)
         self.io = self._model_io(p)
         self._joint_order = [n for n in p["joint_names"] if n]
         transports = list(p["image_transports"])
@@ -295,7 +289,8 @@ class InferenceServer(Node):
                                    model_path=p["model_path"] or None,
                                    action_processes=p["torch.action_processes"],
                                    guidance=p["torch.guidance"])
-        config = EngineConfig(max_live=p["max_live_requests"])
+        config = EngineConfig(max_live=p["max_live_requests"], phase_spread=p["phase_spread"],
+                              phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S)
         if slots != [0]:
             config = replace(config, slots=(slots[0], slots[1], slots[2]))
         return StageEngine(backend, p["policy"], config, rate_table=table)
@@ -311,8 +306,7 @@ class InferenceServer(Node):
         self.engine.close(drain_timeout=1.0)
         if self._releases is not None:
             self._releases.close(run_pending=True)
-            with self._lock:
-                held, held_s = self.held, self.held_s
+            held, held_s = self.ledger.held()
             mean = f", mean {held_s / held * 1e3:.1f} ms" if held else ""
             self.get_logger().info(f"phase spreading held {held} responses{mean}")
 
@@ -343,11 +337,6 @@ class InferenceServer(Node):
         state = self._robots[robot]
         state.obs.last_seen = arrival
         state.present = True
-        if self._spreader is not None:
-            # Only tight-budget robots (budget <= T_E) keep a phase the spreader avoids;
-            # a refused budget counts as tight: the robot sent now.
-            with self._spread_lock:
-                self._spreader.record_arrival(robot, arrival, rx.budget)
         try:
             if rx.budget_error:
                 raise ValueError(rx.budget_error)
@@ -355,10 +344,11 @@ class InferenceServer(Node):
         except (ObservationError, ImageConversionError, InputError, ValueError) as exc:
             self._publish(rx, ActionChunk.STATUS_REJECTED, str(exc))
             return
-        with self._lock:
-            state.live += 1
+        self.ledger.submitted(robot)
+        # The deadline counts from the arrival, not from the end of assembly.
         self.engine.submit(inputs, msg.budget_ms, robot,
-                           callback=lambda r: self._on_result(rx, stamps, r))
+                           callback=lambda r: self._on_result(rx, stamps, r),
+                           age=time.monotonic() - arrival)
 
     def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[dict[str, Any], Any]:
         if msg.robot_id and msg.robot_id != robot:
@@ -388,26 +378,17 @@ class InferenceServer(Node):
         return inputs, stamps
 
     def _rgb(self, cam: int, frame: RawImage, msg: Any) -> np.ndarray:
-        """The frame as RGB at a size the model takes.
-
-        As is for a model that resizes (π0); else letterboxed to the camera's input. A
-        frame of another size is refused with ``strict_image_size``.
-        """
+        """The frame as RGB at a size the model takes (see :func:`camera_image`)."""
         rgb = decode_image(bytes(msg.data), f"camera_{cam}") if frame.compressed \
             else image_to_rgb(msg)
         spec = self.io.cameras[cam]
-        height, width = rgb.shape[:2]
-        if (height, width) == (spec.height, spec.width):
-            return rgb
-        if self.params["strict_image_size"]:
-            raise ValueError(f"camera_{cam} image is {width}x{height}; the model takes "
-                             f"{spec.width}x{spec.height} (strict_image_size)")
-        return rgb if self.io.resizes_images else fit_image(rgb, spec.height, spec.width)
+        return camera_image(rgb, cam, (spec.height, spec.width),
+                            strict=self.params["strict_image_size"],
+                            resizes=self.io.resizes_images)
 
     # -- outputs ------------------------------------------------------------------------
     def _on_result(self, rx: _Received, stamps: Any, result: Any) -> None:
-        with self._lock:
-            self._robots[rx.robot].live -= 1
+        self.ledger.answered(rx.robot)
         chunk = self._chunk(rx, int(result.status), result.reason)
         if result.actions is not None and int(result.status) == ActionChunk.STATUS_OK:
             chunk.horizon, chunk.action_dim = result.actions.shape
@@ -419,27 +400,16 @@ class InferenceServer(Node):
             queue_ms=_ms(t.queue_ms), vit_ms=_ms(t.vit_ms), prefill_ms=_ms(t.prefill_ms),
             action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms),
             budget_ms=rx.msg.budget_ms)
-        if self._spreader is not None and chunk.status == ActionChunk.STATUS_OK:
-            self._release(rx, chunk, time.monotonic())
-        else:
+        # Called on the engine's thread; a chunk the engine holds for phase spreading
+        # goes out on the release thread at its release time.
+        ready = time.monotonic()
+        hold = result.hold_s
+        if not (hold > 0 and self._releases is not None and self._releases.schedule(
+                ready + hold, lambda: self._send(rx, chunk, ready=ready))):
             self._send(rx, chunk)
 
     def _release_failed(self, exc: BaseException) -> None:
         self.get_logger().error(f"held chunk not sent: {exc!r}")
-
-    def _release(self, rx: _Received, chunk: ActionChunk, ready: float) -> None:
-        """Publish an OK chunk ready at ``ready`` now, or hold it for phase spreading.
-
-        Called on the engine's thread; a held chunk is published on the release thread.
-        """
-        assert self._spreader is not None and self._releases is not None
-        with self._spread_lock:
-            release = self._spreader.release_time(rx.robot, ready, rx.arrival,
-                                                  deadline(rx.arrival, rx.budget))
-        if release > ready and self._releases.schedule(
-                release, lambda: self._send(rx, chunk, ready=ready)):
-            return
-        self._send(rx, chunk)
 
     def _publish(self, rx: _Received, status: int, reason: str) -> None:
         chunk = self._chunk(rx, status, reason)
@@ -468,13 +438,8 @@ class InferenceServer(Node):
         self._chunk_pubs[rx.robot].publish(chunk)
         record = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
                                 ok=chunk.status == ActionChunk.STATUS_OK)
-        with self._lock:
-            self._robots[rx.robot].records.append((record, int(chunk.status)))
-            if chunk.status in (ActionChunk.STATUS_REJECTED, ActionChunk.STATUS_ERROR):
-                self._robots[rx.robot].last_error = chunk.reason
-            if hold > 0:
-                self.held += 1
-                self.held_s += hold
+        self.ledger.record(rx.robot, record, _OUTCOMES[chunk.status], reason=chunk.reason,
+                           hold_s=hold)
 
     # -- presence and statistics --------------------------------------------------------
     def _check_presence(self) -> None:
@@ -484,9 +449,6 @@ class InferenceServer(Node):
                 state.present = False
                 state.obs.clear()
                 self.engine.cancel(state.name, "robot went silent")
-                if self._spreader is not None:
-                    with self._spread_lock:
-                        self._spreader.forget(state.name)
                 self.get_logger().warning(
                     f"{state.name}: no messages for {self.params['robot_timeout_s']} s; "
                     "its live requests are cancelled and its buffers freed")
@@ -510,18 +472,11 @@ class InferenceServer(Node):
     def fleet_stats(self, window_s: float | None = None) -> FleetStats:
         """Statistics over the last ``window_s`` seconds of requests (by arrival)."""
         window_s = window_s or self.params["stats_window_s"]
-        now = time.monotonic()
-        window = (now - window_s, now + 1e-9)
-        out = FleetStats(policy=self.engine.policy.name, window_s=float(window_s))
+        robots, total = self.ledger.summaries(time.monotonic(), window_s)
+        out = FleetStats(policy=self.engine.policy.name, window_s=float(window_s),
+                         robots=[RobotStats(**asdict(r)) for r in robots],
+                         total=RobotStats(**asdict(total)))
         out.header.stamp = self.get_clock().now().to_msg()
-        everything: list[tuple[ResponseRecord, int]] = []
-        with self._lock:
-            per_robot = {n: (list(s.records), s.live) for n, s in self._robots.items()}
-        for name, (records, live) in per_robot.items():
-            out.robots.append(_robot_stats(name, records, window, window_s, live))
-            everything += records
-        out.total = _robot_stats("*", everything, window, window_s,
-                                 sum(live for _, live in per_robot.values()))
         return out
 
     def _publish_stats(self) -> None:
@@ -538,7 +493,8 @@ class InferenceServer(Node):
             state = self._robots[r.robot_id]
             seen = state.obs.last_seen
             health = robot_health(now - seen if seen else math.inf, r.requests, r.errors,
-                                  r.attainment, last_error=state.last_error, limits=limits)
+                                  r.attainment, last_error=self.ledger.last_error(r.robot_id),
+                                  limits=limits)
             diag.status.append(DiagnosticStatus(
                 level=bytes([int(health.level)]), name=f"xinfer/robots/{r.robot_id}",
                 hardware_id=r.robot_id, message=health.message,
@@ -577,16 +533,13 @@ class InferenceServer(Node):
 
     def _srv_policy(self, request: SetPolicy.Request,
                     response: SetPolicy.Response) -> SetPolicy.Response:
-        if request.policy not in POLICIES:
+        try:
+            kwargs = policy_arguments(request.policy, request.parameter_names,
+                                      request.parameter_values, POLICIES)
+        except PolicySwitchError as exc:
             response.success = False
-            response.message = f"unknown policy {request.policy!r}; choose one of {POLICIES}"
+            response.message = str(exc)
             return response
-        if len(request.parameter_names) != len(request.parameter_values):
-            response.success = False
-            response.message = "parameter_names and parameter_values differ in length"
-            return response
-        kwargs = {k: _parse_value(v) for k, v in
-                  zip(request.parameter_names, request.parameter_values, strict=True)}
         try:
             name = self.engine.set_policy(request.policy, **kwargs).result(timeout=5.0)
         except Exception as exc:  # the policy constructor's own error, reported as is
@@ -610,32 +563,6 @@ def _rss_bytes() -> int:
 
 def _ms(value: float) -> float:
     return 0.0 if value is None or not math.isfinite(value) else float(value)
-
-
-def _parse_value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def _robot_stats(name: str, records: list[tuple[ResponseRecord, int]],
-                 window: tuple[float, float], window_s: float, live: int) -> RobotStats:
-    chosen = [(r, s) for r, s in records if window[0] <= r.send_time < window[1]]
-    m = summarize([r for r, _ in chosen], window=window)
-    nan = float("nan")
-    return RobotStats(
-        robot_id=name, requests=m.requests, on_time=m.on_time,
-        attainment=m.attainment if m.requests else nan,
-        on_time_goodput_hz=m.on_time / window_s,
-        latency_p50_ms=m.latency_p50_ms, latency_p95_ms=m.latency_p95_ms,
-        latency_p99_ms=m.latency_p99_ms, mean_wide_latency_ms=m.mean_wide_latency_ms,
-        errors=sum(1 for _, s in chosen if s in (ActionChunk.STATUS_REJECTED,
-                                                 ActionChunk.STATUS_ERROR)),
-        shed=sum(1 for _, s in chosen if s == ActionChunk.STATUS_SHED),
-        queue_depth=max(0, live))
 
 
 def main(argv: list[str] | None = None) -> int:

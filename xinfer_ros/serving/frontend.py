@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from xinfer_ros.core.constants import COMMIT_LENGTH
-from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError
+from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, ImageError
+from xinfer_ros.model.images import fit_image
 
-__all__ = ["commit_steps", "engine_inputs", "previous_chunk"]
+__all__ = ["camera_image", "commit_steps", "engine_inputs", "previous_chunk"]
 
 
 def previous_chunk(values: Any, horizon: int, action_dim: int, *,
@@ -78,3 +79,26 @@ def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: 
     return {"images": list(images), "instruction": instruction, "state": state,
             "prev_chunk": prev_chunk, "d": commit if prev_chunk is not None else 0,
             "seed": seed}
+
+
+def camera_image(rgb: np.ndarray, camera: int, size: tuple[int, int], *, strict: bool,
+                 resizes: bool) -> np.ndarray:
+    """An RGB frame at a size the model takes.
+
+    Args:
+        rgb: The decoded ``(height, width, 3)`` frame.
+        camera: Its camera index (named in errors).
+        size: The camera's model input ``(height, width)``.
+        strict: Refuse a frame of another size instead of fitting it.
+        resizes: The model resizes frames itself (π0): passed on as it is.
+
+    Raises:
+        ImageError: A frame of another size under ``strict``.
+    """
+    height, width = rgb.shape[:2]
+    if (height, width) == size:
+        return rgb
+    if strict:
+        raise ImageError(f"camera_{camera}", f"image is {width}x{height}; the model takes "
+                                             f"{size[1]}x{size[0]} (strict_image_size)")
+    return rgb if resizes else fit_image(rgb, *size)

@@ -1,0 +1,70 @@
+"""The serving ledger: per-robot statistics without ROS."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+
+from xinfer_ros.core.metrics import ResponseRecord
+from xinfer_ros.serving.ledger import Outcome, ServingLedger
+
+
+def _record(arrival: float, latency: float, budget: float = 0.2,
+            ok: bool = True) -> ResponseRecord:
+    return ResponseRecord(arrival, arrival + latency, budget, ok)
+
+
+def test_summaries_count_each_outcome_in_the_window_only() -> None:
+    ledger = ServingLedger(["a", "b"])
+    ledger.record("a", _record(95.0, 0.1), Outcome.OK)
+    ledger.record("a", _record(96.0, 0.3), Outcome.OK)  # late: not on time
+    ledger.record("a", _record(97.0, 0.0, ok=False), Outcome.SHED)
+    ledger.record("b", _record(98.0, 0.0, ok=False), Outcome.FAILED, reason="bad image")
+    ledger.record("b", _record(50.0, 0.1), Outcome.OK)  # before the window
+    robots, total = ledger.summaries(now=100.0, window_s=10.0)
+    a, b = robots
+    assert (a.robot_id, a.requests, a.on_time, a.shed, a.errors) == ("a", 3, 1, 1, 0)
+    assert a.attainment == pytest.approx(1 / 3)
+    assert a.on_time_goodput_hz == pytest.approx(0.1)
+    assert (b.requests, b.errors, b.on_time) == (1, 1, 0)
+    assert (total.robot_id, total.requests, total.on_time, total.errors, total.shed) == \
+        ("*", 4, 1, 1, 1)
+    assert ledger.last_error("b") == "bad image" and ledger.last_error("a") == ""
+
+
+def test_a_robot_without_requests_has_no_attainment_and_live_counts_its_queue() -> None:
+    ledger = ServingLedger(["a"])
+    ledger.submitted("a")
+    ledger.submitted("a")
+    ledger.answered("a")
+    (a,), total = ledger.summaries(now=10.0, window_s=5.0)
+    assert a.requests == 0 and math.isnan(a.attainment)
+    assert a.queue_depth == 1 and total.queue_depth == 1 and ledger.live("a") == 1
+
+
+def test_holds_are_counted_and_the_ring_is_bounded() -> None:
+    ledger = ServingLedger(["a"], keep=8)
+    for i in range(20):
+        ledger.record("a", _record(float(i), 0.1), Outcome.OK, hold_s=0.05 if i % 2 else 0.0)
+    assert ledger.held() == (10, pytest.approx(0.5))
+    (a,), _ = ledger.summaries(now=100.0, window_s=100.0)
+    assert a.requests == 8  # only the newest records are kept
+
+
+def test_concurrent_recording_loses_nothing() -> None:
+    ledger = ServingLedger(["a"])
+
+    def work() -> None:
+        for i in range(500):
+            ledger.submitted("a")
+            ledger.record("a", _record(float(i), 0.1), Outcome.OK, hold_s=0.001)
+            ledger.answered("a")
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ledger.live("a") == 0 and ledger.held()[0] == 2000

@@ -1,0 +1,158 @@
+"""What a server answered, per robot: the source of its statistics and diagnostics.
+
+The ROS server records every chunk it publishes here and turns the summaries into
+``FleetStats`` and ``/diagnostics``; nothing here imports ROS, so the arithmetic is
+tested without rclpy. Requests are kept per robot in a bounded ring
+(:data:`RECORDS_PER_ROBOT`), so a server that runs for weeks holds a fixed amount.
+Every method is thread-safe: results are recorded on engine and release threads while
+ROS timers and services read the summaries.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from xinfer_ros.core.metrics import ResponseRecord, summarize
+
+__all__ = ["RECORDS_PER_ROBOT", "Outcome", "RobotSummary", "ServingLedger"]
+
+#: Answered requests kept per robot for the statistics window.
+RECORDS_PER_ROBOT = 4096
+
+
+class Outcome(Enum):
+    """How a published chunk counts in the statistics."""
+
+    OK = "ok"
+    #: Dropped after admission (superseded, backpressure, cancelled, expired).
+    SHED = "shed"
+    #: Refused or failed: counted as an error and remembered as the robot's last error.
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RobotSummary:
+    """One robot's (or the fleet's, ``robot_id == "*"``) figures over a window.
+
+    The fields are those of ``xinfer_ros/RobotStats``; latencies in ms, NaN where
+    there is nothing to measure.
+    """
+
+    robot_id: str
+    requests: int
+    on_time: int
+    attainment: float
+    on_time_goodput_hz: float
+    latency_p50_ms: float
+    latency_p95_ms: float
+    latency_p99_ms: float
+    mean_wide_latency_ms: float
+    errors: int
+    shed: int
+    queue_depth: int
+
+
+@dataclass
+class _Book:
+    records: deque[tuple[ResponseRecord, Outcome]]
+    live: int = 0
+    last_error: str = ""
+
+
+class ServingLedger:
+    """Answered requests and live counts of a fixed set of robots.
+
+    Args:
+        robots: The robots served (the allowlist).
+        keep: Records kept per robot.
+    """
+
+    def __init__(self, robots: Iterable[str], keep: int = RECORDS_PER_ROBOT) -> None:
+        self._lock = threading.Lock()
+        self._books = {name: _Book(deque(maxlen=keep)) for name in robots}
+        self._held = 0
+        self._held_s = 0.0
+
+    def submitted(self, robot: str) -> None:
+        """A request of ``robot`` went to the engine."""
+        with self._lock:
+            self._books[robot].live += 1
+
+    def answered(self, robot: str) -> None:
+        """The engine answered one of ``robot``'s requests."""
+        with self._lock:
+            self._books[robot].live -= 1
+
+    def live(self, robot: str) -> int:
+        """Requests of ``robot`` the engine holds now."""
+        with self._lock:
+            return self._books[robot].live
+
+    def record(self, robot: str, record: ResponseRecord, outcome: Outcome, *,
+               reason: str = "", hold_s: float = 0.0) -> None:
+        """A chunk went out to ``robot``.
+
+        Args:
+            robot: The robot.
+            record: Its request's arrival, the publication time and the budget.
+            outcome: How it counts.
+            reason: Why it failed (kept as the robot's last error).
+            hold_s: How long phase spreading held it (s).
+        """
+        with self._lock:
+            book = self._books[robot]
+            book.records.append((record, outcome))
+            if outcome is Outcome.FAILED:
+                book.last_error = reason
+            if hold_s > 0:
+                self._held += 1
+                self._held_s += hold_s
+
+    def last_error(self, robot: str) -> str:
+        """The reason of ``robot``'s latest failed chunk ("" when none)."""
+        with self._lock:
+            return self._books[robot].last_error
+
+    def held(self) -> tuple[int, float]:
+        """Chunks published after a phase-spreading hold, and their total hold (s)."""
+        with self._lock:
+            return self._held, self._held_s
+
+    def summaries(self, now: float, window_s: float) -> tuple[list[RobotSummary], RobotSummary]:
+        """Each robot's figures, and the fleet's, over a window of arrivals.
+
+        Args:
+            now: The window's end (the clock of the records).
+            window_s: Its length (s).
+        """
+        window = (now - window_s, now + 1e-9)
+        with self._lock:
+            books = {name: (list(b.records), b.live) for name, b in self._books.items()}
+        everything: list[tuple[ResponseRecord, Outcome]] = []
+        robots = []
+        for name, (records, live) in books.items():
+            robots.append(_summary(name, records, window, window_s, live))
+            everything += records
+        total = _summary("*", everything, window, window_s,
+                         sum(live for _, live in books.values()))
+        return robots, total
+
+
+def _summary(name: str, records: list[tuple[ResponseRecord, Outcome]],
+             window: tuple[float, float], window_s: float, live: int) -> RobotSummary:
+    chosen = [(r, o) for r, o in records if window[0] <= r.send_time < window[1]]
+    m = summarize([r for r, _ in chosen], window=window)
+    return RobotSummary(
+        robot_id=name, requests=m.requests, on_time=m.on_time,
+        attainment=m.attainment if m.requests else math.nan,
+        on_time_goodput_hz=m.on_time / window_s,
+        latency_p50_ms=m.latency_p50_ms, latency_p95_ms=m.latency_p95_ms,
+        latency_p99_ms=m.latency_p99_ms, mean_wide_latency_ms=m.mean_wide_latency_ms,
+        errors=sum(1 for _, o in chosen if o is Outcome.FAILED),
+        shed=sum(1 for _, o in chosen if o is Outcome.SHED),
+        queue_depth=max(0, live))
