@@ -6,6 +6,7 @@ torch model on CPU), never downloaded or shipped.
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -25,7 +26,7 @@ from xinfer_ros.bags.reader import BagError  # noqa: E402
 from xinfer_ros.bags.report import Thresholds, build_report  # noqa: E402
 from xinfer_ros.bags.scan import RecordedChunk, scan_bag  # noqa: E402
 from xinfer_ros.bags.types import fleet_topics, make_typestore  # noqa: E402
-from xinfer_ros.cli.replay import EXIT_BAD_INPUT, main  # noqa: E402
+from xinfer_ros.cli.replay import EXIT_BAD_INPUT, build_parser, main  # noqa: E402
 from xinfer_ros.nodes.bag_player import PlayResult, SentRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -338,3 +339,148 @@ def test_thresholds_decide_pass_and_fail(tmp_path, factory) -> None:
                          Thresholds(max_action_rms=1e-3))
     assert not drift["passed"]
     assert drift["total"]["actions"]["rms"] == pytest.approx(0.01, rel=1e-3)
+
+
+# -- plain robot bags: their own topic names, no requests, mapped ---------------------------
+PLAIN_ROBOTS = ("arm_7", "arm_8")
+
+
+def write_plain_bag(factory: BagFactory, path: Path, storage: StoragePlugin, *,
+                    seconds: float = 3.0, budget_topic: bool = False) -> None:
+    """What ``ros2 bag record`` on two robots leaves: a raw and a JPEG camera each, joint
+    states, maybe a Float64 budget, nothing of the fleet's."""
+    import cv2
+
+    store, t = factory.store, factory.t
+    with Writer(path, version=8, storage_plugin=storage) as writer:
+        conns = {}
+        for robot in PLAIN_ROBOTS:
+            for topic, kind in ((f"/{robot}/cam_front/image_raw", "sensor_msgs/msg/Image"),
+                                (f"/{robot}/cam_wrist/compressed",
+                                 "sensor_msgs/msg/CompressedImage"),
+                                (f"/{robot}/joint_states", "sensor_msgs/msg/JointState"),
+                                *([(f"/{robot}/budget_ms", "std_msgs/msg/Float64")]
+                                  if budget_topic else [])):
+                conns[topic] = writer.add_connection(topic, kind, typestore=store)
+        events = []
+        for k in range(int(seconds * 50)):
+            ns = T0 + k * 20_000_000
+            for r, robot in enumerate(PLAIN_ROBOTS):
+                events.append((ns + 1_000 + r, f"/{robot}/joint_states", factory.state(ns)))
+                if k % 3 == 0:
+                    events.append((ns + 2_000 + r, f"/{robot}/cam_front/image_raw",
+                                   factory.image(ns, 0, 120, 160)))
+                    frame = np.full((96, 128, 3), (k * 7 + r * 50) % 256, np.uint8)
+                    ok, jpeg = cv2.imencode(".jpg", frame)
+                    assert ok
+                    events.append((ns + 3_000 + r, f"/{robot}/cam_wrist/compressed",
+                                   t["sensor_msgs/msg/CompressedImage"](
+                                       header=factory.header(ns, "wrist"), format="jpeg",
+                                       data=jpeg.ravel())))
+                if budget_topic and k % 50 == 0:
+                    events.append((ns + r, f"/{robot}/budget_ms",
+                                   t["std_msgs/msg/Float64"](data=300.0 if k % 100 else 400.0)))
+        for ns, topic, msg in sorted(events, key=lambda e: e[0]):
+            conn = conns[topic]
+            writer.write(conn, ns, store.serialize_cdr(msg, conn.msgtype))
+
+
+def _mapping_flags(budget_topic: bool = False) -> list[str]:
+    flags = []
+    for robot in PLAIN_ROBOTS:
+        flags += ["--robot", robot, "--camera", f"/{robot}/cam_front/image_raw",
+                  "--camera", f"/{robot}/cam_wrist/compressed",
+                  "--state", f"/{robot}/joint_states"]
+        if budget_topic:
+            flags += ["--budget-topic", f"/{robot}/budget_ms"]
+    return flags
+
+
+@pytest.mark.timeout(30)
+def test_a_mapping_reads_a_plain_bag_without_ros(tmp_path, factory) -> None:
+    from xinfer_ros.bags.mapping import TopicMapping
+
+    bag = tmp_path / "plain"
+    write_plain_bag(factory, bag, StoragePlugin.SQLITE3, budget_topic=True)
+    args = build_parser().parse_args([str(bag), *_mapping_flags(budget_topic=True)])
+    mapping = TopicMapping.from_flags(args.mapping_flags)
+    run = scan_bag(bag, mapping=mapping)
+    assert set(run.robots) == set(PLAIN_ROBOTS) and run.source.storage == "sqlite3"
+    track = run.robots["arm_8"]
+    assert track.synthetic and track.cameras == {0, 1} and track.has_state
+    assert not track.requests and not track.chunks and track.context_ns is not None
+    assert track.budgets[:2] == [(T0 + 1, 400.0), (T0 + 1_000_000_000 + 1, 300.0)]
+    wrist = run.topics["/arm_8/cam_wrist/compressed"]
+    assert wrist.compressed and wrist.target == "/arm_8/camera_1/image_raw/compressed"
+    assert run.topics["/arm_8/joint_states"].target == "/arm_8/joint_states"
+    assert not run.topics["/arm_8/budget_ms"].replayed
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--robot", "arm_7", "--camera", "/arm_7/nope", "--state", "/arm_7/joint_states",
+      "--budget-ms", "300"], "topic /arm_7/nope is not in the bag"),
+    (["--robot", "arm_7", "--camera", "/arm_7/joint_states", "--state", "/arm_7/joint_states"],
+     "mapped twice"),
+    (["--camera", "/arm_7/cam_front/image_raw"], "before any --robot"),
+    (["--robot", "arm_7", "--camera", "/arm_7/cam_front/image_raw", "--state",
+      "/arm_7/joint_states"], "no budget topic: give --budget-ms or --budget-pattern"),
+    (["--robot", "arm_7", "--camera", "/arm_7/joint_states", "--state",
+      "/arm_7/cam_front/image_raw", "--budget-ms", "300"], "carries sensor_msgs/msg/JointState"),
+    (["--robot", "arm_7", "--camera", "/arm_7/cam_front/image_raw", "--state",
+      "/arm_7/joint_states", "--budget-ms", "300", "--mode", "open"], "replays --mode closed"),
+])
+@pytest.mark.timeout(30)
+def test_a_bad_mapping_is_refused_with_a_reason(tmp_path, factory, capsys, flags,
+                                                 needle) -> None:
+    bag = tmp_path / "plain"
+    write_plain_bag(factory, bag, StoragePlugin.MCAP, seconds=0.5)
+    assert main([str(bag), *flags, "--out", str(tmp_path)]) == EXIT_BAD_INPUT
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_a_bag_without_recorded_chunks_reports_before_as_not_available(tmp_path,
+                                                                      factory) -> None:
+    from xinfer_ros.bags.report import format_report
+
+    bag = tmp_path / "requests_only"
+    factory.write(bag, extra_topic=False)
+    run = scan_bag(bag)
+    result = PlayResult(sent={"robot_1": []}, chunks={"robot_1": {}})
+    for q in run.robots["robot_1"].replayable:
+        result.sent["robot_1"].append(SentRequest(q.seq, q.stamp_ns, q.budget_ms, q.log_ns))
+        result.chunks["robot_1"][q.seq] = RecordedChunk(
+            q.seq, q.stamp_ns + 40_000_000, 0, "", np.zeros((H, D), np.float32), (), 0, 1.0)
+    report = build_report(run, result, Thresholds(max_attainment_drop=0.02,
+                                                  max_p99_increase_ms=5.0))
+    assert report["robots"]["robot_1"]["before"] is None
+    assert report["total"]["before"] is None and report["total"]["delta"] is None
+    assert report["total"]["after"]["attainment"] == 1.0
+    assert report["checks"] == [] and report["passed"]  # nothing to compare against
+    table = format_report(report)
+    assert "n/a" in table and not re.search(r"(?<![\d.])0\.0%", table)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", [StoragePlugin.MCAP, StoragePlugin.SQLITE3])
+@pytest.mark.timeout(150)
+def test_a_plain_robot_bag_replays_closed_loop_through_a_mapping(storage, tmp_path,
+                                                                factory) -> None:
+    bag = tmp_path / "plain"
+    write_plain_bag(factory, bag, storage, budget_topic=storage == StoragePlugin.SQLITE3)
+    report_path = tmp_path / "report.json"
+    budget = (["--budget-pattern", "phases"] if storage == StoragePlugin.MCAP else [])
+    proc = run_cli(["-m", "xinfer_ros.cli.replay", str(bag), "--backend", "emulated",
+                    *_mapping_flags(budget_topic=storage == StoragePlugin.SQLITE3), *budget,
+                    "--json", str(report_path), "--out", str(tmp_path)], timeout=130)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["mode"] == "closed"
+    for robot in PLAIN_ROBOTS:
+        sec = report["robots"][robot]
+        assert sec["before"] is None, sec
+        assert sec["after"]["responses"] >= 5, proc.stdout
+        assert sec["after"]["statuses"] == {"ok": sec["after"]["requests"]}, sec
+    published = report["published"]
+    assert published["image"] > 0 and published["joint_states"] > 0
+    assert "n/a" in proc.stdout

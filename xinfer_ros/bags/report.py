@@ -10,7 +10,10 @@ closed loop) may differ for that reason alone; those are counted, not compared.
 Latency is client send to chunk receipt: before, the request's send stamp to the
 recorder's receipt of the chunk (as ``xinfer-fleet`` measures); after, the player's
 send to its receipt. Requests are measured by their position on the recording's time
-line, inside ``[warmup, duration - drain)``. ROS-free.
+line, inside ``[warmup, duration - drain)``. A robot whose bag recorded no chunks (a
+plain sensor bag, or a recorder that missed the server's answers) has no "before":
+its before columns, deltas and the checks that need them are ``None`` (n/a), never
+0 %. ROS-free.
 """
 
 from __future__ import annotations
@@ -202,7 +205,8 @@ def _robot_section(track: RobotTrack, sent: list[Any], answers: dict[int, Record
     for seq, chunk in answers.items():
         if (recorded := track.chunks.get(seq)) is not None:
             actions.add(recorded, chunk)
-    before_metrics = _metrics(before, window, _statuses(before_seqs, track.chunks))
+    before_metrics = (_metrics(before, window, _statuses(before_seqs, track.chunks))
+                      if track.chunks else None)
     after_metrics = _metrics(after, window, _statuses(after_seqs, answers))
     section = {
         "before": before_metrics,
@@ -214,10 +218,12 @@ def _robot_section(track: RobotTrack, sent: list[Any], answers: dict[int, Record
         "reasons": {"before": _reasons(track.chunks), "after": _reasons(answers)},
     }
     section["delta"] = _delta(before_metrics, after_metrics)
-    return section, (before, after, actions)
+    return section, (before if track.chunks else [], after, actions)
 
 
-def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+def _delta(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, float] | None:
+    if before is None:
+        return None
     return {key: after[key] - before[key]
             for key in ("attainment", "latency_p50_ms", "latency_p99_ms")}
 
@@ -232,12 +238,15 @@ def _check(checks: list[dict[str, Any]], name: str, scope: str, value: float,
 def _run_checks(sections: dict[str, dict[str, Any]], limits: Thresholds) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
     for scope, sec in sections.items():
-        drop = sec["before"]["attainment"] - sec["after"]["attainment"]
-        if limits.max_attainment_drop is not None and sec["before"]["requests"]:
-            _check(checks, "attainment_drop", scope, drop, limits.max_attainment_drop)
+        before = sec["before"]
+        # Nothing recorded to compare against: the before-checks do not apply (n/a).
+        if before is not None and limits.max_attainment_drop is not None \
+                and before["requests"]:
+            _check(checks, "attainment_drop", scope,
+                   before["attainment"] - sec["after"]["attainment"], limits.max_attainment_drop)
         for key, limit in (("latency_p50_ms", limits.max_p50_increase_ms),
                            ("latency_p99_ms", limits.max_p99_increase_ms)):
-            if limit is not None:
+            if limit is not None and before is not None:
                 _check(checks, f"{key}_increase", scope, sec["delta"][key], limit)
         act = sec["actions"]
         if limits.max_action_rms is not None:
@@ -278,6 +287,7 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
     actions_all = _ActionStats()
     statuses_before: Counter[str] = Counter()
     statuses_after: Counter[str] = Counter()
+    recorded = False
     for name, track in run.robots.items():
         sec, (before, after, actions) = _robot_section(
             track, result.sent.get(name, []), result.chunks.get(name, {}), run.start_ns, window)
@@ -285,10 +295,12 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
         before_all += before
         after_all += after
         actions_all.merge(actions)
-        statuses_before.update(sec["before"]["statuses"])
+        if sec["before"] is not None:
+            recorded = True
+            statuses_before.update(sec["before"]["statuses"])
         statuses_after.update(sec["after"]["statuses"])
     total = {
-        "before": _metrics(before_all, window, dict(statuses_before)),
+        "before": _metrics(before_all, window, dict(statuses_before)) if recorded else None,
         "after": _metrics(after_all, window, dict(statuses_after)),
         "sent": sum(s["sent"] for s in sections.values()),
         "unanswered": sum(s["unanswered"] for s in sections.values()),
@@ -310,11 +322,20 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
     }
 
 
-def _pct(value: float) -> str:
+#: The before columns of a robot the bag recorded no chunks for.
+_NOT_RECORDED: dict[str, Any] = {"requests": "n/a", "attainment": None,
+                                 "latency_p50_ms": None, "latency_p99_ms": None}
+
+
+def _pct(value: float | None) -> str:
+    if value is None:
+        return "n/a"
     return "-" if not math.isfinite(value) else f"{value * 100:.1f}%"
 
 
-def _ms(value: float) -> str:
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
     return "-" if not math.isfinite(value) else f"{value:.1f}"
 
 
@@ -324,7 +345,8 @@ def format_report(report: dict[str, Any]) -> str:
             f"{'P99 b/a ms':>15}{'actions same/cmp':>18}{'rms':>10}  statuses after")
     lines = [head, "-" * len(head)]
     for name, sec in {**report["robots"], "ALL": report["total"]}.items():
-        b, a, act = sec["before"], sec["after"], sec["actions"]
+        a, act = sec["after"], sec["actions"]
+        b = sec["before"] or _NOT_RECORDED
         rms = "-" if not math.isfinite(act["rms"]) else f"{act['rms']:.2e}"
         lines.append(
             f"{name:<10}{b['requests']:>5}/{a['requests']:<4}{_pct(b['attainment']):>15}"

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from rosbags.typesys.store import Typestore
 
+from xinfer_ros.bags.mapping import TopicMapping
 from xinfer_ros.bags.reader import BagError, BagSource, open_bag
 from xinfer_ros.bags.types import BagTopic, TopicKind, classify_topic, make_typestore
 
@@ -114,6 +115,8 @@ class RobotTrack:
         first_input_ns: Per camera/joint-state topic, the log time of its first message.
         first_inputs: Per camera/joint-state topic, the header stamp (ns) and CDR bytes
             of its first message (the player primes a server with them).
+        synthetic: A robot of a plain sensor bag: it recorded no requests, so a closed
+            loop replay makes them up (:mod:`xinfer_ros.bags.mapping`).
     """
 
     name: str
@@ -125,6 +128,7 @@ class RobotTrack:
     counts: Counter[str] = field(default_factory=Counter)
     first_input_ns: dict[str, int] = field(default_factory=dict)
     first_inputs: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    synthetic: bool = False
 
     @property
     def context_ns(self) -> int | None:
@@ -226,7 +230,9 @@ def _add(track: RobotTrack, topic: BagTopic, msg: Any, log_ns: int, data: bytes)
     elif topic.kind == TopicKind.STATE:
         track.has_state = True
     elif topic.kind == TopicKind.BUDGET:
-        track.budgets.append((log_ns, float(msg.budget_ms)))
+        # xinfer_ros/ResponseBudget, or a plain std_msgs number in ms.
+        track.budgets.append((log_ns, float(msg.budget_ms if hasattr(msg, "budget_ms")
+                                            else msg.data)))
     elif topic.kind == TopicKind.REQUEST:
         track.requests.append(RecordedRequest(int(msg.seq), stamp_ns(msg.header.stamp), log_ns,
                                               float(msg.budget_ms), data))
@@ -237,6 +243,13 @@ def _add(track: RobotTrack, topic: BagTopic, msg: Any, log_ns: int, data: bytes)
 def _check_robots(tracks: dict[str, RobotTrack], warnings: list[str]) -> dict[str, RobotTrack]:
     robots: dict[str, RobotTrack] = {}
     for name, track in sorted(tracks.items()):
+        if track.synthetic:
+            if track.context_ns is None:
+                warnings.append(f"{name}: a mapped camera or its joint state has no readable "
+                                "message; nothing to replay for it")
+            else:
+                robots[name] = track
+            continue
         if not track.requests:
             warnings.append(f"{name}: no policy_request messages; nothing to replay for it")
             continue
@@ -256,29 +269,35 @@ def _check_robots(tracks: dict[str, RobotTrack], warnings: list[str]) -> dict[st
     return robots
 
 
-def scan_bag(path: Path | str, store: Typestore | None = None) -> RecordedRun:
-    """Read a fleet bag once and collect what a replay needs.
+def scan_bag(path: Path | str, store: Typestore | None = None,
+             mapping: TopicMapping | None = None) -> RecordedRun:
+    """Read a fleet bag, or a plain robot bag through a mapping, once.
 
     Args:
         path: Bag directory or MCAP file.
         store: Typestore for decoding (default :func:`make_typestore`).
+        mapping: The robots' topics in a plain sensor bag; without one the bag must
+            use the fleet's topic names.
 
     Returns:
         The recorded run; damage is in its warnings, ``bad`` and source.
 
     Raises:
         BagError: When the bag is unreadable or holds nothing replayable.
+        MappingError: When a mapped topic is missing or of another type.
     """
     source = open_bag(path)
     store = store or make_typestore()
     warnings = list(source.warnings)
-    topics = _select_topics(source, store, warnings)
+    topics = (mapping.bag_topics(source.topics) if mapping is not None
+              else _select_topics(source, store, warnings))
     if not topics:
         raise BagError(f"{path}: no fleet topics (policy_request, camera, joint_states ...) "
                        f"among {sorted(source.topics)}")
-    scanned = _scan(source, store, topics)
+    synthetic = mapping is not None
+    scanned = _scan(source, store, topics, synthetic)
     if source.read_error and (salvage := source.salvage()) is not None:
-        retry = _scan(salvage, store, topics)
+        retry = _scan(salvage, store, topics, synthetic)
         warnings.append(f"{source.read_error}; retried with a linear scan of the MCAP file")
         if retry.messages > scanned.messages:
             source, scanned = salvage, retry
@@ -290,7 +309,9 @@ def scan_bag(path: Path | str, store: Typestore | None = None) -> RecordedRun:
                         f"{dict(source.skipped)}")
     robots = _check_robots(scanned.tracks, warnings)
     if not robots or scanned.start is None or scanned.end is None:
-        raise BagError(f"{path}: nothing to replay: no readable policy_request messages"
+        what = ("no mapped robot has all its streams" if synthetic
+                else "no readable policy_request messages")
+        raise BagError(f"{path}: nothing to replay: {what}"
                        + "".join(f"; {w}" for w in warnings))
     return RecordedRun(source, robots, topics, scanned.start, scanned.end, scanned.bad,
                        warnings)
@@ -305,7 +326,8 @@ class _Scan:
     messages: int = 0
 
 
-def _scan(source: BagSource, store: Typestore, topics: dict[str, BagTopic]) -> _Scan:
+def _scan(source: BagSource, store: Typestore, topics: dict[str, BagTopic],
+          synthetic: bool = False) -> _Scan:
     """One pass over ``source``: decode, validate, collect."""
     out = _Scan()
     ordinals: Counter[str] = Counter()
@@ -323,6 +345,7 @@ def _scan(source: BagSource, store: Typestore, topics: dict[str, BagTopic]) -> _
         out.start = item.timestamp if out.start is None else min(out.start, item.timestamp)
         out.end = item.timestamp if out.end is None else max(out.end, item.timestamp)
         if topic.robot:
-            track = out.tracks.setdefault(topic.robot, RobotTrack(topic.robot))
+            track = out.tracks.setdefault(topic.robot,
+                                          RobotTrack(topic.robot, synthetic=synthetic))
             _add(track, topic, msg, item.timestamp, item.data)
     return out

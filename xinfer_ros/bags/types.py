@@ -31,6 +31,7 @@ from rosbags.typesys.store import Typestore
 from xinfer_ros.config_paths import msg_dir
 
 __all__ = [
+    "COMPRESSED_TYPE",
     "DISTROS",
     "IMAGE_TYPE",
     "MSG_DIR",
@@ -55,6 +56,7 @@ DISTROS: dict[str, Stores] = {
     "kilted": Stores.ROS2_KILTED,
 }
 IMAGE_TYPE = "sensor_msgs/msg/Image"
+COMPRESSED_TYPE = "sensor_msgs/msg/CompressedImage"
 STATE_TYPE = "sensor_msgs/msg/JointState"
 FLEET_STATS_TOPIC = "/xinfer/fleet_stats"
 
@@ -93,7 +95,8 @@ TOPIC_TYPES: dict[TopicKind, str] = {
 
 _TOPIC_RE = re.compile(
     r"^/(?P<robot>[A-Za-z][A-Za-z0-9_]*)/"
-    r"(?:camera_(?P<cam>\d+)/image_raw|(?P<leaf>joint_states|budget|policy_request|action_chunk))$")
+    r"(?:camera_(?P<cam>\d+)/image_raw(?P<compressed>/compressed)?"
+    r"|(?P<leaf>joint_states|budget|policy_request|action_chunk))$")
 
 
 def _time(sec: int = 0, nsec: int = 0) -> QosTime:
@@ -128,21 +131,40 @@ class BagTopic:
     """One topic of a fleet bag.
 
     Attributes:
-        name: Absolute topic name.
+        name: Absolute topic name in the bag.
         kind: What it carries.
         robot: Robot namespace without slashes ("" for server-wide topics).
         camera: Camera index for image topics, else -1.
+        type_name: The ROS 2 type when it is not the kind's usual one (a compressed
+            camera, a budget recorded as ``std_msgs/Float64``).
+        publish_as: Where a replay publishes it when that is not ``name`` (a robot's
+            own camera topic played on the fleet's name for that camera).
+        replayed: Whether a replay publishes it at all (a budget a plain robot bag
+            recorded in its own type only sets the requests' budgets).
     """
 
     name: str
     kind: TopicKind
     robot: str = ""
     camera: int = -1
+    type_name: str = ""
+    publish_as: str = ""
+    replayed: bool = True
 
     @property
     def msgtype(self) -> str:
         """The ROS 2 type name the topic must carry."""
-        return TOPIC_TYPES[self.kind]
+        return self.type_name or TOPIC_TYPES[self.kind]
+
+    @property
+    def target(self) -> str:
+        """The topic a replay publishes it on."""
+        return self.publish_as or self.name
+
+    @property
+    def compressed(self) -> bool:
+        """Whether it is a camera of ``sensor_msgs/CompressedImage``."""
+        return self.msgtype == COMPRESSED_TYPE
 
     @property
     def qos(self) -> Qos:
@@ -165,7 +187,8 @@ def classify_topic(name: str) -> BagTopic | None:
         return None
     robot = match["robot"]
     if match["cam"] is not None:
-        return BagTopic(name, TopicKind.IMAGE, robot, int(match["cam"]))
+        return BagTopic(name, TopicKind.IMAGE, robot, int(match["cam"]),
+                        type_name=COMPRESSED_TYPE if match["compressed"] else "")
     return BagTopic(name, TopicKind(match["leaf"]), robot)
 
 

@@ -32,12 +32,23 @@ from typing import Any
 
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.fleet.plan import BACKENDS, PlanError, build_fleet_plan
+from xinfer_ros.sim.workloads import WORKLOADS
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_REGRESSION", "EXIT_SERVER", "build_parser", "main", "replay"]
 
 EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2
 EXIT_SERVER = 3
+
+
+class _MappingFlag(argparse.Action):
+    """Keeps ``--robot/--camera/--state/--budget-topic`` in command-line order."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        items = list(getattr(namespace, "mapping_flags", None) or [])
+        items.append((self.dest, str(values)))
+        namespace.mapping_flags = items
 
 
 def _optional_float(text: str) -> float | None:
@@ -48,11 +59,32 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     p = argparse.ArgumentParser(prog="xinfer-replay", description=__doc__.splitlines()[0])
     p.add_argument("bag", type=Path, help="rosbag2 directory (MCAP or sqlite3) or .mcap file")
-    p.add_argument("--mode", choices=("open", "closed"), default="open",
-                   help="open: recorded request times; closed: Eq. 1 against the new server")
+    p.add_argument("--mode", choices=("open", "closed"), default=None,
+                   help="open: recorded request times; closed: Eq. 1 against the new server "
+                        "(default: open for a fleet bag, closed for a plain robot bag)")
     p.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
     p.add_argument("--period", type=float, default=SEND_PERIOD,
                    help="closed loop: minimum request period T_E (s)")
+    robots = p.add_argument_group(
+        "plain robot bags (no policy_request topics): which topics are which robot's; "
+        "requests are made up closed loop at Eq. 1 cadence")
+    robots.add_argument("--map", type=Path, default=None, metavar="YAML",
+                        help="topic mapping file (robots: {name: {cameras, state, budget}})")
+    robots.add_argument("--robot", action=_MappingFlag, metavar="NAME",
+                        help="start a robot; the camera/state/budget flags after it are its")
+    robots.add_argument("--camera", action=_MappingFlag, metavar="TOPIC",
+                        help="the robot's next camera (sensor_msgs/Image or CompressedImage)")
+    robots.add_argument("--state", action=_MappingFlag, metavar="TOPIC",
+                        help="the robot's sensor_msgs/JointState topic")
+    robots.add_argument("--budget-topic", action=_MappingFlag, dest="budget", metavar="TOPIC",
+                        help="the robot's recorded budget (xinfer_ros/ResponseBudget, or a "
+                             "std_msgs/Float64 or Float32 in ms)")
+    robots.add_argument("--budget-ms", type=float, default=None,
+                        help="budget of made-up requests where no budget topic is mapped")
+    robots.add_argument("--budget-pattern", choices=WORKLOADS, default=None,
+                        help="made-up requests follow this workload's budget sequence "
+                             "(one robot of it per mapped robot)")
+    robots.add_argument("--instruction", default="", help="instruction of made-up requests")
     srv = p.add_argument_group("server")
     srv.add_argument("--running", action="store_true",
                      help="replay into a server that is already running (do not start one)")
@@ -122,7 +154,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 
 def _start_server(args: argparse.Namespace, robots: list[str], env: dict[str, str],
-                  workdir: Path) -> subprocess.Popen:
+                  workdir: Path, sensors: dict[str, Any]) -> subprocess.Popen:
     from xinfer_ros.cli.fleet import _spawn
 
     spec = build_fleet_plan(robots, backend=args.backend, model=args.model,
@@ -130,7 +162,62 @@ def _start_server(args: argparse.Namespace, robots: list[str], env: dict[str, st
                             config=args.config)[0]
     if args.device:
         spec.parameters["device"] = args.device
+    spec.parameters.update(sensors)
     return _spawn(spec, workdir, env)
+
+
+def _mapping(args: argparse.Namespace) -> Any:
+    """The topic mapping of a plain robot bag, or None for a fleet bag.
+
+    Raises:
+        MappingError: Both a file and flags, or a malformed mapping.
+    """
+    from xinfer_ros.bags.mapping import MappingError, TopicMapping
+
+    flags = getattr(args, "mapping_flags", None) or []
+    if args.map is not None and flags:
+        raise MappingError("give the mapping as --map or as --robot/--camera/--state flags, "
+                           "not both")
+    if args.map is not None:
+        return TopicMapping.from_yaml(args.map)
+    return TopicMapping.from_flags(flags) if flags else None
+
+
+def _check_mapped(args: argparse.Namespace, mapping: Any) -> str | None:
+    """Why a plain-bag replay cannot run as asked, or None."""
+    if mapping is None:
+        for name in ("budget_ms", "budget_pattern"):
+            if getattr(args, name) is not None:
+                return f"--{name.replace('_', '-')} applies to a plain robot bag (with a mapping)"
+        return None
+    if args.mode == "open":
+        return "a plain robot bag has no recorded request times: it replays --mode closed"
+    if args.budget_ms is not None and not (math.isfinite(args.budget_ms) and args.budget_ms > 0):
+        return f"--budget-ms must be > 0, got {args.budget_ms}"
+    unbudgeted = [r.name for r in mapping.robots if not r.budget]
+    if unbudgeted and args.budget_ms is None and args.budget_pattern is None:
+        return (f"robots {unbudgeted} have no budget topic: give --budget-ms or "
+                "--budget-pattern")
+    return None
+
+
+def _sensor_params(run: Any, mapping: Any) -> dict[str, Any]:
+    """The server's camera parameters for a mapped bag (count and transport per camera).
+
+    Raises:
+        MappingError: Robots with different camera counts or transports per camera.
+    """
+    from xinfer_ros.bags.mapping import MappingError
+
+    if mapping is None:
+        return {}
+    layouts = {r.name: tuple("compressed" if run.topics[c].compressed else "raw"
+                             for c in r.cameras) for r in mapping.robots}
+    if len(set(layouts.values())) > 1:
+        raise MappingError("the server takes one camera layout for all robots; the mapping "
+                           f"has {layouts}")
+    (layout,) = set(layouts.values())
+    return {"cameras": len(layout), "image_transports": list(layout)}
 
 
 def _server_info(args: argparse.Namespace) -> dict[str, Any]:
@@ -153,7 +240,8 @@ def _play(args: argparse.Namespace, run: Any, server: subprocess.Popen | None,
 
     config = PlayConfig(mode=args.mode, rate=args.rate, period_s=args.period,
                         request_timeout_s=args.request_timeout,
-                        response_timeout_s=args.response_timeout)
+                        response_timeout_s=args.response_timeout, budget_ms=args.budget_ms,
+                        budget_pattern=args.budget_pattern, instruction=args.instruction)
     return play_bag(run, config, server_alive=lambda: server is None or server.poll() is None,
                     stop=stop, server_timeout=args.server_timeout,
                     probe_timeout=args.probe_timeout)
@@ -191,7 +279,13 @@ def replay(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        run = scan_bag(args.bag)
+        mapping = _mapping(args)
+        if error := _check_mapped(args, mapping):
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        args.mode = args.mode or ("closed" if mapping is not None else "open")
+        run = scan_bag(args.bag, mapping=mapping)
+        sensors = _sensor_params(run, mapping)
     except (BagError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -213,7 +307,7 @@ def replay(args: argparse.Namespace) -> int:
         try:
             if not args.running:
                 try:
-                    server = _start_server(args, robots, env, workdir)
+                    server = _start_server(args, robots, env, workdir, sensors)
                 except PlanError as exc:
                     print(f"error: {exc}", file=sys.stderr)
                     return EXIT_BAD_INPUT

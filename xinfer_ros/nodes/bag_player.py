@@ -11,12 +11,21 @@ factor) and sends the recorded policy requests either
   budget in force at that point of the recording (the ``budget`` topic; the request's
   own budget where none was recorded) and a stamp on the recording's time line.
 
+A plain robot bag (:mod:`xinfer_ros.bags.mapping`) recorded no requests: its robots are
+replayed closed loop with requests made up here, seq 1, 2, ... (the seed), the budget
+in force (the mapped budget topic, else a named workload pattern, else a fixed budget)
+and no previous chunk, so that every chunk depends only on its observations and seq
+and a second run with the same model reproduces it exactly. Their camera frames and
+joint states are published on the fleet's names.
+
 Every ``action_chunk`` the server publishes is kept with its receive time. Every wait is
 bounded; the caller's ``stop`` callable can end a replay at any time.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import threading
 import time
 from collections import Counter
@@ -34,7 +43,7 @@ from xinfer_ros.bags.reader import BagMessage
 from xinfer_ros.bags.scan import RecordedChunk, RecordedRequest, RecordedRun, chunk_from_msg
 from xinfer_ros.bags.types import BagTopic, Role, TopicKind
 from xinfer_ros.core.constants import SEND_PERIOD
-from xinfer_ros.core.timing import next_send
+from xinfer_ros.core.timing import MS_PER_S, next_send
 from xinfer_ros.msg import ActionChunk, PolicyRequest
 from xinfer_ros.nodes.recorder import message_class
 
@@ -59,6 +68,10 @@ class PlayConfig:
         request_timeout_s: Closed loop: a request unanswered this long is abandoned.
         response_timeout_s: After the last message, wait this long for answers.
         lead_s: Delay between the start call and the first message.
+        budget_ms: Made-up requests: the budget when no budget topic was mapped.
+        budget_pattern: Made-up requests: a workload of :mod:`xinfer_ros.sim.workloads`
+            whose per-robot budget sequence they follow (wins over ``budget_ms``).
+        instruction: Made-up requests: the task instruction.
     """
 
     mode: str = "open"
@@ -67,12 +80,17 @@ class PlayConfig:
     request_timeout_s: float = 1.0
     response_timeout_s: float = 3.0
     lead_s: float = 0.3
+    budget_ms: float | None = None
+    budget_pattern: str | None = None
+    instruction: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {list(MODES)}")
         if not self.rate > 0:
             raise ValueError(f"rate must be > 0, got {self.rate}")
+        if self.budget_ms is not None and not 0 < self.budget_ms < float("inf"):
+            raise ValueError(f"budget_ms must be > 0, got {self.budget_ms}")
 
 
 @dataclass(frozen=True)
@@ -122,13 +140,20 @@ class _Robot:
     in_flight: tuple[int, float] | None = None  # seq, monotonic send time
     template: RecordedRequest | None = None
     next_seq: int = 0
+    answered: int = 0  # responses so far: a budget pattern advances with them
 
     def take(self) -> RecordedRequest:
         """The next request to send: the next recorded one, then copies of the last.
 
         A faster server runs out of recorded requests before the recording ends; the
         robot keeps sending at its Eq. 1 pace with fresh seq numbers, as it would live.
+        A robot that recorded none gets a fresh seq with no message (``data`` empty):
+        the player makes the request up.
         """
+        if not self.pending and self.template is None:
+            self.next_seq = max(self.next_seq, 1)
+            seq, self.next_seq = self.next_seq, self.next_seq + 1
+            return RecordedRequest(seq, 0, 0, float("nan"), b"")
         if self.pending:
             self.template = self.pending.pop(0)
             self.next_seq = max(self.next_seq, self.template.seq + 1)
@@ -167,10 +192,18 @@ class BagPlayer(Node):
         self._lock = threading.Lock()
         self._answered = threading.Event()
         self._inputs = {name: t for name, t in run.topics.items()
-                        if t.role == Role.INPUT and t.robot in run.robots}
-        self._pubs: dict[str, Any] = {name: self.create_publisher(message_class(t.msgtype), name,
-                                                  _publisher_qos(t))
-                      for name, t in self._inputs.items()}
+                        if t.role == Role.INPUT and t.robot in run.robots and t.replayed}
+        self._pubs: dict[str, Any] = {
+            name: self.create_publisher(message_class(t.msgtype), t.target, _publisher_qos(t))
+            for name, t in self._inputs.items()}
+        self._budgets = _budget_schedules(run, config)
+        # Request publishers of robots whose bag had none (plain sensor bags).
+        for robot in run.robots:
+            topic = f"/{robot}/policy_request"
+            if topic not in self._pubs:
+                self._pubs[topic] = self.create_publisher(
+                    PolicyRequest, topic, QoSProfile(depth=100,
+                                                     reliability=ReliabilityPolicy.RELIABLE))
         for robot in run.robots:
             self.create_subscription(ActionChunk, f"/{robot}/action_chunk",
                                      lambda m, r=robot: self._on_chunk(r, m),
@@ -207,8 +240,12 @@ class BagPlayer(Node):
 
         ``TopicKind.CHUNK`` stands for the server's ``action_chunk`` publishers.
         """
-        missing = [name for name, t in self._inputs.items()
+        missing = [t.target for name, t in self._inputs.items()
                    if t.kind in kinds and self._pubs[name].get_subscription_count() == 0]
+        if TopicKind.REQUEST in kinds:
+            missing += [topic for topic in (f"/{r}/policy_request" for r, t
+                                            in self.run.robots.items() if t.synthetic)
+                        if self._pubs[topic].get_subscription_count() == 0]
         if TopicKind.CHUNK in kinds:
             missing += [f"/{r}/action_chunk" for r in self.run.robots
                         if self.count_publishers(f"/{r}/action_chunk") == 0]
@@ -274,7 +311,8 @@ class BagPlayer(Node):
         for topic, (_, data) in track.first_inputs.items():
             self._pubs[topic].publish(data)
         stamp = max(s for s, _ in track.first_inputs.values())
-        msg = deserialize_message(track.replayable[0].data, PolicyRequest)
+        msg = (self._made_up(robot, 0, 0) if track.synthetic
+               else deserialize_message(track.replayable[0].data, PolicyRequest))
         with self._lock:
             seq, self._probe_seq = self._probe_seq, self._probe_seq + 1
         msg.seq = seq
@@ -359,8 +397,11 @@ class BagPlayer(Node):
                 self._publish_input(msg, time.monotonic() - due)
 
     def _play_closed(self, t0: float, stop: Callable[[], bool]) -> None:
-        robots = {name: _Robot(list(track.replayable),
-                               self._due(t0, track.replayable[0].log_ns))
+        # A robot starts at its first recorded request; one without requests once all
+        # its streams have started.
+        robots = {name: _Robot(list(track.replayable), self._due(
+                      t0, track.replayable[0].log_ns if track.replayable
+                      else track.context_ns or self.run.start_ns))
                   for name, track in self.run.robots.items()}
         stream = self._stream()
         upcoming = next(stream, None)
@@ -395,20 +436,57 @@ class BagPlayer(Node):
                 received = now - max(0.0, time.time_ns() - answer.log_ns) / 1e9
                 state.next_send = next_send(sent, received, period)
                 state.in_flight = None
+                state.answered += 1
             elif now - sent >= self.config.request_timeout_s:
                 state.next_send = now
                 state.in_flight = None
         if state.in_flight is None and state.next_send <= now < bag_end:
             request = state.take()
-            msg = deserialize_message(request.data, PolicyRequest)
-            msg.seq = request.seq
             bag_ns = self._bag_time_ns(t0, now)
+            if request.data:
+                msg = deserialize_message(request.data, PolicyRequest)
+                msg.seq = request.seq
+            else:
+                msg = self._made_up(name, request.seq, state.answered)
             msg.header.stamp = Time(nanoseconds=bag_ns).to_msg()
             budget = self.run.robots[name].budget_at(bag_ns)
             if budget is not None:
                 msg.budget_ms = budget
             self._send(name, request, msg, bag_ns)
             state.in_flight = (request.seq, now)
+
+    def _made_up(self, robot: str, seq: int, answered: int) -> PolicyRequest:
+        """A request of a robot whose bag recorded none (see the module docstring)."""
+        budget_ms = self._budgets[robot](answered) if robot in self._budgets else math.nan
+        return PolicyRequest(robot_id=robot, seq=seq, budget_ms=budget_ms,
+                             instruction=self.config.instruction, commit_steps=0,
+                             keyframe_spacing_s=0.0)
+
+
+def _budget_schedules(run: RecordedRun, config: PlayConfig) -> dict[str, Callable[[int], float]]:
+    """Per robot without recorded requests: the budget (ms) of its k-th made-up request.
+
+    A recorded budget topic overrides these at send time (``budget_at``).
+    """
+    robots = sorted(name for name, t in run.robots.items() if t.synthetic)
+    if not robots:
+        return {}
+    if config.budget_pattern:
+        from xinfer_ros.sim.workloads import build_workload
+
+        specs = build_workload(config.budget_pattern, len(robots), seed=0).robots
+        return {name: functools.partial(_in_ms, spec.budgets)
+                for name, spec in zip(robots, specs, strict=True)}
+    fixed = config.budget_ms if config.budget_ms is not None else math.nan
+    return dict.fromkeys(robots, functools.partial(_fixed, fixed))
+
+
+def _in_ms(budgets: Callable[[int], float], k: int) -> float:
+    return budgets(k) * MS_PER_S
+
+
+def _fixed(value: float, _k: int) -> float:
+    return value
 
 
 def play_bag(run: Any, config: PlayConfig, *, server_alive: Callable[[], bool],
