@@ -484,3 +484,58 @@ def test_a_plain_robot_bag_replays_closed_loop_through_a_mapping(storage, tmp_pa
     published = report["published"]
     assert published["image"] > 0 and published["joint_states"] > 0
     assert "n/a" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_golden_bag_passes_the_same_model_and_fails_a_changed_one(tmp_path, factory) -> None:
+    import xml.etree.ElementTree as ET
+
+    import yaml
+
+    bag = tmp_path / "plain"
+    write_plain_bag(factory, bag, StoragePlugin.MCAP)
+    golden = tmp_path / "golden"
+    served = ["--backend", "torch", "--out", str(tmp_path)]
+
+    def replay(*extra: str, model: str = "pi0-tiny", name: str) -> tuple[int, dict, str]:
+        report_path = tmp_path / f"{name}.json"
+        proc = run_cli(["-m", "xinfer_ros.cli.replay", str(bag), *_mapping_flags(),
+                        "--model", model, *served, *extra, "--json", str(report_path)],
+                       timeout=180)
+        assert report_path.is_file(), proc.stdout + proc.stderr
+        return proc.returncode, json.loads(report_path.read_text()), proc.stdout + proc.stderr
+
+    code, first, out = replay("--budget-ms", "400", "--save-golden", str(golden), name="first")
+    assert code == 0, out
+    assert (golden / "metadata.yaml").is_file() and "golden bag:" in out
+    saved = scan_bag(golden)
+    assert set(saved.robots) == set(PLAIN_ROBOTS)
+    answered = first["total"]["sent"] - first["total"]["unanswered"]
+    assert sum(len(t.chunks) for t in saved.robots.values()) == answered
+
+    strict = ("--golden", str(golden), "--require-identical", "--max-action-rms", "0",
+              "--max-attainment-drop", "none")
+    code, same, out = replay(*strict, "--junit", str(tmp_path / "same.xml"), name="same")
+    assert code == 0, out
+    actions = same["total"]["actions"]
+    assert same["mode"] == "open" and actions["comparable"] >= 5, actions
+    assert actions["all_identical"] and actions["max_abs"] == 0.0
+    suite = ET.parse(tmp_path / "same.xml").getroot()
+    cases = {(c.get("classname"), c.get("name")) for c in suite.iter("testcase")}
+    assert ("xinfer-replay.arm_7", "actions_identical") in cases
+    assert ("xinfer-replay.ALL", "answered") in cases
+    assert suite.get("failures") == "0"
+
+    preset = yaml.safe_load((ROOT / "config" / "models" / "pi0-tiny.yaml").read_text())
+    changed = tmp_path / "pi0-tiny-reseeded.yaml"
+    changed.write_text(yaml.safe_dump({**preset, "name": "pi0-tiny-reseeded", "seed": 1}))
+    code, other, out = replay(*strict, "--junit", str(tmp_path / "other.xml"),
+                              model=str(changed), name="other")
+    assert code == 1, out
+    assert other["total"]["actions"]["comparable"] >= 5 and not other["passed"]
+    assert other["total"]["actions"]["max_abs"] > 0.0
+    suite = ET.parse(tmp_path / "other.xml").getroot()
+    assert int(suite.get("failures")) >= 1
+    failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert {c.get("name") for c in failed} >= {"actions_identical", "action_rms"}

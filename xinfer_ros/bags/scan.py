@@ -71,6 +71,7 @@ class RecordedChunk:
         image_stamps: Stamps (ns) of the frames the server used.
         state_stamp: Stamp (ns) of the joint state it used.
         server_total_ms: The server's own span.
+        data: Its CDR bytes where kept (a replay's answers, for a golden bag).
     """
 
     seq: int
@@ -81,6 +82,7 @@ class RecordedChunk:
     image_stamps: tuple[int, ...]
     state_stamp: int
     server_total_ms: float
+    data: bytes = b""
 
     @property
     def observations(self) -> tuple[tuple[int, ...], int]:
@@ -88,7 +90,7 @@ class RecordedChunk:
         return self.image_stamps, self.state_stamp
 
 
-def chunk_from_msg(msg: Any, log_ns: int) -> RecordedChunk:
+def chunk_from_msg(msg: Any, log_ns: int, data: bytes = b"") -> RecordedChunk:
     """A :class:`RecordedChunk` from an ActionChunk (rosbags or rclpy message)."""
     actions = np.asarray(msg.actions, dtype=np.float32)
     if actions.size and actions.size == int(msg.horizon) * int(msg.action_dim):
@@ -97,7 +99,7 @@ def chunk_from_msg(msg: Any, log_ns: int) -> RecordedChunk:
         seq=int(msg.seq), log_ns=log_ns, status=int(msg.status), reason=str(msg.reason),
         actions=actions, image_stamps=tuple(stamp_ns(s) for s in msg.image_stamps),
         state_stamp=stamp_ns(msg.state_stamp),
-        server_total_ms=float(msg.timing.server_total_ms))
+        server_total_ms=float(msg.timing.server_total_ms), data=data)
 
 
 @dataclass

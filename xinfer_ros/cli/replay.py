@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xinfer_ros.core.constants import SEND_PERIOD
+from xinfer_ros.errors import XInferRosError
 from xinfer_ros.fleet.plan import BACKENDS, PlanError, build_fleet_plan
 from xinfer_ros.sim.workloads import WORKLOADS
 
@@ -123,8 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="largest allowed fraction of chunks that used other observations")
     thr.add_argument("--max-unanswered", type=_optional_float, default=None,
                      help="largest allowed fraction of replayed requests left unanswered")
+    gold = p.add_argument_group("golden actions")
+    gold.add_argument("--save-golden", type=Path, default=None, metavar="DIR",
+                      help="write this run's requests and answers as a golden bag (MCAP)")
+    gold.add_argument("--golden", type=Path, default=None, metavar="DIR",
+                      help="send a golden bag's requests at their times and compare the "
+                           "answers with its answers (the thresholds apply as to a fleet bag)")
     p.add_argument("--json", type=Path, default=None,
                    help="report path (default OUT/replay_report.json)")
+    p.add_argument("--junit", type=Path, default=None, metavar="FILE",
+                   help="also write the checks as JUnit XML (one case per robot and check)")
     p.add_argument("--out", type=Path, default=Path("out/replay"),
                    help="directory for the report and the server log")
     return p
@@ -150,6 +159,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
         value = getattr(args, name)
         if not (math.isfinite(value) and value >= 0):
             return f"--{name.replace('_', '-')} must be >= 0, got {value}"
+    if args.save_golden is not None and args.save_golden.exists():
+        return f"--save-golden {args.save_golden} exists; a golden bag is never overwritten"
+    if args.golden is not None and not args.golden.exists():
+        return f"--golden {args.golden} does not exist"
     return None
 
 
@@ -190,6 +203,8 @@ def _check_mapped(args: argparse.Namespace, mapping: Any) -> str | None:
             if getattr(args, name) is not None:
                 return f"--{name.replace('_', '-')} applies to a plain robot bag (with a mapping)"
         return None
+    if args.golden is not None:
+        return None  # the golden bag's requests carry times and budgets
     if args.mode == "open":
         return "a plain robot bag has no recorded request times: it replays --mode closed"
     if args.budget_ms is not None and not (math.isfinite(args.budget_ms) and args.budget_ms > 0):
@@ -267,30 +282,51 @@ def _write_report(report: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False))
 
 
-def replay(args: argparse.Namespace) -> int:
-    """Replay as ``args`` says; return the exit status."""
+class _RefusedError(XInferRosError):
+    """The replay cannot run as asked; the message says why (exit 2)."""
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The scanned bag (with its golden baseline) and the server's camera parameters.
+
+    Raises:
+        _RefusedError: Bad arguments, an unusable bag or mapping.
+    """
+    from xinfer_ros.bags.golden import apply_golden
     from xinfer_ros.bags.reader import BagError
-    from xinfer_ros.bags.report import build_report, format_report
     from xinfer_ros.bags.scan import scan_bag
-    from xinfer_ros.cli.fleet import _loopback_env, _stop
-    from xinfer_ros.nodes.runtime import ros_session
 
     if error := _check_args(args):
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise _RefusedError(error)
     try:
         mapping = _mapping(args)
         if error := _check_mapped(args, mapping):
-            print(f"error: {error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        args.mode = args.mode or ("closed" if mapping is not None else "open")
+            raise _RefusedError(error)
+        args.mode = args.mode or ("closed" if mapping is not None and args.golden is None
+                                  else "open")
         run = scan_bag(args.bag, mapping=mapping)
         sensors = _sensor_params(run, mapping)
+        if args.golden is not None:
+            run.warnings += apply_golden(run, args.golden)
     except (BagError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        raise _RefusedError(str(exc)) from exc
+    return run, sensors
+
+
+def _serve_and_play(args: argparse.Namespace, run: Any,
+                    sensors: dict[str, Any]) -> tuple[Any, str | None, bool, Path]:
+    """Start the server (unless ``--running``) and replay into it.
+
+    Returns:
+        The player's result, an error text or None, whether the user interrupted, and
+        the directory of the server's log.
+
+    Raises:
+        _RefusedError: The server's plan is invalid.
+    """
+    from xinfer_ros.cli.fleet import _loopback_env, _stop
+    from xinfer_ros.nodes.runtime import ros_session
+
     robots = sorted(run.robots)
     if args.running and "ROS_DOMAIN_ID" not in os.environ:
         print("warning: --running without ROS_DOMAIN_ID: a random domain is chosen, where "
@@ -301,7 +337,6 @@ def replay(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="replay_", dir=args.out))
     print(f"xinfer-replay: {args.bag} ({run.source.storage}, {run.duration_s:.1f} s, robots "
           f"{robots}); ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
-
     server = None
     with ros_session() as flag:
         try:
@@ -309,24 +344,62 @@ def replay(args: argparse.Namespace) -> int:
                 try:
                     server = _start_server(args, robots, env, workdir, sensors)
                 except PlanError as exc:
-                    print(f"error: {exc}", file=sys.stderr)
-                    return EXIT_BAD_INPUT
+                    raise _RefusedError(str(exc)) from exc
             result, error = _play(args, run, server, lambda: flag.signal is not None)
         finally:
             if server is not None:
                 _stop([server])
-    info = {"mode": args.mode, "rate": args.rate, **_server_info(args)}
-    report = build_report(run, result, _thresholds(args), warmup_s=args.warmup,
-                          drain_s=args.drain, info=info)
-    report["error"] = error
-    print(format_report(report))
+    return result, error, flag.signal is not None, workdir
+
+
+def _write_outputs(args: argparse.Namespace, run: Any, result: Any,
+                   report: dict[str, Any]) -> None:
+    """The JSON report, the figure, the JUnit file and the golden bag, as asked.
+
+    Raises:
+        _RefusedError: The golden bag could not be written.
+    """
+    from xinfer_ros.bags.golden import write_golden
+    from xinfer_ros.bags.junit import write_junit
+    from xinfer_ros.bags.reader import BagError
+
     json_path = args.json or args.out / "replay_report.json"
     _write_report(report, json_path)
     print(f"report: {json_path}")
+    if args.junit is not None:
+        write_junit(_json_safe(report), args.junit)
+        print(f"JUnit: {args.junit}")
+    if args.save_golden is not None and not report["error"]:
+        try:
+            saved = write_golden(args.save_golden, run, result)
+        except BagError as exc:
+            raise _RefusedError(f"golden bag not written: {exc}") from exc
+        print(f"golden bag: {args.save_golden} ({saved} answers)")
+
+
+def replay(args: argparse.Namespace) -> int:
+    """Replay as ``args`` says; return the exit status."""
+    from xinfer_ros.bags.report import build_report, format_report
+
+    try:
+        run, sensors = _prepare(args)
+        for warning in run.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        result, error, interrupted, workdir = _serve_and_play(args, run, sensors)
+        info = {"mode": args.mode, "rate": args.rate, **_server_info(args),
+                "golden": str(args.golden) if args.golden else None}
+        report = build_report(run, result, _thresholds(args), warmup_s=args.warmup,
+                              drain_s=args.drain, info=info)
+        report["error"] = error
+        print(format_report(report))
+        _write_outputs(args, run, result, report)
+    except _RefusedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if error or report["total"]["after"]["responses"] == 0:
         print(f"error: {error or 'no answers from the server'}; see {workdir}", file=sys.stderr)
         return EXIT_SERVER
-    if flag.signal is not None:
+    if interrupted:
         print("interrupted", file=sys.stderr)
         return EXIT_SERVER
     return 0 if report["passed"] else EXIT_REGRESSION

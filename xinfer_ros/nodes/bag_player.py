@@ -25,6 +25,7 @@ bounded; the caller's ``stop`` callable can end a replay at any time.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import threading
 import time
@@ -36,7 +37,7 @@ from typing import Any
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from rclpy.serialization import deserialize_message
+from rclpy.serialization import deserialize_message, serialize_message
 from rclpy.time import Time
 
 from xinfer_ros.bags.reader import BagMessage
@@ -102,12 +103,14 @@ class SentRequest:
         send_ns: Wall-clock send time, ns.
         budget_ms: Budget it carried.
         bag_ns: The point of the recording's time line it was sent at, ns.
+        data: Its CDR bytes (for a golden bag).
     """
 
     seq: int
     send_ns: int
     budget_ms: float
     bag_ns: int
+    data: bytes = b""
 
 
 @dataclass
@@ -211,7 +214,7 @@ class BagPlayer(Node):
 
     # -- answers ------------------------------------------------------------------------
     def _on_chunk(self, robot: str, msg: ActionChunk) -> None:
-        chunk = chunk_from_msg(msg, time.time_ns())
+        chunk = chunk_from_msg(msg, time.time_ns(), serialize_message(msg))
         with self._lock:
             if chunk.seq >= PROBE_SEQ:
                 self._probes[(robot, chunk.seq)] = chunk
@@ -352,9 +355,10 @@ class BagPlayer(Node):
 
     def _send(self, robot: str, request: RecordedRequest, msg: Any, bag_ns: int) -> None:
         budget = request.budget_ms if isinstance(msg, bytes) else float(msg.budget_ms)
+        data = msg if isinstance(msg, bytes) else serialize_message(msg)
         with self._lock:
             self.result.sent[robot].append(
-                SentRequest(request.seq, time.time_ns(), budget, bag_ns))
+                SentRequest(request.seq, time.time_ns(), budget, bag_ns, data))
         self._pubs[f"/{robot}/policy_request"].publish(msg)
         self.result.published[TopicKind.REQUEST.value] += 1
 
@@ -380,21 +384,26 @@ class BagPlayer(Node):
         return self.result
 
     def _play_open(self, t0: float, stop: Callable[[], bool]) -> None:
-        requests = {(f"/{r}/policy_request", q.log_ns): q
-                    for r, track in self.run.robots.items() for q in track.replayable}
-        for msg in self._stream():
-            due = self._due(t0, msg.timestamp)
+        # Sensor messages from the bag and the replayable requests (the bag's own, or a
+        # golden bag's) merged on the recording's time line; a request goes out after
+        # the sensor messages logged at the same instant.
+        inputs: Iterator[tuple[int, int, BagMessage | None, str, RecordedRequest | None]] = (
+            (m.timestamp, 0, m, "", None) for m in self._stream()
+            if self._inputs[m.topic].kind != TopicKind.REQUEST)
+        requests = sorted(((q.log_ns, 1, None, robot, q) for robot, track in
+                           self.run.robots.items() for q in track.replayable),
+                          key=lambda e: (e[0], e[3]))
+        for log_ns, _, message, robot, request in heapq.merge(inputs, requests,
+                                                               key=lambda e: e[:2]):
+            due = self._due(t0, log_ns)
             if not self._wait_until(due, stop):
                 self.result.stopped = True
                 return
-            topic = self._inputs[msg.topic]
-            if topic.kind == TopicKind.REQUEST:
-                request = requests.get((msg.topic, msg.timestamp))
-                if request is not None:
-                    self._send(topic.robot, request, msg.data, request.log_ns)
-                    self.result.max_lag_s = max(self.result.max_lag_s, time.monotonic() - due)
-            else:
-                self._publish_input(msg, time.monotonic() - due)
+            if message is not None:
+                self._publish_input(message, time.monotonic() - due)
+            elif request is not None:
+                self._send(robot, request, request.data, request.log_ns)
+                self.result.max_lag_s = max(self.result.max_lag_s, time.monotonic() - due)
 
     def _play_closed(self, t0: float, stop: Callable[[], bool]) -> None:
         # A robot starts at its first recorded request; one without requests once all
