@@ -346,9 +346,10 @@ PLAIN_ROBOTS = ("arm_7", "arm_8")
 
 
 def write_plain_bag(factory: BagFactory, path: Path, storage: StoragePlugin, *,
-                    seconds: float = 3.0, budget_topic: bool = False) -> None:
+                    seconds: float = 3.0, budget_topic: bool = False, skew_ns: int = 0) -> None:
     """What ``ros2 bag record`` on two robots leaves: a raw and a JPEG camera each, joint
-    states, maybe a Float64 budget, nothing of the fleet's."""
+    states, maybe a Float64 budget, nothing of the fleet's. ``skew_ns`` puts the robots'
+    header stamps that far from the recorder's log times."""
     import cv2
 
     store, t = factory.store, factory.t
@@ -364,21 +365,22 @@ def write_plain_bag(factory: BagFactory, path: Path, storage: StoragePlugin, *,
                 conns[topic] = writer.add_connection(topic, kind, typestore=store)
         events = []
         for k in range(int(seconds * 50)):
-            ns = T0 + k * 20_000_000
+            log = T0 + k * 20_000_000
+            ns = log + skew_ns  # the robot's clock
             for r, robot in enumerate(PLAIN_ROBOTS):
-                events.append((ns + 1_000 + r, f"/{robot}/joint_states", factory.state(ns)))
+                events.append((log + 1_000 + r, f"/{robot}/joint_states", factory.state(ns)))
                 if k % 3 == 0:
-                    events.append((ns + 2_000 + r, f"/{robot}/cam_front/image_raw",
+                    events.append((log + 2_000 + r, f"/{robot}/cam_front/image_raw",
                                    factory.image(ns, 0, 120, 160)))
                     frame = np.full((96, 128, 3), (k * 7 + r * 50) % 256, np.uint8)
                     ok, jpeg = cv2.imencode(".jpg", frame)
                     assert ok
-                    events.append((ns + 3_000 + r, f"/{robot}/cam_wrist/compressed",
+                    events.append((log + 3_000 + r, f"/{robot}/cam_wrist/compressed",
                                    t["sensor_msgs/msg/CompressedImage"](
                                        header=factory.header(ns, "wrist"), format="jpeg",
                                        data=jpeg.ravel())))
                 if budget_topic and k % 50 == 0:
-                    events.append((ns + r, f"/{robot}/budget_ms",
+                    events.append((log + r, f"/{robot}/budget_ms",
                                    t["std_msgs/msg/Float64"](data=300.0 if k % 100 else 400.0)))
         for ns, topic, msg in sorted(events, key=lambda e: e[0]):
             conn = conns[topic]
@@ -484,6 +486,8 @@ def test_a_plain_robot_bag_replays_closed_loop_through_a_mapping(storage, tmp_pa
     published = report["published"]
     assert published["image"] > 0 and published["joint_states"] > 0
     assert "n/a" in proc.stdout
+    figure = Path(report["figure"])
+    assert figure == report_path.with_suffix(".png") and figure.stat().st_size > 10_000
 
 
 @pytest.mark.slow
@@ -539,3 +543,40 @@ def test_golden_bag_passes_the_same_model_and_fails_a_changed_one(tmp_path, fact
     assert int(suite.get("failures")) >= 1
     failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
     assert {c.get("name") for c in failed} >= {"actions_identical", "action_rms"}
+
+
+@pytest.mark.timeout(30)
+def test_clock_skew_between_robot_and_recorder_is_measured_and_reported(tmp_path,
+                                                                       factory) -> None:
+    from xinfer_ros.bags.mapping import TopicMapping
+    from xinfer_ros.cli.replay import _clock_warnings
+
+    bag = tmp_path / "skewed"
+    write_plain_bag(factory, bag, StoragePlugin.MCAP, seconds=1.0, skew_ns=2_500_000_000)
+    args = build_parser().parse_args([str(bag), *_mapping_flags()])
+    run = scan_bag(bag, mapping=TopicMapping.from_flags(args.mapping_flags))
+    # Header stamps 2.5 s ahead, logged 1-3 us after them.
+    assert run.robots["arm_7"].clock_offset_ns == pytest.approx(2_500_000_000, abs=5_000)
+    (note, _) = _clock_warnings(run, 100.0)
+    assert note.startswith("arm_7: header stamps are +2500.0 ms from the recorder's log times")
+    assert _clock_warnings(run, 3000.0) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_made_up_requests_follow_a_skewed_robot_clock(tmp_path, factory) -> None:
+    # Stamped on the recorder's time line, every request would precede all frames by
+    # 2.5 s and be refused; on the robot's clock each picks a recent frame.
+    bag = tmp_path / "skewed"
+    write_plain_bag(factory, bag, StoragePlugin.MCAP, skew_ns=2_500_000_000)
+    report_path = tmp_path / "report.json"
+    proc = run_cli(["-m", "xinfer_ros.cli.replay", str(bag), "--backend", "emulated",
+                    *_mapping_flags(), "--budget-ms", "400", "--json", str(report_path),
+                    "--out", str(tmp_path)], timeout=100)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "clock skew between robot and recorder" in proc.stderr
+    report = json.loads(report_path.read_text())
+    for robot in PLAIN_ROBOTS:
+        sec = report["robots"][robot]
+        assert sec["clock_offset_ms"] == pytest.approx(2500.0, abs=0.01)
+        assert sec["after"]["statuses"] == {"ok": sec["after"]["requests"]}, sec

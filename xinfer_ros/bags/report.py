@@ -7,9 +7,10 @@ runs, action differences (max abs, RMS). Only pairs whose observation stamps agr
 that used other frames (a camera frame lost in transport, a different request time in
 closed loop) may differ for that reason alone; those are counted, not compared.
 
-Latency is client send to chunk receipt: before, the request's send stamp to the
-recorder's receipt of the chunk (as ``xinfer-fleet`` measures); after, the player's
-send to its receipt. Requests are measured by their position on the recording's time
+Latency is measured on one clock per side: before, from the recorder's receipt of the
+request to its receipt of the chunk (log times; the robot's header stamps run on
+another clock, whose offset is reported per robot); after, the player's send to its
+receipt. Requests are measured by their position on the recording's time
 line, inside ``[warmup, duration - drain)``. A robot whose bag recorded no chunks (a
 plain sensor bag, or a recorder that missed the server's answers) has no "before":
 its before columns, deltas and the checks that need them are ``None`` (n/a), never
@@ -71,7 +72,8 @@ def _before_records(track: RobotTrack, start_ns: int) -> list[ResponseRecord]:
         if chunk is None:
             records.append(ResponseRecord(send, None, q.budget_ms / MS_PER_S, ok=False))
             continue
-        latency = (chunk.log_ns - q.stamp_ns) / 1e9
+        # Both on the recorder's clock: the request's and the chunk's receipt.
+        latency = (chunk.log_ns - q.log_ns) / 1e9
         records.append(ResponseRecord(send, send + latency, q.budget_ms / MS_PER_S,
                                       ok=chunk.status == STATUS_OK))
     return records
@@ -214,6 +216,7 @@ def _robot_section(track: RobotTrack, sent: list[Any], answers: dict[int, Record
         "sent": len(sent),
         "unanswered": sum(1 for s in sent if s.seq not in answers),
         "before_context": len(track.requests) - len(track.replayable),
+        "clock_offset_ms": track.clock_offset_ns / 1e6,
         "actions": actions.to_dict(),
         "reasons": {"before": _reasons(track.chunks), "after": _reasons(answers)},
     }

@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+#: Sensor messages per robot whose stamp-to-log offset estimates its clock offset.
+_OFFSET_SAMPLES = 2000
+
+
 def stamp_ns(stamp: Any) -> int:
     """A builtin_interfaces/Time (rosbags or rclpy) as integer nanoseconds."""
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
@@ -119,6 +123,8 @@ class RobotTrack:
             of its first message (the player primes a server with them).
         synthetic: A robot of a plain sensor bag: it recorded no requests, so a closed
             loop replay makes them up (:mod:`xinfer_ros.bags.mapping`).
+        stamp_offsets: Header stamp less log time of the first sensor messages (ns): the
+            robot's clock against the recorder's, plus transport.
     """
 
     name: str
@@ -131,6 +137,18 @@ class RobotTrack:
     first_input_ns: dict[str, int] = field(default_factory=dict)
     first_inputs: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     synthetic: bool = False
+    stamp_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def clock_offset_ns(self) -> int:
+        """Median header stamp less log time of its sensor messages (0 when none).
+
+        A replay that makes up request stamps puts them on the robot's clock with it, so
+        the server picks the frames the robot's own request would have.
+        """
+        if not self.stamp_offsets:
+            return 0
+        return int(np.median(np.asarray(self.stamp_offsets, dtype=np.int64)))
 
     @property
     def context_ns(self) -> int | None:
@@ -223,6 +241,9 @@ def _select_topics(source: BagSource, store: Typestore, warnings: list[str]) -> 
 
 def _add(track: RobotTrack, topic: BagTopic, msg: Any, log_ns: int, data: bytes) -> None:
     track.counts[topic.kind.value] += 1
+    if topic.kind in (TopicKind.IMAGE, TopicKind.STATE) and \
+            len(track.stamp_offsets) < _OFFSET_SAMPLES:
+        track.stamp_offsets.append(stamp_ns(msg.header.stamp) - log_ns)
     if topic.kind in (TopicKind.IMAGE, TopicKind.STATE) and \
             topic.name not in track.first_input_ns:
         track.first_input_ns[topic.name] = log_ns

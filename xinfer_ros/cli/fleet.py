@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +168,8 @@ def simulate_fleet(server: dict[str, Any], robots: int, *, workload: str, seed: 
             "metrics": simulate(cfg).metrics.to_dict()}
 
 
-def _loopback_env() -> dict[str, str]:
-    env = dict(os.environ)
+def _loopback_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if environ is None else environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 100)))
     # Keep each node's torch/BLAS from claiming every core of a small machine.

@@ -7,7 +7,11 @@ Runs the :mod:`xinfer_ros.nodes.recorder` node in this process for the given rob
 first, so that chunks in flight are recorded, then the rest.
 
 DDS stays on loopback: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` is set unless the
-caller set it, and a random ``ROS_DOMAIN_ID`` is chosen unless one is set.
+caller set it. Recording a fleet that runs already uses the environment's
+``ROS_DOMAIN_ID`` (ROS' default 0 when unset), the fleet's; with ``--with-fleet`` a
+random one is chosen unless one is set, so the started fleet is private. A recording
+that receives nothing within ``--topic-timeout`` seconds ends with exit status 1 and
+says so, instead of leaving an empty bag behind as a success.
 """
 
 from __future__ import annotations
@@ -19,14 +23,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from xinfer_ros.fleet.plan import BACKENDS, PlanError, build_fleet_plan, parse_robots
 
-__all__ = ["build_parser", "main", "record"]
+__all__ = ["build_parser", "main", "record", "record_env"]
 
 STORAGES = ("mcap", "sqlite3")
 #: Recording continues this long after the executors stopped, for chunks in flight (s).
@@ -51,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many seconds (0: until Ctrl-C/SIGTERM)")
     p.add_argument("--ready-timeout", type=float, default=120.0,
                    help="with --with-fleet: longest wait for the server to come up (s)")
+    p.add_argument("--topic-timeout", type=float, default=10.0,
+                   help="fail (exit 1) when no recorded topic delivered a message within "
+                        "this many seconds of the start (0: wait forever)")
     fleet = p.add_argument_group("fleet", "start a fleet and record it")
     fleet.add_argument("--with-fleet", action="store_true",
                        help="start server, executors and simulated robots (xinfer-fleet's plan)")
@@ -108,6 +115,36 @@ class _FleetStopper:
         return now - self.stopping_at >= IN_FLIGHT_GRACE_S
 
 
+def record_env(with_fleet: bool, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a recording: loopback discovery unless set, and the domain.
+
+    A fleet that runs already is recorded on the environment's domain (ROS' default 0
+    when unset); a fleet this command starts gets a private random one unless set.
+    """
+    if with_fleet:
+        from xinfer_ros.cli.fleet import _loopback_env
+
+        return _loopback_env(environ)
+    env = dict(environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", "0")
+    return env
+
+
+class _Silence:
+    """True once ``timeout_s`` passed without a single recorded message."""
+
+    def __init__(self, recorder: Any, timeout_s: float) -> None:
+        self.recorder = recorder
+        self.until = time.monotonic() + timeout_s
+        self.timed_out = False
+
+    def __call__(self) -> bool:
+        if self.recorder.message_count == 0 and time.monotonic() >= self.until:
+            self.timed_out = True
+        return self.timed_out
+
+
 def _start_fleet(args: argparse.Namespace, env: dict[str, str],
                  logs: Path) -> dict[str, subprocess.Popen]:
     from xinfer_ros.cli.fleet import _spawn
@@ -122,7 +159,6 @@ def _start_fleet(args: argparse.Namespace, env: dict[str, str],
 
 def record(args: argparse.Namespace) -> int:
     """Record as ``args`` says; return the exit status."""
-    from xinfer_ros.cli.fleet import _loopback_env
     from xinfer_ros.nodes.runtime import ros_session
 
     try:
@@ -130,9 +166,12 @@ def record(args: argparse.Namespace) -> int:
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not (args.topic_timeout >= 0 and args.topic_timeout < float("inf")):
+        print(f"error: --topic-timeout must be >= 0, got {args.topic_timeout}", file=sys.stderr)
+        return 2
     output = args.output or _default_output()
     output.parent.mkdir(parents=True, exist_ok=True)
-    env = _loopback_env()
+    env = record_env(args.with_fleet, os.environ)
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
 
     with ros_session() as flag:
@@ -184,13 +223,21 @@ def _record(args: argparse.Namespace, robots: list[str], output: Path, env: dict
                                     else float("inf"), args.ready_timeout,
                                     lambda: flag.signal is not None)
             stop = stopper
-        run_recorder(recorder, stop)
+        silence = _Silence(recorder, args.topic_timeout + (args.ready_timeout if procs else 0.0)
+                           if args.topic_timeout > 0 else float("inf"))
+        run_recorder(recorder, lambda: silence() or stop())
     finally:
         _stop(list(procs.values()))
         if recorder is not None:
             recorder.destroy_node()
     if recorder is None:
         return 2
+    if silence.timed_out:
+        print(f"error: no message on any recorded topic of robots {robots} within "
+              f"{args.topic_timeout:g} s (ROS_DOMAIN_ID="
+              f"{env['ROS_DOMAIN_ID']}, discovery {env['ROS_AUTOMATIC_DISCOVERY_RANGE']}); is the "
+              f"fleet running on this domain? The empty bag is {output}", file=sys.stderr)
+        return 1
     print(f"bag: {output} ({recorder.message_count} messages)")
     for topic, count in sorted(recorder.counts.items()):
         print(f"  {topic:<40}{count:>8}")

@@ -6,8 +6,14 @@ at their recorded times, unchanged) or closed loop (``--mode closed``: Eq. 1,
 ``s_{j+1} = max(s_j + T_E, r_j)`` against the new server, recorded budgets). By default
 it starts a server like ``xinfer-fleet`` does, serving the bag's robots; ``--running``
 uses one that is already up. It collects the new chunks and writes a regression report
-(JSON and a table): per robot attainment, P50/P99 before and after, action differences
-against the recorded chunks, status counts.
+(JSON, a table, a figure, optionally JUnit XML): per robot attainment, P50/P99 before
+and after, action differences against the recorded chunks, status counts.
+
+A plain robot bag (``ros2 bag record``: other topic names, no requests) is replayed
+through a topic mapping (``--robot/--camera/--state`` flags or ``--map``), closed loop
+with made-up requests. ``--save-golden`` keeps a run's requests and answers as a golden
+bag; ``--golden`` replays those requests and compares with those answers
+(docs/BAGS.md).
 
 Exit status: 0 all checks passed; 1 a threshold was crossed (``--max-attainment-drop``,
 ``--max-action-rms``, ...); 2 the bag is unusable or the arguments are wrong; 3 the
@@ -109,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not measure requests in the first WARMUP s of the bag")
     tim.add_argument("--drain", type=float, default=0.5,
                      help="do not measure requests in the last DRAIN s of the bag")
+    tim.add_argument("--max-clock-skew-ms", type=float, default=100.0,
+                     help="warn when a robot's header stamps and the recorder's log times "
+                          "differ by more than this (median, ms)")
     thr = p.add_argument_group("thresholds (exit 1 when crossed; 'none' disables)")
     thr.add_argument("--max-attainment-drop", type=_optional_float, default=0.02,
                      help="largest allowed attainment fall, fraction (default 0.02)")
@@ -155,7 +164,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
     if not (math.isfinite(args.rate) and args.rate > 0):
         return f"--rate must be > 0, got {args.rate}"
     for name in ("period", "request_timeout", "response_timeout", "warmup", "drain",
-                 "server_timeout", "probe_timeout"):
+                 "server_timeout", "probe_timeout", "max_clock_skew_ms"):
         value = getattr(args, name)
         if not (math.isfinite(value) and value >= 0):
             return f"--{name.replace('_', '-')} must be >= 0, got {value}"
@@ -214,6 +223,18 @@ def _check_mapped(args: argparse.Namespace, mapping: Any) -> str | None:
         return (f"robots {unbudgeted} have no budget topic: give --budget-ms or "
                 "--budget-pattern")
     return None
+
+
+def _clock_warnings(run: Any, limit_ms: float) -> list[str]:
+    """A warning per robot whose clock is further than ``limit_ms`` from the recorder's."""
+    notes = []
+    for name, track in sorted(run.robots.items()):
+        offset_ms = track.clock_offset_ns / 1e6
+        if abs(offset_ms) > limit_ms:
+            notes.append(f"{name}: header stamps are {offset_ms:+.1f} ms from the recorder's "
+                         f"log times (median; limit {limit_ms:g} ms): clock skew between "
+                         "robot and recorder; made-up request stamps follow the robot's clock")
+    return notes
 
 
 def _sensor_params(run: Any, mapping: Any) -> dict[str, Any]:
@@ -308,6 +329,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         sensors = _sensor_params(run, mapping)
         if args.golden is not None:
             run.warnings += apply_golden(run, args.golden)
+        run.warnings += _clock_warnings(run, args.max_clock_skew_ms)
     except (BagError, ValueError) as exc:
         raise _RefusedError(str(exc)) from exc
     return run, sensors
@@ -359,13 +381,16 @@ def _write_outputs(args: argparse.Namespace, run: Any, result: Any,
     Raises:
         _RefusedError: The golden bag could not be written.
     """
+    from xinfer_ros.bags.figures import write_replay_figure
     from xinfer_ros.bags.golden import write_golden
     from xinfer_ros.bags.junit import write_junit
     from xinfer_ros.bags.reader import BagError
 
     json_path = args.json or args.out / "replay_report.json"
+    figure = write_replay_figure(run, result, json_path.with_suffix(".png"))
+    report["figure"] = str(figure)
     _write_report(report, json_path)
-    print(f"report: {json_path}")
+    print(f"report: {json_path}; figure: {figure}")
     if args.junit is not None:
         write_junit(_json_safe(report), args.junit)
         print(f"JUnit: {args.junit}")

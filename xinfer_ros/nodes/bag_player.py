@@ -457,7 +457,10 @@ class BagPlayer(Node):
                 msg.seq = request.seq
             else:
                 msg = self._made_up(name, request.seq, state.answered)
-            msg.header.stamp = Time(nanoseconds=bag_ns).to_msg()
+            # The stamp is on the robot's clock, as its sensor stamps: the server picks
+            # frames by comparing them.
+            msg.header.stamp = Time(
+                nanoseconds=bag_ns + self.run.robots[name].clock_offset_ns).to_msg()
             budget = self.run.robots[name].budget_at(bag_ns)
             if budget is not None:
                 msg.budget_ms = budget
