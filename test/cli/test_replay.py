@@ -580,3 +580,35 @@ def test_made_up_requests_follow_a_skewed_robot_clock(tmp_path, factory) -> None
         sec = report["robots"][robot]
         assert sec["clock_offset_ms"] == pytest.approx(2500.0, abs=0.01)
         assert sec["after"]["statuses"] == {"ok": sec["after"]["requests"]}, sec
+
+
+@pytest.mark.timeout(30)
+def test_a_yaml_mapping_equals_the_flags_and_bad_files_are_refused(tmp_path) -> None:
+    from xinfer_ros.bags.mapping import MappingError, TopicMapping
+
+    good = tmp_path / "map.yaml"
+    good.write_text(
+        "robots:\n"
+        "  arm_7:\n"
+        "    cameras: [/arm_7/cam_front/image_raw, /arm_7/cam_wrist/compressed]\n"
+        "    state: /arm_7/joint_states\n"
+        "    budget: /arm_7/budget_ms\n"
+        "  arm_8:\n"
+        "    cameras: [/arm_8/cam_front/image_raw, /arm_8/cam_wrist/compressed]\n"
+        "    state: /arm_8/joint_states\n"
+        "    budget: /arm_8/budget_ms\n")
+    flags = build_parser().parse_args(["bag", *_mapping_flags(budget_topic=True)])
+    assert TopicMapping.from_yaml(good) == TopicMapping.from_flags(flags.mapping_flags)
+    for text, needle in (("robots: [arm_7]", "expected a 'robots:' mapping"),
+                         ("robots:\n  arm_7: {state: /s}", "expected 'cameras: [topics]'"),
+                         ("robots:\n  7arm: {cameras: [/c], state: /s}", "not a valid namespace"),
+                         ("robots:\n  arm_7: {cameras: [/c]}", "no joint state topic"),
+                         ("robots: {}", "names no robot"),
+                         ("robots:\n  a: {cameras: [/c], state: /s}\n"
+                          "  b: {cameras: [/c], state: /t}", "mapped to both a and b"),
+                         (": : :", "map.yaml")):
+        good.write_text(text)
+        with pytest.raises(MappingError, match=re.escape(needle)):
+            TopicMapping.from_yaml(good)
+    with pytest.raises(MappingError, match=r"[Nn]o such file"):
+        TopicMapping.from_yaml(tmp_path / "missing.yaml")

@@ -67,11 +67,24 @@ def prefill(model: ReferenceVLA, req: RequestState) -> None:
 
 
 def sample_noise(model: ReferenceVLA, seed: int) -> torch.Tensor:
-    """Seeded ``(1, H, D)`` Gaussian noise, drawn on CPU so every device gets the same."""
+    """Seeded ``(1, H, D)`` float32 noise, drawn on CPU so every device gets the same.
+
+    The flow state stays float32 whatever the parameters' dtype: K Euler steps in
+    bfloat16 would round the state ten times over.
+    """
     spec = model.config.action
     gen = torch.Generator(device="cpu").manual_seed(seed)
     noise = torch.randn((1, spec.horizon, spec.action_dim), generator=gen, dtype=torch.float32)
-    return noise.to(device=model.device, dtype=model.dtype)
+    return noise.to(device=model.device)
+
+
+def _velocity(expert: ActionExpert, x: torch.Tensor, tau: torch.Tensor, prefix_kv: PrefixKV,
+              rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The expert's velocity of the float32 state ``x``, as float32.
+
+    The network runs in the parameters' dtype (that of the rotary tables).
+    """
+    return expert(x.to(rope[0].dtype), tau, prefix_kv, rope).float()
 
 
 def guided_velocity(
@@ -107,7 +120,7 @@ def guided_velocity(
     tau_t = torch.full((x.shape[0],), tau, device=x.device, dtype=torch.float32)
     with torch.enable_grad():
         xg = x.detach().requires_grad_(True)
-        velocity = expert(xg, tau_t, prefix_kv, rope)
+        velocity = _velocity(expert, xg, tau_t, prefix_kv, rope)
         denoised = xg + (1.0 - tau) * velocity
         error = (target - denoised) * mask
         (vjp,) = torch.autograd.grad(denoised, xg, grad_outputs=error.detach())
@@ -137,7 +150,8 @@ def action(model: ReferenceVLA, req: RequestState, guidance: bool = True) -> Non
     prefix_kv: PrefixKV = cache_kv(req.cache)
     noise = sample_noise(model, req.prepared.seed)
     positions = torch.arange(spec.horizon, device=noise.device)[None, :] + req.prefix_len
-    rope = expert.rope(positions, like=noise)
+    # Rotary tables in the parameters' dtype (computed in float32 by the module).
+    rope = expert.rope(positions, like=noise.to(model.dtype))
     rtc = req.prepared.rtc
     target, mask = _rtc_tensors(rtc, noise) if rtc is not None else (None, None)
     frozen = rtc.frozen if rtc is not None else 0
@@ -162,7 +176,7 @@ def action(model: ReferenceVLA, req: RequestState, guidance: bool = True) -> Non
             )
         else:
             tau_t = torch.full((1,), tau, device=x.device, dtype=torch.float32)
-            velocity = expert(x, tau_t, prefix_kv, rope)
+            velocity = _velocity(expert, x, tau_t, prefix_kv, rope)
         x = x + dt * velocity
     if frozen and target is not None:
         x = x.clone()

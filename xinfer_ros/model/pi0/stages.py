@@ -125,12 +125,17 @@ def prefill(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
 
 
 def sample_noise(model: PI0ForConditionalGeneration, seed: int) -> torch.Tensor:
-    """Seeded ``(1, H, max_action_dim)`` noise, drawn on the CPU so every device agrees."""
+    """Seeded ``(1, H, max_action_dim)`` float32 noise, drawn on the CPU.
+
+    Every device draws the same noise. The flow state, the guidance arithmetic and the
+    time embedding (transformers' own) stay float32 whatever the parameters' dtype;
+    only the expert's forward runs in it.
+    """
     config = model.config
     gen = torch.Generator(device="cpu").manual_seed(seed)
     noise = torch.randn((1, config.chunk_size, config.max_action_dim), generator=gen,
                         dtype=torch.float32)
-    return noise.to(device=model.device, dtype=model.dtype)
+    return noise.to(device=model.device)
 
 
 def _restore_prefix(cache: DynamicCache, prefix_kv: PrefixKV) -> None:
@@ -157,8 +162,8 @@ class _Denoiser:
         """``v(x, t)``: one forward of the expert, the cache reset to the prefix after it."""
         timestep = torch.full((x.shape[0],), time, dtype=torch.float32, device=x.device)
         try:
-            return self.model(state=self.state, noise=x, timestep=timestep,
-                              attention_mask=self.mask, cache=self.cache).logits
+            return self.model(state=self.state, noise=x.to(self.state.dtype), timestep=timestep,
+                              attention_mask=self.mask, cache=self.cache).logits.float()
         finally:
             _restore_prefix(self.cache, self.prefix_kv)
 
@@ -200,9 +205,9 @@ def action(model: PI0ForConditionalGeneration, req: Pi0State, guidance: bool = T
     target = weights = None
     if rtc is not None:
         target = torch.zeros_like(noise)
-        target[0, :, :dim] = torch.from_numpy(rtc.aligned_norm).to(device, dtype)
+        target[0, :, :dim] = torch.from_numpy(rtc.aligned_norm).to(device)
         weights = torch.zeros_like(noise)
-        weights[0, :, :dim] = torch.from_numpy(rtc.weights).to(device, dtype)[:, None]
+        weights[0, :, :dim] = torch.from_numpy(rtc.weights).to(device)[:, None]
     steps = model.config.num_inference_steps
     dt = -1.0 / steps
     x = noise
