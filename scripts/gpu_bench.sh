@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Engine benchmark on a lent GPU (issue 6): build vla-2b on CUDA, calibrate its rate
-# table, and run the closed-loop engine benchmark at 8, 16 and 24 robots, async against
-# serial. Writes under $OUT (at most 3 files): engine_bench.json (every run, the
-# calibration and the environment), rate_table_vla-2b_cuda.json, gpu_bench.log.
+# Engine benchmark on a lent GPU: build the real-shape pi0 preset on CUDA in bfloat16
+# (random weights; the flow stays float32), calibrate its rate table, and run the
+# closed-loop engine benchmark with the torch backend at 8, 16, 24 and 32 robots, async
+# against serial. Writes under $OUT (at most 3 files): engine_bench.json (every run, the
+# calibration and the environment), rate_table_pi0_cuda.json, gpu_bench.log.
 #
-#   bash scripts/gpu_bench.sh            # on the device machine, repository root; ~6 min
-#   bash scripts/gpu_bench.sh --dry-run  # here: same steps, CPU, tiny preset, emulated
-#                                        # benchmarks, about half a minute
+#   bash scripts/gpu_bench.sh            # on the device machine, repository root
+#   bash scripts/gpu_bench.sh --dry-run  # here and in CI: the same code with the torch
+#                                        # backend, pi0-tiny in bfloat16 on the CPU,
+#                                        # 2 and 4 robots, about two minutes
 #
 # It never installs torch: it uses the machine's python3 (the device image ships a CUDA
 # torch and transformers). If that transformers is older than the project's pin and
@@ -14,8 +16,9 @@
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl transformers==5.24.0
 # The script then installs .whl/*.whl into /tmp/site (--no-deps) and puts it first on
-# PYTHONPATH. Environment knobs: DURATION (s per run, default 30), WARMUP (default 8),
-# ROBOTS (default "8 16 24"), ENGINES (default "async serial"), PYTHON.
+# PYTHONPATH. Environment knobs: MODEL (default pi0), DTYPE (default bfloat16),
+# DURATION (s per run, default 30), WARMUP (default 8), ROBOTS (default "8 16 24 32"),
+# ENGINES (default "async serial"), PYTHON.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -33,7 +36,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 DURATION="${DURATION:-30}"
 WARMUP="${WARMUP:-8}"
-ROBOTS="${ROBOTS:-8 16 24}"
+ROBOTS="${ROBOTS:-8 16 24 32}"
+MODEL="${MODEL:-pi0}"
+DTYPE="${DTYPE:-bfloat16}"
 ENGINES="${ENGINES:-async serial}"
 T0=$(date +%s)
 
@@ -46,9 +51,9 @@ fi
 
 echo "[gpu_bench] $(date -u +%FT%TZ) dry_run=$DRY python=$PYTHON out=$OUT"
 # Self-check: the environment, before spending minutes on a model build.
-"$PYTHON" - "$DRY" <<'PY'
+"$PYTHON" - "$DRY" "$DTYPE" <<'PY'
 import sys
-dry = sys.argv[1] == "1"
+dry, dtype = sys.argv[1] == "1", sys.argv[2]
 import torch, transformers, numpy, yaml, safetensors  # noqa: F401  (all needed)
 print(f"[check] torch {torch.__version__} transformers {transformers.__version__} "
       f"numpy {numpy.__version__} cuda={torch.cuda.is_available()}")
@@ -58,22 +63,24 @@ if not dry:
     print(f"[check] gpu {torch.cuda.get_device_name(0)}")
 import xinfer_ros.engine, xinfer_ros.model.stages  # noqa: F401
 print("[check] xinfer_ros imports ok")
-# One tiny request through the engine on the target device: catches a transformers API
-# mismatch in seconds instead of after the vla-2b build.
+# One pi0-tiny request (transformers' PI0, the served family) through the engine on the
+# target device and dtype: catches a transformers API or dtype mismatch in seconds
+# instead of after the pi0 build.
 from xinfer_ros.engine import EngineConfig, StageEngine, make_backend
-be = make_backend("torch", model="tiny", device="cpu" if dry else "cuda")
+be = make_backend("torch", model="pi0-tiny", device="cpu" if dry else "cuda", dtype=dtype)
 with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as eng:
     r = eng.submit(be.example_inputs(0, None), 60_000.0, "check").result(300)
-assert r.ok and r.actions is not None and r.actions.shape == (16, 14), (r.status, r.reason)
-print(f"[check] tiny request ok on {be.device}: {r.timings.total_ms:.1f} ms")
+assert r.ok and r.actions is not None and r.actions.shape == be.action_shape, (r.status, r.reason)
+print(f"[check] pi0-tiny request ok on {be.device} in {dtype}: {r.timings.total_ms:.1f} ms")
 PY
 if [[ $DRY == 0 ]]; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true; fi
 
-ARGS=(--out "$OUT" --robots $ROBOTS --engines $ENGINES --duration "$DURATION" --warmup "$WARMUP")
+ARGS=(--out "$OUT" --robots $ROBOTS --engines $ENGINES --duration "$DURATION" --warmup "$WARMUP"
+      --dtype "$DTYPE")
 if [[ $DRY == 1 ]]; then
   ARGS+=(--dry-run)
 else
-  ARGS+=(--model vla-2b --device cuda)
+  ARGS+=(--model "$MODEL" --device cuda)
 fi
 # 7.5 minutes at most for the suite itself, so the whole command stays under 8.
 timeout 450 "$PYTHON" -m xinfer_ros.cli.gpu_suite "${ARGS[@]}"
@@ -85,6 +92,7 @@ runs = rep["summary"]
 assert runs, "no benchmark runs"
 for r in runs:
     assert r["throughput_rps"] > 0, r
+assert all(run["backend"]["backend"] == "torch" for run in rep["runs"]), "a run was not torch"
 print("[gpu_bench] robots engine   qps     p50_ms  p99_ms  attain  pred_mae_ms")
 for r in runs:
     mae = r["prediction_mae_ms"]

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from xinfer_ros.cli import bench, bench_engine
 
 
@@ -48,8 +50,33 @@ def test_gpu_bench_script_parses() -> None:
     assert bash is not None
     subprocess.run([bash, "-n", str(script)], check=True)
     text = script.read_text()
-    assert "--dry-run" in text and "vla-2b" in text and "pip install" in text
+    assert "--dry-run" in text and 'MODEL="${MODEL:-pi0}"' in text and "pip install" in text
     assert "torch==" not in text  # never installs a (CUDA) torch
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
+    # What a lent GPU will run, on the CPU: pi0-tiny in bfloat16 through the torch
+    # backend for the check, the calibration and every benchmark run.
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu_bench.sh"), "--dry-run"],
+                          cwd=root, env={**os.environ, "OUT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=280, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[check] pi0-tiny request ok on cpu in bfloat16" in proc.stdout
+    report = json.loads((tmp_path / "engine_bench.json").read_text())
+    assert report["dry_run"] and report["backend"]["dtype"] == "torch.bfloat16"
+    runs = report["runs"]
+    assert [(r["robots"], r["engine"]) for r in runs] == [
+        (2, "async"), (2, "serial"), (4, "async"), (4, "serial")]
+    for run in runs:
+        assert run["backend"]["backend"] == "torch" and not run["emulated"]
+        assert run["metrics"]["responses"] > 0 and run["statuses"].get("ERROR", 0) == 0
+    assert (tmp_path / "rate_table_pi0-tiny_cpu.json").is_file()
 
 
 def test_bench_engine_phase_spread_holds_late_responses(tmp_path: Path) -> None:

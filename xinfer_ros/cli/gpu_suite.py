@@ -1,11 +1,12 @@
 """One-process benchmark suite behind ``scripts/gpu_bench.sh``.
 
-Builds the model once, checks one request end to end, calibrates a rate table on the
-same lanes, then runs the closed-loop engine benchmark for every (robots, engine)
-pair, and writes one JSON report. Building once matters: ``vla-2b`` takes far longer
-to build than one benchmark run. ``--dry-run`` runs the same steps on the CPU with
-the ``tiny`` preset (smoke and calibration with torch) and the emulated backend for
-the benchmarks, for a few seconds each.
+Builds the model once (the real-shape ``pi0`` preset in bfloat16 by default), checks
+one request end to end, calibrates a rate table on the same lanes, then runs the
+closed-loop engine benchmark with that torch backend for every (robots, engine) pair,
+and writes one JSON report. Building once matters: ``pi0`` takes far longer to build
+than one benchmark run. ``--dry-run`` runs the same code on the CPU: the torch backend
+with ``pi0-tiny`` in the same dtype, two small fleets, a few seconds each, so that
+everything but the device is exercised before a lent GPU's minutes are spent.
 """
 
 from __future__ import annotations
@@ -21,21 +22,26 @@ from typing import Any
 
 from xinfer_ros.cli import bench_engine
 from xinfer_ros.core.rate_table import write_rate_table
-from xinfer_ros.engine.backends import EMULATION_NOTICE, Backend, make_backend
+from xinfer_ros.engine.backends import Backend, make_backend
 from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineConfig
 
-__all__ = ["build_parser", "main"]
+__all__ = ["DRY_RUN_ROBOTS", "build_parser", "main"]
+
+#: Fleets of a dry run: the CPU serves pi0-tiny to a few robots at most.
+DRY_RUN_ROBOTS = (2, 4)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options of the suite."""
     p = argparse.ArgumentParser(prog="python -m xinfer_ros.cli.gpu_suite",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="vla-2b")
+    p.add_argument("--model", default="pi0")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--robots", type=int, nargs="+", default=[8, 16, 24])
+    p.add_argument("--dtype", default="bfloat16",
+                   help="parameter dtype (the flow stays float32; docs/PI0.md)")
+    p.add_argument("--robots", type=int, nargs="+", default=[8, 16, 24, 32])
     p.add_argument("--engines", nargs="+", default=["async", "serial"])
     p.add_argument("--workload", default="phases")
     p.add_argument("--policy", default="xinfer")
@@ -45,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calib-max-units", type=int, default=4)
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--dry-run", action="store_true",
-                   help="CPU, tiny preset, emulated benchmarks, a few seconds each")
+                   help="CPU, pi0-tiny, torch backend throughout, a few seconds each")
     return p
 
 
@@ -71,6 +77,7 @@ def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
     parser = argparse.ArgumentParser()
     bench_engine.add_arguments(parser)
     argv = ["--backend", backend, "--model", ns.model, "--device", ns.device,
+            "--dtype", ns.dtype,
             "--robots", str(robots), "--engine", engine, "--workload", ns.workload,
             "--policy", ns.policy, "--duration", str(ns.duration), "--warmup", str(ns.warmup),
             "--rate-table", str(table)]
@@ -81,14 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite; returns the exit status."""
     ns = build_parser().parse_args(argv)
     if ns.dry_run:
-        ns.model, ns.device = "tiny", "cpu"
-        ns.duration, ns.warmup = min(ns.duration, 3.0), min(ns.warmup, 1.0)
+        ns.model, ns.device = "pi0-tiny", "cpu"
+        ns.robots = list(DRY_RUN_ROBOTS)
+        ns.duration, ns.warmup = min(ns.duration, 4.0), min(ns.warmup, 1.0)
         ns.calib_window, ns.calib_max_units = min(ns.calib_window, 0.1), min(ns.calib_max_units, 2)
     ns.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"dry_run": ns.dry_run, "host": platform.node(),
                               "python": sys.version.split()[0], "steps": {}}
     t0 = time.perf_counter()
-    backend = make_backend("torch", model=ns.model, device=ns.device)
+    backend = make_backend("torch", model=ns.model, device=ns.device, dtype=ns.dtype)
     report["backend"] = backend.describe()
     report["steps"]["build_s"] = time.perf_counter() - t0
     print(f"[suite] built {ns.model} on {ns.device} in {report['steps']['build_s']:.1f} s",
@@ -108,16 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["calibration"] = {"table": table_path.name, "isolated_ms": calib.isolated_ms,
                              "measured_ms": {",".join(map(str, n)): row
                                              for n, row in calib.measured.items()}}
-    bench_backend = "emulated" if ns.dry_run else "torch"
-    if ns.dry_run:
-        print(f"[suite] {EMULATION_NOTICE} dry run: benchmarks use the emulated backend",
-              flush=True)
     runs = []
     for robots in ns.robots:
         for engine in ns.engines:
-            args = _bench_args(ns, robots, engine, table_path, bench_backend)
+            args = _bench_args(ns, robots, engine, table_path, "torch")
             t2 = time.perf_counter()
-            rep = bench_engine.run_benchmark(args, None if ns.dry_run else backend)
+            rep = bench_engine.run_benchmark(args, backend)
             rep["wall_s"] = time.perf_counter() - t2
             runs.append(rep)
             m = rep["metrics"]
