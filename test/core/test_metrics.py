@@ -110,3 +110,23 @@ def test_attainment_in_windows_pools_the_union_of_windows() -> None:
     # 100 s lies outside both windows and 140 s is the open end of the second.
     assert attainment_in_windows(records, [(60.0, 80.0), (120.0, 140.0)]) == pytest.approx(2 / 3)
     assert math.isnan(attainment_in_windows(records, [(0.0, 10.0)]))
+
+
+def test_control_loop_cost_counts_handoff_misses_and_starvation() -> None:
+    from xinfer_ros.core.metrics import HANDOFF_S, STARVATION_S
+
+    assert pytest.approx((0.240, 0.480)) == (HANDOFF_S, STARVATION_S)
+    records = [
+        ResponseRecord(1.0, 1.100, 0.4, True, 0),   # inside the handoff
+        ResponseRecord(2.0, 2.300, 0.4, True, 0),   # past d·Δ, within its budget
+        ResponseRecord(3.0, 3.600, 0.4, True, 1),   # past H·Δ too: the robot starved
+        ResponseRecord(4.0, None, 0.4, False, 1),   # never answered: starved
+        ResponseRecord(5.0, 5.250, 0.4, False, 1),  # failed: no handoff to miss
+    ]
+    m = summarize(records, window=(0.0, 7200.0))
+    assert m.handoff_violations == 2 and m.handoff_violation_rate == pytest.approx(2 / 3)
+    assert m.starved == 2
+    # Two robots over two hours: 2 starvations / 4 robot-hours.
+    assert m.starved_per_robot_hour == pytest.approx(0.5)
+    empty = summarize([], window=(0.0, 10.0))
+    assert empty.handoff_violations == 0 and math.isnan(empty.handoff_violation_rate)

@@ -6,7 +6,8 @@ Sub-commands:
 * ``erc``: effective robot capacity of one policy (walk robot counts upward);
 * ``compare``: several policies over a robot-count sweep, with Figure-8-like plots;
 * ``project``: Appendix A.1 parcels/h projection from a latency-vs-robots curve;
-* ``tune``: choose EDF's or Slack-Gate's parameters by the paper's protocol (App. C.4).
+* ``tune``: choose EDF's or Slack-Gate's parameters by the paper's protocol (App. C.4);
+* ``plan``: how many servers of a rate table a fleet of N robots needs at the target.
 
 Every sub-command prints a table and can write JSON (``--json FILE``) and PNGs
 (``--out DIR``). The simulator uses the scheduler's policy objects and rate table.
@@ -156,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Slack-Gate thresholds in ms (default 20,40,80)")
     tune.add_argument("--top", type=int, default=12, help="candidates shown, best first")
     _add_common(tune, workload=False)
+
+    plan = sub.add_parser("plan", help="servers of this rate table a fleet of N robots needs")
+    plan.add_argument("--robots", type=int, required=True, help="fleet size N")
+    plan.add_argument("--policy", default="xinfer")
+    plan.add_argument("--criterion", choices=("auto", "attainment", "latency"), default="auto")
+    plan.add_argument("--search", type=parse_counts, default=parse_counts("4-40"),
+                      help="robot counts the one-server ERC search walks")
+    plan.add_argument("--patience", type=int, default=1,
+                      help="stop the walk after this many consecutive failing counts")
+    _add_common(plan)
     return parser
 
 
@@ -242,6 +253,8 @@ _COLUMNS = (
     ("latency_p95_ms", "p95", 1.0, ".1f"),
     ("latency_p99_ms", "p99", 1.0, ".1f"),
     ("mean_wide_latency_ms", "wide", 1.0, ".1f"),
+    ("handoff_violation_rate", "handoff%", 100.0, ".1f"),
+    ("starved_per_robot_hour", "starve/rh", 1.0, ".0f"),
 )
 
 
@@ -521,8 +534,46 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from xinfer_ros.sim.runner import round_seeds, run_many
+    from xinfer_ros.sim.sizing import plan_site
+
+    if args.robots < 1:
+        raise SystemExit("--robots must be >= 1")
+    crit = _criterion(args)
+    seeds = round_seeds(args.seed, args.rounds)
+    summaries: dict[int, RoundSummary] = {}
+
+    def evaluate(n: int) -> list[Any]:
+        results = run_many([_config(args, args.policy, n, s) for s in seeds], args.workers,
+                           progress=not args.quiet, desc=f"{args.policy} x{n}")
+        summaries[n] = summarize_rounds([r.metrics for r in results])
+        return [r.metrics for r in results]
+
+    plan = plan_site(args.robots, evaluate, crit, lo=min(args.search), hi=max(args.search),
+                     patience=args.patience)
+    rows = [_summary_row([str(n)], summaries[n], v) for n, v in sorted(plan.verdicts.items())]
+    print(f"{args.policy} on {args.workload} ({args.rate_table or 'shipped rate table'}), "
+          f"criterion {crit.value}, {args.rounds} rounds per count")
+    print(_table(rows, _header(["robots"])))
+    if plan.servers is None:
+        print(f"no plan: one server's ERC is {plan.erc}"
+              + ("" if plan.erc else f" (no count in {min(args.search)}-{max(args.search)} "
+                 "passes)") + "; a faster table or a looser budget is needed")
+    else:
+        print(f"ERC of one server: {plan.erc}; {args.robots} robots need {plan.servers} "
+              f"server(s), robots per server {list(plan.shares)} (every share passed)")
+    _write_json(args, "plan", {
+        "command": "plan", "policy": args.policy, "workload": args.workload,
+        "rate_table": args.rate_table, "robots": args.robots, "criterion": crit.value,
+        "erc": plan.erc, "servers": plan.servers, "shares": list(plan.shares),
+        "verdicts": {str(n): v for n, v in sorted(plan.verdicts.items())},
+        "summaries": {str(n): s.to_dict() for n, s in sorted(summaries.items())}})
+    return 0 if plan.servers is not None else 1
+
+
 _COMMANDS = {"run": _cmd_run, "erc": _cmd_erc, "compare": _cmd_compare, "project": _cmd_project,
-             "tune": _cmd_tune}
+             "tune": _cmd_tune, "plan": _cmd_plan}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,10 +23,18 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from xinfer_ros.core.constants import ATTAINMENT_TARGET, MEASUREMENT_WINDOW
+from xinfer_ros.core.constants import (
+    ATTAINMENT_TARGET,
+    COMMIT_LENGTH,
+    HORIZON,
+    KEYFRAME_SPACING,
+    MEASUREMENT_WINDOW,
+)
 
 __all__ = [
     "DEFAULT_WINDOW",
+    "HANDOFF_S",
+    "STARVATION_S",
     "ResponseRecord",
     "RoundSummary",
     "WindowMetrics",
@@ -42,6 +50,13 @@ __all__ = [
 DEFAULT_WINDOW: tuple[float, float] = MEASUREMENT_WINDOW
 
 _MS = 1000.0
+_S_PER_HOUR = 3600.0
+#: d·Δ: a response later than this after its send misses the RTC handoff: the robot has
+#: executed past the committed prefix before the new chunk arrives (App. B.1).
+HANDOFF_S: float = COMMIT_LENGTH * KEYFRAME_SPACING
+#: H·Δ: a response later than this after its send (or none) leaves the robot without
+#: actions: the previous chunk ran out before the new one arrived.
+STARVATION_S: float = HORIZON * KEYFRAME_SPACING
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +121,14 @@ class WindowMetrics:
     #: which lowers the load the others see, so a round with any fails (see
     #: :func:`passes_attainment`).
     unanswered: int = 0
+    #: Control-loop cost: OK responses later than d·Δ after their send (:data:`HANDOFF_S`)
+    #: and their share of the OK responses.
+    handoff_violations: int = 0
+    handoff_violation_rate: float = math.nan
+    #: Requests answered later than H·Δ after their send, or not at all
+    #: (:data:`STARVATION_S`), and the same per robot-hour of the window.
+    starved: int = 0
+    starved_per_robot_hour: float = math.nan
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict with the metric names used in reports."""
@@ -164,6 +187,9 @@ def summarize(
         per_budget_n[_budget_key(b)] = int(mask.sum())
     wide = wide_budget if wide_budget is not None else (float(bud.max()) if n else math.nan)
     wide_mask = ok & (bud == wide)
+    handoff = int((ok & (lat > HANDOFF_S)).sum())
+    starved = int((lat > STARVATION_S).sum())  # unanswered: latency inf
+    robots = len({r.robot for r in sel})
     return WindowMetrics(
         requests=n,
         responses=int(ok.sum()),
@@ -183,6 +209,11 @@ def summarize(
         per_budget=per_budget,
         unanswered=unanswered,
         per_budget_requests=per_budget_n,
+        handoff_violations=handoff,
+        handoff_violation_rate=handoff / float(ok.sum()) if ok.any() else math.nan,
+        starved=starved,
+        starved_per_robot_hour=(starved / (robots * length / _S_PER_HOUR)
+                                if robots else math.nan),
     )
 
 
