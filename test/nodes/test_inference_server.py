@@ -555,3 +555,55 @@ def test_set_policy_can_be_switched_off() -> None:
         services = dict(server.get_service_names_and_types())
         assert "/inference_server/get_fleet_stats" in services
         assert "/inference_server/set_policy" not in services
+
+
+@pytest.mark.timeout(60)
+def test_two_named_servers_share_a_domain_each_with_its_own_robots_and_statistics() -> None:
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    rclpy.init()
+    servers = [InferenceServer(
+        cli_args=["--ros-args", "-r", f"__node:={name}"],
+        parameter_overrides=[Parameter(k, value=v) for k, v in {
+            "server_name": name, "robots": [robot], "backend": "emulated", "model": "tiny",
+            "robot_timeout_s": 5.0}.items()])
+        for name, robot in (("gpu_a", "r1"), ("gpu_b", "r2"))]
+    peer = rclpy.create_node("robots")
+    spinner = SingleThreadedExecutor()
+    for node in (*servers, peer):
+        spinner.add_node(node)
+    stats: dict[str, list] = {"gpu_a": [], "gpu_b": []}
+    names: set[str] = set()
+    for name, got in stats.items():
+        peer.create_subscription(FleetStats, f"/xinfer/{name}/fleet_stats", got.append, 10)
+    peer.create_subscription(DiagnosticArray, "/diagnostics",
+                             lambda m: names.update(s.name for s in m.status), 10)
+
+    def spin(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            spinner.spin_once(timeout_sec=0.005)
+
+    try:
+        robots = {n: Robot(peer, n) for n in ("r1", "r2")}
+        spin(0.5)
+        for robot in robots.values():
+            robot.observe()
+        spin(0.2)
+        for robot in robots.values():
+            chunk = answer(robot, robot.request(), spin)
+            assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+        spin(1.3)  # a statistics period
+        assert [r.robot_id for r in stats["gpu_a"][-1].robots] == ["r1"]
+        assert [r.robot_id for r in stats["gpu_b"][-1].robots] == ["r2"]
+        assert {"xinfer/gpu_a/server", "xinfer/gpu_b/server", "xinfer/gpu_a/robots/r1",
+                "xinfer/gpu_b/robots/r2"} <= names
+        services = {n for n, _ in peer.get_service_names_and_types()}
+        assert {"/gpu_a/get_fleet_stats", "/gpu_b/get_fleet_stats"} <= services
+    finally:
+        spinner.shutdown()
+        for node in servers:
+            node.close()
+            node.destroy_node()
+        peer.destroy_node()
+        rclpy.shutdown()

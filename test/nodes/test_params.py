@@ -26,6 +26,7 @@ CASES = [
     ("inference_server", "image_transports:=[raw,theora]", ["'image_transports'",
                                                              "raw or compressed"]),
     ("inference_server", "robots:=[]", ["'robots'"]),
+    ("inference_server", "server_name:=gpu-0", ["'server_name'", "a letter, then letters"]),
     ("recorder", "storage:=rosbag1", ["'storage'", "one of"]),
     ("recorder", "bag_version:=7", ["'bag_version'", "out of range", "[8, 9]"]),
 ]

@@ -10,7 +10,8 @@ a status, a reason when not OK, the observation stamps used and per-stage timing
 
 Topic names are relative: in the server's namespace (``/`` by default, or a site's
 prefix), robot ``r`` is ``<namespace>/r``. Server-wide it publishes
-``xinfer/fleet_stats`` (1 Hz) and ``/diagnostics``, and
+``xinfer/fleet_stats`` (1 Hz; ``xinfer/<server_name>/fleet_stats`` for a named server
+among several) and ``/diagnostics``, and
 serves ``~/get_fleet_stats`` and ``~/set_policy``. A malformed request never crashes
 the server; a robot that falls silent for ``robot_timeout_s`` has its live requests
 cancelled and its buffers freed.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import array
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -86,6 +88,10 @@ _TRANSPORT_TOPICS = {"raw": ("image_raw", Image, "sensor_msgs/msg/Image"),
                      "compressed": ("image_raw/compressed", CompressedImage,
                                     "sensor_msgs/msg/CompressedImage")}
 
+#: A ROS name token: what server_name may be.
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
 def _check_slots(value: list[int]) -> str | None:
     if list(value) == [0] or (len(value) == 3 and min(value) >= 1):
         return None
@@ -93,6 +99,13 @@ def _check_slots(value: list[int]) -> str | None:
 
 
 PARAMS = [
+    ParamSpec("server_name", "", "name of this server among several on one ROS domain: its "
+              "statistics go to xinfer/<server_name>/fleet_stats and its /diagnostics "
+              "entries are xinfer/<server_name>/...; run the node as <server_name> too "
+              "(__node:=) so its services are /<server_name>/... (empty: one server, "
+              "xinfer/fleet_stats)",
+              check=lambda v: None if not v or _NAME.match(v) else
+              "must be a letter, then letters, digits and underscores"),
     ParamSpec("robots", ["robot_1"], "allowlist of robot namespaces served",
               check=lambda v: None if v else "the allowlist is empty"),
     ParamSpec("cameras", 3, "cameras per robot (π0: up to the model's; a missing one is "
@@ -240,7 +253,9 @@ class InferenceServer(Node):
                                      callback_group=requests)
             self._chunk_pubs[name] = self.create_publisher(ActionChunk, f"{name}/action_chunk",
                                                            50)
-        self._stats_pub = self.create_publisher(FleetStats, "xinfer/fleet_stats", 10)
+        #: Prefix of this server's statistics topic and diagnostic names.
+        self._scope = f"xinfer/{p['server_name']}" if p["server_name"] else "xinfer"
+        self._stats_pub = self.create_publisher(FleetStats, f"{self._scope}/fleet_stats", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_service(GetFleetStats, "~/get_fleet_stats", self._srv_stats)
         if p["allow_set_policy"]:
@@ -496,7 +511,7 @@ class InferenceServer(Node):
                                   r.attainment, last_error=self.ledger.last_error(r.robot_id),
                                   limits=limits)
             diag.status.append(DiagnosticStatus(
-                level=bytes([int(health.level)]), name=f"xinfer/robots/{r.robot_id}",
+                level=bytes([int(health.level)]), name=f"{self._scope}/robots/{r.robot_id}",
                 hardware_id=r.robot_id, message=health.message,
                 values=[KeyValue(key="request_rate_hz", value=f"{r.requests / stats.window_s:.2f}"),
                         KeyValue(key="attainment", value=f"{r.attainment:.4f}"),
@@ -521,7 +536,7 @@ class InferenceServer(Node):
         full = stats.total.queue_depth >= self.params["max_live_requests"]
         return DiagnosticStatus(
             level=DiagnosticStatus.WARN if full else DiagnosticStatus.OK,
-            name="xinfer/server", hardware_id=self.get_fully_qualified_name(),
+            name=f"{self._scope}/server", hardware_id=self.get_fully_qualified_name(),
             message="at max_live_requests: new requests are shed" if full else "serving",
             values=[KeyValue(key=k, value=v) for k, v in values.items()])
 
