@@ -32,6 +32,7 @@ ARGUMENTS = {
                    "sections (default: share/xinfer_ros/config/fleet.yaml)"),
     "use_sim_time": ("false", "every node follows /clock"),
     "openpi_port": ("", "also serve openpi clients on this port (default: from config)"),
+    "servers": ("1", "inference servers (server_0, server_1, ...); robots dealt round-robin"),
 }
 
 
@@ -51,7 +52,8 @@ def _nodes(context, *_args, **_kwargs):
         workload=value["workload"], config=value["config"] or None,
         sim=_flag(value["sim"], "sim"), namespace=value["namespace"],
         use_sim_time=_flag(value["use_sim_time"], "use_sim_time"),
-        openpi_port=int(value["openpi_port"]) if value["openpi_port"] else None)
+        openpi_port=int(value["openpi_port"]) if value["openpi_port"] else None,
+        servers=int(value["servers"]))
     return [
         Node(package="xinfer_ros", executable=spec.executable, name=spec.name,
              namespace=spec.namespace, parameters=[spec.parameters], output="screen",

@@ -79,3 +79,23 @@ def test_simulator_comparison_follows_the_servers_phase_spread() -> None:
         assert out["phase_spread"] is setting and out["config"]["phase_spread"] is setting
         assert out["config"]["rate_table"] is None  # emulated: the shipped default table
         assert out["metrics"]["requests"] > 100
+
+
+@pytest.mark.timeout(150)
+def test_two_servers_serve_their_share_of_the_fleet(tmp_path) -> None:
+    report_path = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "xinfer_ros.cli.fleet", "--backend", "emulated", "--robots", "2",
+         "--servers", "2", "--duration", "10", "--warmup", "3", "--no-progress",
+         "--out", str(tmp_path), "--json", str(report_path)],
+        check=False, capture_output=True, text=True, timeout=140, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_path.read_text())
+    servers = report["servers"]
+    assert {n: s["robots"] for n, s in servers.items()} == {"server_0": ["robot_1"],
+                                                            "server_1": ["robot_2"]}
+    for server in servers.values():
+        assert server["requests"] >= 20 and server["attainment"] > 0.9, server
+    assert "on 2 server(s)" in proc.stdout and "server_1" in proc.stdout
+    logs = {p.name for p in tmp_path.glob("run_*/*.log")}
+    assert {"server_server_0.log", "server_server_1.log"} <= logs

@@ -97,3 +97,41 @@ def test_plan_for_real_robots_under_a_site_prefix_with_executor_sections(tmp_pat
     assert r1["robot_id"] == "r1" and r2["use_sim_time"] is True
     with pytest.raises(PlanError, match="namespace"):
         build_fleet_plan(1, backend="emulated", namespace="bad name")
+
+
+def test_several_servers_share_the_robots_round_robin() -> None:
+    from xinfer_ros.fleet.plan import server_of
+
+    plan = build_fleet_plan(["a", "b", "c", "d", "e"], backend="emulated", servers=2,
+                            openpi_port=8765)
+    servers = [s for s in plan if s.executable == "inference_server"]
+    assert plan[:2] == servers and [s.name for s in servers] == ["server_0", "server_1"]
+    assert [s.parameters["server_name"] for s in servers] == ["server_0", "server_1"]
+    assert [s.parameters["robots"] for s in servers] == [["a", "c", "e"], ["b", "d"]]
+    assert servers[0].parameters["openpi_port"] == 8765
+    assert "openpi_port" not in servers[1].parameters  # one endpoint per port
+    assert server_of(plan) == {"a": "server_0", "c": "server_0", "e": "server_0",
+                               "b": "server_1", "d": "server_1"}
+    executors = [s for s in plan if s.executable == "rtc_executor"]
+    assert [s.namespace for s in executors] == ["/a", "/b", "/c", "/d", "/e"]
+    single = build_fleet_plan(["a", "b"], backend="emulated")
+    assert single[0].name == "inference_server" and "server_name" not in single[0].parameters
+
+
+def test_several_servers_get_a_gpu_each_and_at_least_one_robot(tmp_path) -> None:
+    import yaml
+
+    data = yaml.safe_load(default_config().read_text())
+    data["inference_server"]["ros__parameters"]["device"] = "cuda"
+    gpus = tmp_path / "gpus.yaml"
+    gpus.write_text(yaml.safe_dump(data))
+
+    def devices(config=None) -> list[str]:
+        plan = build_fleet_plan(3, backend="torch", servers=3, config=config)
+        return [s.parameters["device"] for s in plan if s.executable == "inference_server"]
+
+    assert devices(gpus) == ["cuda:0", "cuda:1", "cuda:2"]
+    assert devices() == ["cpu"] * 3  # config/fleet.yaml: a CPU, shared
+    for bad in (0, 4):
+        with pytest.raises(PlanError, match=r"servers must be 1\.\.3"):
+            build_fleet_plan(3, backend="emulated", servers=bad)

@@ -40,6 +40,8 @@ def test_launch_description_matches_plan() -> None:
     nodes = opaque.execute(context)
     plan = build_fleet_plan(3)
     assert len(nodes) == len(plan) == 7
+    context.launch_configurations["servers"] = "2"
+    assert len(opaque.execute(context)) == len(build_fleet_plan(3, servers=2)) == 8
 
 
 @needs_launch

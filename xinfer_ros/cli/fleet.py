@@ -51,6 +51,7 @@ from xinfer_ros.fleet.plan import (
     PlanError,
     build_fleet_plan,
     config_file,
+    server_of,
 )
 
 __all__ = ["build_parser", "main"]
@@ -63,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     p = argparse.ArgumentParser(prog="xinfer-fleet", description=__doc__.splitlines()[0])
     p.add_argument("--robots", default="3", help="robot count or comma-separated names")
+    p.add_argument("--servers", type=int, default=1,
+                   help="inference servers; robots are dealt to them round-robin")
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="model backend (default: config/fleet.yaml)")
     p.add_argument("--model", default=None, help="model preset (default: config)")
@@ -256,6 +259,11 @@ def _print_report(report: dict[str, Any]) -> None:
         print(f"{name:<12}{r['requests']:>9}{r['attainment'] * 100:>7.1f}%"
               f"{r['latency_p50_ms']:>8.1f}{r['latency_p99_ms']:>8.1f}{starved:>9}{late:>6}"
               f"{lag:>8}{lag95:>7}  {r.get('statuses', '')}")
+    if len(report["servers"]) > 1:
+        for name, srv in report["servers"].items():
+            print(f"{name:<12}{srv['requests']:>9}{srv['attainment'] * 100:>7.1f}%"
+                  f"{srv['latency_p50_ms']:>8.1f}{srv['latency_p99_ms']:>8.1f}  robots "
+                  f"{', '.join(srv['robots'])}")
     total = report["total"]
     for budget, attainment in total.get("per_budget", {}).items():
         print(f"  budget {budget:>6} ms: {total['per_budget_requests'][budget]:>5} requests, "
@@ -320,13 +328,15 @@ def run_fleet(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     server = plan[0].parameters
-    robots = list(server["robots"])
+    owners = server_of(plan)
+    robots = list(owners)
     env = _loopback_env()
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
     args.out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run_", dir=args.out))
     phase_spread = bool(server.get("phase_spread", False))
-    print(f"xinfer-fleet: {len(robots)} robots, model {server['model']} "
+    print(f"xinfer-fleet: {len(robots)} robots on {args.servers} server(s), model "
+          f"{server['model']} "
           f"({server['backend']} backend), policy {server['policy']}, workload {args.workload},"
           f" phase_spread {'on' if phase_spread else 'off'}, {args.duration:.0f} s; "
           f"ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
@@ -352,7 +362,7 @@ def run_fleet(args: argparse.Namespace) -> int:
 
     snap = monitor.snapshot(include_pending=True)
     report = _build_report(args, server, snap, ready=ready, window=window, scale=scale,
-                           why=why, died=died)
+                           why=why, died=died, owners=owners)
     print()
     _print_report(report)
     if "simulator" in report:
@@ -377,7 +387,7 @@ def _plan_fleet(args: argparse.Namespace) -> tuple[list[NodeSpec], float, str]:
                             model_path=args.model_path,
                             policy=args.policy, workload=args.workload,
                             config=args.config, seed=args.seed,
-                            camera_rate_hz=args.camera_rate)
+                            camera_rate_hz=args.camera_rate, servers=args.servers)
     scale, why = fit_budget_scale(plan[0].parameters)
     if args.budget_scale is not None:
         scale, why = args.budget_scale, f"budgets x{args.budget_scale:g} (--budget-scale)"
@@ -432,11 +442,11 @@ def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subproces
 
 def _build_report(args: argparse.Namespace, server: dict[str, Any], snap: dict[str, Any], *,
                   ready: float, window: tuple[float, float], scale: float, why: str,
-                  died: list[str]) -> dict[str, Any]:
+                  died: list[str], owners: dict[str, str]) -> dict[str, Any]:
     """The JSON report of the run, with the simulator's run beside it if asked for."""
     from xinfer_ros.core.metrics import summarize
 
-    robots = len(server["robots"])
+    robots = len(owners)
     report: dict[str, Any] = {
         "robots_count": robots, "policy": server["policy"], "backend": server["backend"],
         "model": server["model"], "workload": args.workload,
@@ -448,11 +458,17 @@ def _build_report(args: argparse.Namespace, server: dict[str, Any], snap: dict[s
         "total": summarize([r for o in snap.values() for r in o.records],
                            window=window).to_dict(),
         "failed_nodes": died,
+        "servers": {name: {"robots": [r for r, s in owners.items() if s == name],
+                           **summarize([rec for r, o in snap.items() if owners[r] == name
+                                        for rec in o.records], window=window).to_dict()}
+                    for name in dict.fromkeys(owners.values())},
     }
     report["total"]["statuses"] = _sum_statuses(snap)
     report["total"].update(_fleet_send_lag(report["robots"]))
     if args.compare_sim:
-        report["simulator"] = simulate_fleet(server, robots, workload=args.workload,
+        # One server's simulation, at its share of the robots (the largest share).
+        share = max(len(s["robots"]) for s in report["servers"].values())
+        report["simulator"] = simulate_fleet(server, share, workload=args.workload,
                                              seed=args.seed, duration=ready + args.duration,
                                              window=window, budget_scale=scale)
     return report

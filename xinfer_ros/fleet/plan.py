@@ -25,6 +25,7 @@ __all__ = [
     "config_file",
     "default_config",
     "parse_robots",
+    "server_of",
 ]
 
 PACKAGE = "xinfer_ros"
@@ -145,6 +146,30 @@ def _robot_params(server: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _server_specs(server: dict[str, Any], names: list[str], servers: int, root: str,
+                  clock: dict[str, Any]) -> list[NodeSpec]:
+    """One server with every robot, or ``servers`` named ones with a share each."""
+    if servers == 1:
+        return [NodeSpec("inference_server", "inference_server", root, {**server, **clock})]
+    specs = []
+    device = str(server.get("device", "cpu"))
+    for index in range(servers):
+        name = f"server_{index}"
+        params = {**server, **clock, "server_name": name, "robots": names[index::servers]}
+        if device == "cuda":
+            params["device"] = f"cuda:{index}"
+        if index > 0:
+            params.pop("openpi_port", None)
+        specs.append(NodeSpec("inference_server", name, root, params))
+    return specs
+
+
+def server_of(plan: list[NodeSpec]) -> dict[str, str]:
+    """Which server serves each robot of ``plan``."""
+    return {robot: spec.name for spec in plan if spec.executable == "inference_server"
+            for robot in spec.parameters["robots"]}
+
+
 def build_fleet_plan(
     robots: int | str | list[str] = 3,
     *,
@@ -161,8 +186,9 @@ def build_fleet_plan(
     namespace: str = "",
     use_sim_time: bool = False,
     openpi_port: int | None = None,
+    servers: int = 1,
 ) -> list[NodeSpec]:
-    """The nodes of a fleet: one server, and an executor (and a robot_sim) per robot.
+    """The nodes of a fleet: its servers, and an executor (and a robot_sim) per robot.
 
     Executor parameters come from the configuration's ``rtc_executor`` section and,
     per robot, from a ``/<robot>/rtc_executor`` section (ROS parameter-file node names);
@@ -184,6 +210,11 @@ def build_fleet_plan(
             ``/site_a``, robot ``r`` in ``/site_a/r``).
         use_sim_time: Every node follows ``/clock``.
         openpi_port: Serve openpi clients on this port too (default: the configuration's).
+        servers: Inference servers. More than one: ``server_0``, ``server_1``, ... (node
+            and ``server_name``), robots dealt to them round-robin (disjoint
+            allowlists; every server gets the same mix of the workload), each on its own
+            GPU when ``device`` is an index-less ``cuda`` (``cuda:0``, ``cuda:1``, ...),
+            the openpi endpoint on the first only. The plan lists the servers first.
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -200,11 +231,14 @@ def build_fleet_plan(
             server[key] = value
     if server.get("backend") not in BACKENDS:
         raise PlanError(f"backend {server.get('backend')!r} is not one of {list(BACKENDS)}")
+    if not 1 <= servers <= len(names):
+        raise PlanError(f"servers must be 1..{len(names)} (one robot each at least), "
+                        f"got {servers}")
     server["robots"] = names
     robot = _robot_params(server)
     clock = {"use_sim_time": True} if use_sim_time else {}
     root = f"/{prefix}" if prefix else "/"
-    plan = [NodeSpec("inference_server", "inference_server", root, {**server, **clock})]
+    plan = _server_specs(server, names, servers, root, clock)
     executor = {"max_budget_ms": float(server.get("max_budget_ms", 10_000.0)),
                 **_section(data, "rtc_executor")}
     for index, name in enumerate(names):
