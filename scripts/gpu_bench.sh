@@ -8,7 +8,7 @@
 #   bash scripts/gpu_bench.sh            # on the device machine, repository root
 #   bash scripts/gpu_bench.sh --dry-run  # here and in CI: the same code with the torch
 #                                        # backend, pi0-tiny in bfloat16 on the CPU,
-#                                        # 2 and 4 robots, about two minutes
+#                                        # 2 and 4 robots, about half a minute
 #
 # It never installs torch: it uses the machine's python3 (the device image ships a CUDA
 # torch and transformers). If that transformers is older than the project's pin and

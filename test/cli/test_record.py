@@ -33,8 +33,9 @@ def test_a_started_fleet_gets_a_private_domain_unless_one_is_set() -> None:
 
 @pytest.mark.timeout(60)
 def test_a_recording_that_hears_nothing_fails_with_the_reason(tmp_path) -> None:
-    # A domain of its own: no publisher of this session is there.
-    silent = str(random.SystemRandom().randint(101, 200))
+    # A domain of its own (0-101 are safe on Linux): no publisher of this session is there.
+    silent = str(random.SystemRandom().choice(
+        [d for d in range(1, 101) if str(d) != os.environ.get("ROS_DOMAIN_ID")]))
     env = {**os.environ, "ROS_DOMAIN_ID": silent}
     bag = tmp_path / "bag"
     proc = subprocess.run([sys.executable, "-m", "xinfer_ros.cli.record", "-o", str(bag),
@@ -50,3 +51,15 @@ def test_topic_timeout_is_validated(tmp_path) -> None:
     from xinfer_ros.cli.record import main
 
     assert main(["-o", str(tmp_path / "bag"), "--topic-timeout", "-1"]) == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_recording_shorter_than_the_timeout_that_heard_nothing_fails(tmp_path) -> None:
+    silent = str(random.SystemRandom().choice(
+        [d for d in range(1, 101) if str(d) != os.environ.get("ROS_DOMAIN_ID")]))
+    proc = subprocess.run([sys.executable, "-m", "xinfer_ros.cli.record", "-o",
+                           str(tmp_path / "bag"), "--robots", "arm_1", "--duration", "1"],
+                          capture_output=True, text=True, timeout=50, cwd=ROOT,
+                          env={**os.environ, "ROS_DOMAIN_ID": silent}, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "before the recording ended" in proc.stderr

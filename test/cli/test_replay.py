@@ -346,7 +346,8 @@ PLAIN_ROBOTS = ("arm_7", "arm_8")
 
 
 def write_plain_bag(factory: BagFactory, path: Path, storage: StoragePlugin, *,
-                    seconds: float = 3.0, budget_topic: bool = False, skew_ns: int = 0) -> None:
+                    seconds: float = 3.0, budget_topic: bool = False, skew_ns: int = 0,
+                    dead_camera: bool = False) -> None:
     """What ``ros2 bag record`` on two robots leaves: a raw and a JPEG camera each, joint
     states, maybe a Float64 budget, nothing of the fleet's. ``skew_ns`` puts the robots'
     header stamps that far from the recorder's log times."""
@@ -363,6 +364,9 @@ def write_plain_bag(factory: BagFactory, path: Path, storage: StoragePlugin, *,
                                 *([(f"/{robot}/budget_ms", "std_msgs/msg/Float64")]
                                   if budget_topic else [])):
                 conns[topic] = writer.add_connection(topic, kind, typestore=store)
+        if dead_camera:  # recorded, but its driver never published
+            writer.add_connection("/arm_7/cam_dead/image_raw", "sensor_msgs/msg/Image",
+                                  typestore=store)
         events = []
         for k in range(int(seconds * 50)):
             log = T0 + k * 20_000_000
@@ -379,7 +383,8 @@ def write_plain_bag(factory: BagFactory, path: Path, storage: StoragePlugin, *,
                                    t["sensor_msgs/msg/CompressedImage"](
                                        header=factory.header(ns, "wrist"), format="jpeg",
                                        data=jpeg.ravel())))
-                if budget_topic and k % 50 == 0:
+                # The first budget comes a second in: made-up requests wait for it.
+                if budget_topic and k % 50 == 0 and k:
                     events.append((log + r, f"/{robot}/budget_ms",
                                    t["std_msgs/msg/Float64"](data=300.0 if k % 100 else 400.0)))
         for ns, topic, msg in sorted(events, key=lambda e: e[0]):
@@ -411,7 +416,8 @@ def test_a_mapping_reads_a_plain_bag_without_ros(tmp_path, factory) -> None:
     track = run.robots["arm_8"]
     assert track.synthetic and track.cameras == {0, 1} and track.has_state
     assert not track.requests and not track.chunks and track.context_ns is not None
-    assert track.budgets[:2] == [(T0 + 1, 400.0), (T0 + 1_000_000_000 + 1, 300.0)]
+    assert track.budgets[:2] == [(T0 + 1_000_000_000 + 1, 300.0),
+                                 (T0 + 2_000_000_000 + 1, 400.0)]
     wrist = run.topics["/arm_8/cam_wrist/compressed"]
     assert wrist.compressed and wrist.target == "/arm_8/camera_1/image_raw/compressed"
     assert run.topics["/arm_8/joint_states"].target == "/arm_8/joint_states"
@@ -612,3 +618,76 @@ def test_a_yaml_mapping_equals_the_flags_and_bad_files_are_refused(tmp_path) -> 
             TopicMapping.from_yaml(good)
     with pytest.raises(MappingError, match=r"[Nn]o such file"):
         TopicMapping.from_yaml(tmp_path / "missing.yaml")
+
+
+@pytest.mark.timeout(30)
+def test_a_mapped_camera_without_messages_leaves_its_robot_out(tmp_path, factory) -> None:
+    from xinfer_ros.bags.mapping import TopicMapping
+
+    bag = tmp_path / "dead"
+    write_plain_bag(factory, bag, StoragePlugin.MCAP, seconds=0.5, dead_camera=True)
+    args = build_parser().parse_args([str(bag), *_mapping_flags()[:6], "--camera",
+                                      "/arm_7/cam_dead/image_raw", *_mapping_flags()[6:]])
+    run = scan_bag(bag, mapping=TopicMapping.from_flags(args.mapping_flags))
+    assert set(run.robots) == {"arm_8"}
+    assert any(w.startswith("arm_7: mapped camera(s) [2] have no readable message")
+               for w in run.warnings), run.warnings
+
+
+@pytest.mark.timeout(30)
+def test_replay_refuses_patterns_it_cannot_follow_and_closed_golden_runs(tmp_path, factory,
+                                                                         capsys) -> None:
+    bag = tmp_path / "plain"
+    write_plain_bag(factory, bag, StoragePlugin.MCAP, seconds=0.5)
+    for pattern in ("bursty", "custom"):  # extra robots, or budgets of their own
+        with pytest.raises(SystemExit) as info:
+            main([str(bag), *_mapping_flags(), "--budget-pattern", pattern])
+        assert info.value.code == EXIT_BAD_INPUT
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    assert main([str(bag), *_mapping_flags(), "--golden", str(golden), "--mode", "closed",
+                 "--out", str(tmp_path)]) == EXIT_BAD_INPUT
+    assert "--mode open only" in capsys.readouterr().err
+
+
+def test_the_server_gets_the_camera_layout_of_a_fleet_bag_with_compressed_cameras() -> None:
+    from types import SimpleNamespace
+
+    from xinfer_ros.bags.mapping import MappingError
+    from xinfer_ros.bags.types import classify_topic
+    from xinfer_ros.cli.replay import _sensor_params
+
+    def run(*names: str) -> SimpleNamespace:
+        topics = {n: classify_topic(n) for n in names}
+        return SimpleNamespace(robots={t.robot for t in topics.values()}, topics=topics)
+
+    raw = run("/r1/camera_0/image_raw", "/r1/camera_1/image_raw", "/r1/joint_states")
+    assert _sensor_params(raw, None) == {}  # the server's own configuration
+    mixed = run("/r1/camera_0/image_raw", "/r1/camera_1/image_raw/compressed",
+                "/r2/camera_0/image_raw", "/r2/camera_1/image_raw/compressed")
+    assert _sensor_params(mixed, None) == {"cameras": 2,
+                                           "image_transports": ["raw", "compressed"]}
+    with pytest.raises(MappingError, match="one camera layout for all robots"):
+        _sensor_params(run("/r1/camera_0/image_raw", "/r2/camera_0/image_raw/compressed"),
+                       None)
+
+
+@pytest.mark.timeout(30)
+def test_all_compares_only_robots_that_have_a_before(tmp_path, factory) -> None:
+    import dataclasses
+
+    bag = tmp_path / "with_chunks"
+    factory.write(bag, extra_topic=False, with_chunks=True)
+    run = scan_bag(bag)
+    recorded = run.robots["robot_1"]
+    run.robots["plain"] = dataclasses.replace(recorded, name="plain", chunks={})
+    result = _result_for(run, 0.040)
+    # The robot without a before is answered late: it must not drag ALL's comparison.
+    result.sent["plain"] = list(result.sent["robot_1"])
+    result.chunks["plain"] = {q: dataclasses.replace(c, log_ns=c.log_ns + 10**9)
+                              for q, c in result.chunks["robot_1"].items()}
+    report = build_report(run, result, Thresholds(max_attainment_drop=0.02))
+    assert report["robots"]["plain"]["before"] is None
+    assert report["total"]["after"]["attainment"] == pytest.approx(0.5)
+    assert report["total"]["after_compared"]["attainment"] == 1.0
+    assert report["total"]["delta"]["attainment"] == 0.0 and report["passed"]

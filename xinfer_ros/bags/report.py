@@ -291,6 +291,7 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
     statuses_before: Counter[str] = Counter()
     statuses_after: Counter[str] = Counter()
     recorded = False
+    after_compared: list[ResponseRecord] = []  # the replay of robots that have a before
     for name, track in run.robots.items():
         sec, (before, after, actions) = _robot_section(
             track, result.sent.get(name, []), result.chunks.get(name, {}), run.start_ns, window)
@@ -300,6 +301,7 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
         actions_all.merge(actions)
         if sec["before"] is not None:
             recorded = True
+            after_compared += after
             statuses_before.update(sec["before"]["statuses"])
         statuses_after.update(sec["after"]["statuses"])
     total = {
@@ -309,8 +311,13 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
         "unanswered": sum(s["unanswered"] for s in sections.values()),
         "actions": actions_all.to_dict(),
     }
-    total["delta"] = _delta(total["before"], total["after"])
-    checks = _run_checks({**sections, "ALL": total}, limits)
+    # ALL's deltas and checks compare like with like: only robots with a before.
+    compared = total["after"]
+    if recorded and len(after_compared) != len(after_all):
+        compared = _metrics(after_compared, window, {})
+        total["after_compared"] = compared
+    total["delta"] = _delta(total["before"], compared)
+    checks = _run_checks({**sections, "ALL": {**total, "after": compared}}, limits)
     return {
         **(info or {}),
         "bag": str(run.source.path), "storage": run.source.storage,

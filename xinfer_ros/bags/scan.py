@@ -124,7 +124,7 @@ class RobotTrack:
         synthetic: A robot of a plain sensor bag: it recorded no requests, so a closed
             loop replay makes them up (:mod:`xinfer_ros.bags.mapping`).
         stamp_offsets: Header stamp less log time of the first sensor messages (ns): the
-            robot's clock against the recorder's, plus transport.
+            robot's clock against the recorder's, less each message's delay.
     """
 
     name: str
@@ -141,14 +141,17 @@ class RobotTrack:
 
     @property
     def clock_offset_ns(self) -> int:
-        """Median header stamp less log time of its sensor messages (0 when none).
+        """The robot's clock less the recorder's, from its sensor messages (0 when none).
 
-        A replay that makes up request stamps puts them on the robot's clock with it, so
-        the server picks the frames the robot's own request would have.
+        Each message's header stamp less its log time is that offset less the message's
+        delay (exposure, transport); the 95th percentile takes the least-delayed
+        messages and is robust to a few outliers. A replay that makes up request stamps
+        puts them on the robot's clock with it, so the server picks the frames the
+        robot's own request would have.
         """
         if not self.stamp_offsets:
             return 0
-        return int(np.median(np.asarray(self.stamp_offsets, dtype=np.int64)))
+        return int(np.percentile(np.asarray(self.stamp_offsets, dtype=np.int64), 95))
 
     @property
     def context_ns(self) -> int | None:
@@ -263,13 +266,18 @@ def _add(track: RobotTrack, topic: BagTopic, msg: Any, log_ns: int, data: bytes)
         track.chunks.setdefault(int(msg.seq), chunk_from_msg(msg, log_ns))
 
 
-def _check_robots(tracks: dict[str, RobotTrack], warnings: list[str]) -> dict[str, RobotTrack]:
+def _check_robots(tracks: dict[str, RobotTrack], warnings: list[str],
+                  topics: dict[str, BagTopic]) -> dict[str, RobotTrack]:
     robots: dict[str, RobotTrack] = {}
     for name, track in sorted(tracks.items()):
         if track.synthetic:
-            if track.context_ns is None:
-                warnings.append(f"{name}: a mapped camera or its joint state has no readable "
-                                "message; nothing to replay for it")
+            mapped = {t.camera for t in topics.values()
+                      if t.robot == name and t.kind == TopicKind.IMAGE}
+            if track.context_ns is None or track.cameras != mapped:
+                silent = sorted(mapped - track.cameras)
+                warnings.append(f"{name}: " + (f"mapped camera(s) {silent}" if silent else
+                                               "its joint state")
+                                + " have no readable message; nothing to replay for it")
             else:
                 robots[name] = track
             continue
@@ -330,7 +338,7 @@ def scan_bag(path: Path | str, store: Typestore | None = None,
     if source.skipped:
         warnings.append(f"skipped {sum(source.skipped.values())} undecodable message(s): "
                         f"{dict(source.skipped)}")
-    robots = _check_robots(scanned.tracks, warnings)
+    robots = _check_robots(scanned.tracks, warnings, topics)
     if not robots or scanned.start is None or scanned.end is None:
         what = ("no mapped robot has all its streams" if synthetic
                 else "no readable policy_request messages")

@@ -10,8 +10,8 @@ DDS stays on loopback: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` is set unless
 caller set it. Recording a fleet that runs already uses the environment's
 ``ROS_DOMAIN_ID`` (ROS' default 0 when unset), the fleet's; with ``--with-fleet`` a
 random one is chosen unless one is set, so the started fleet is private. A recording
-that receives nothing within ``--topic-timeout`` seconds ends with exit status 1 and
-says so, instead of leaving an empty bag behind as a success.
+that receives nothing within ``--topic-timeout`` seconds, or ends with no message at
+all, exits 1 and says so, instead of leaving an empty bag behind as a success.
 """
 
 from __future__ import annotations
@@ -232,11 +232,13 @@ def _record(args: argparse.Namespace, robots: list[str], output: Path, env: dict
             recorder.destroy_node()
     if recorder is None:
         return 2
-    if silence.timed_out:
-        print(f"error: no message on any recorded topic of robots {robots} within "
-              f"{args.topic_timeout:g} s (ROS_DOMAIN_ID="
-              f"{env['ROS_DOMAIN_ID']}, discovery {env['ROS_AUTOMATIC_DISCOVERY_RANGE']}); is the "
-              f"fleet running on this domain? The empty bag is {output}", file=sys.stderr)
+    if recorder.message_count == 0:  # timed out, or ended (duration, signal) before
+        when = (f"within {args.topic_timeout:g} s" if silence.timed_out
+                else "before the recording ended")
+        print(f"error: no message on any recorded topic of robots {robots} {when} "
+              f"(ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, discovery "
+              f"{env['ROS_AUTOMATIC_DISCOVERY_RANGE']}); is the fleet running on this "
+              f"domain? The empty bag is {output}", file=sys.stderr)
         return 1
     print(f"bag: {output} ({recorder.message_count} messages)")
     for topic, count in sorted(recorder.counts.items()):

@@ -43,6 +43,10 @@ from xinfer_ros.sim.workloads import WORKLOADS
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_REGRESSION", "EXIT_SERVER", "build_parser", "main", "replay"]
 
+#: Workloads whose budget sequences a plain bag's robots can follow: one simulated robot
+#: per robot (bursty adds robots of its own; custom needs budgets of its own).
+BUDGET_PATTERNS = tuple(w for w in WORKLOADS if w not in ("bursty", "custom"))
+
 EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2
 EXIT_SERVER = 3
@@ -88,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "std_msgs/Float64 or Float32 in ms)")
     robots.add_argument("--budget-ms", type=float, default=None,
                         help="budget of made-up requests where no budget topic is mapped")
-    robots.add_argument("--budget-pattern", choices=WORKLOADS, default=None,
+    robots.add_argument("--budget-pattern", choices=BUDGET_PATTERNS, default=None,
                         help="made-up requests follow this workload's budget sequence "
                              "(one robot of it per mapped robot)")
     robots.add_argument("--instruction", default="", help="instruction of made-up requests")
@@ -116,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     tim.add_argument("--drain", type=float, default=0.5,
                      help="do not measure requests in the last DRAIN s of the bag")
     tim.add_argument("--max-clock-skew-ms", type=float, default=100.0,
-                     help="warn when a robot's header stamps and the recorder's log times "
-                          "differ by more than this (median, ms)")
+                     help="warn when a robot's clock (its header stamps) and the recorder's "
+                          "(log times) differ by more than this (ms)")
     thr = p.add_argument_group("thresholds (exit 1 when crossed; 'none' disables)")
     thr.add_argument("--max-attainment-drop", type=_optional_float, default=0.02,
                      help="largest allowed attainment fall, fraction (default 0.02)")
@@ -213,6 +217,8 @@ def _check_mapped(args: argparse.Namespace, mapping: Any) -> str | None:
                 return f"--{name.replace('_', '-')} applies to a plain robot bag (with a mapping)"
         return None
     if args.golden is not None:
+        if args.mode == "closed":
+            return "--golden replays the golden requests at their times: --mode open only"
         return None  # the golden bag's requests carry times and budgets
     if args.mode == "open":
         return "a plain robot bag has no recorded request times: it replays --mode closed"
@@ -232,7 +238,7 @@ def _clock_warnings(run: Any, limit_ms: float) -> list[str]:
         offset_ms = track.clock_offset_ns / 1e6
         if abs(offset_ms) > limit_ms:
             notes.append(f"{name}: header stamps are {offset_ms:+.1f} ms from the recorder's "
-                         f"log times (median; limit {limit_ms:g} ms): clock skew between "
+                         f"log times (limit {limit_ms:g} ms): clock skew between "
                          "robot and recorder; made-up request stamps follow the robot's clock")
     return notes
 
@@ -245,13 +251,16 @@ def _sensor_params(run: Any, mapping: Any) -> dict[str, Any]:
     """
     from xinfer_ros.bags.mapping import MappingError
 
-    if mapping is None:
-        return {}
-    layouts = {r.name: tuple("compressed" if run.topics[c].compressed else "raw"
-                             for c in r.cameras) for r in mapping.robots}
+    layouts: dict[str, tuple[str, ...]] = {}
+    for name in run.robots:
+        cameras = sorted((t.camera, t.compressed) for t in run.topics.values()
+                         if t.robot == name and t.camera >= 0)
+        layouts[name] = tuple("compressed" if c else "raw" for _, c in cameras)
+    if mapping is None and not any("compressed" in layout for layout in layouts.values()):
+        return {}  # raw fleet cameras: the server's own configuration
     if len(set(layouts.values())) > 1:
-        raise MappingError("the server takes one camera layout for all robots; the mapping "
-                           f"has {layouts}")
+        raise MappingError("the server takes one camera layout for all robots; the bag's "
+                           f"robots have {layouts}")
     (layout,) = set(layouts.values())
     return {"cameras": len(layout), "image_transports": list(layout)}
 
@@ -387,14 +396,23 @@ def _write_outputs(args: argparse.Namespace, run: Any, result: Any,
     from xinfer_ros.bags.reader import BagError
 
     json_path = args.json or args.out / "replay_report.json"
-    figure = write_replay_figure(run, result, json_path.with_suffix(".png"))
+    figure = json_path.with_suffix(".png")
     report["figure"] = str(figure)
     _write_report(report, json_path)
-    print(f"report: {json_path}; figure: {figure}")
+    print(f"report: {json_path}")
+    try:  # the figure is a convenience: never at the cost of the report
+        write_replay_figure(run, result, figure)
+        print(f"figure: {figure}")
+    except (ValueError, OSError, RuntimeError, MemoryError) as exc:
+        print(f"warning: figure not written: {exc}", file=sys.stderr)
     if args.junit is not None:
         write_junit(_json_safe(report), args.junit)
         print(f"JUnit: {args.junit}")
-    if args.save_golden is not None and not report["error"]:
+    if args.save_golden is not None:
+        if report["error"] or result.stopped or report["total"]["after"]["responses"] == 0:
+            print("warning: the replay did not run to its end; no golden bag written",
+                  file=sys.stderr)
+            return
         try:
             saved = write_golden(args.save_golden, run, result)
         except BagError as exc:

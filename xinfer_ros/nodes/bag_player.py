@@ -406,11 +406,7 @@ class BagPlayer(Node):
                 self.result.max_lag_s = max(self.result.max_lag_s, time.monotonic() - due)
 
     def _play_closed(self, t0: float, stop: Callable[[], bool]) -> None:
-        # A robot starts at its first recorded request; one without requests once all
-        # its streams have started.
-        robots = {name: _Robot(list(track.replayable), self._due(
-                      t0, track.replayable[0].log_ns if track.replayable
-                      else track.context_ns or self.run.start_ns))
+        robots = {name: _Robot(list(track.replayable), self._due(t0, self._first_send_ns(name)))
                   for name, track in self.run.robots.items()}
         stream = self._stream()
         upcoming = next(stream, None)
@@ -467,6 +463,20 @@ class BagPlayer(Node):
             self._send(name, request, msg, bag_ns)
             state.in_flight = (request.seq, now)
 
+    def _first_send_ns(self, robot: str) -> int:
+        """A robot's first send on the recording's time line.
+
+        Its first recorded request; for a robot without requests, once all its streams
+        have started and, when only its budget topic says its budget, once that has.
+        """
+        track = self.run.robots[robot]
+        if track.replayable:
+            return track.replayable[0].log_ns
+        start = track.context_ns or self.run.start_ns
+        if track.budgets and math.isnan(self._budgets.get(robot, _no_budget)(0)):
+            start = max(start, track.budgets[0][0])
+        return start
+
     def _made_up(self, robot: str, seq: int, answered: int) -> PolicyRequest:
         """A request of a robot whose bag recorded none (see the module docstring)."""
         budget_ms = self._budgets[robot](answered) if robot in self._budgets else math.nan
@@ -491,6 +501,10 @@ def _budget_schedules(run: RecordedRun, config: PlayConfig) -> dict[str, Callabl
                 for name, spec in zip(robots, specs, strict=True)}
     fixed = config.budget_ms if config.budget_ms is not None else math.nan
     return dict.fromkeys(robots, functools.partial(_fixed, fixed))
+
+
+def _no_budget(_k: int) -> float:
+    return math.nan
 
 
 def _in_ms(budgets: Callable[[int], float], k: int) -> float:

@@ -403,6 +403,9 @@ class InferenceServer(Node):
 
     # -- outputs ------------------------------------------------------------------------
     def _on_result(self, rx: _Received, stamps: Any, result: Any) -> None:
+        # The result is ready now; a hold counts from here, not from after the chunk
+        # is built.
+        ready = time.monotonic()
         self.ledger.answered(rx.robot)
         chunk = self._chunk(rx, int(result.status), result.reason)
         if result.actions is not None and int(result.status) == ActionChunk.STATUS_OK:
@@ -417,7 +420,6 @@ class InferenceServer(Node):
             budget_ms=rx.msg.budget_ms)
         # Called on the engine's thread; a chunk the engine holds for phase spreading
         # goes out on the release thread at its release time.
-        ready = time.monotonic()
         hold = result.hold_s
         if not (hold > 0 and self._releases is not None and self._releases.schedule(
                 ready + hold, lambda: self._send(rx, chunk, ready=ready))):
