@@ -31,7 +31,6 @@ from __future__ import annotations
 import array
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -45,12 +44,9 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
-from xinfer_ros.core.constants import ATTAINMENT_TARGET
 from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord
-from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
-from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds
 from xinfer_ros.fleet.plan import config_file, parse_robots
 from xinfer_ros.model.errors import ChunkShapeError, InputError
@@ -63,9 +59,9 @@ from xinfer_ros.msg import (
     StageTiming,
 )
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
-from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.nodes.raw_image import RawImage
-from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.nodes.server_params import PARAMS, POLICIES
 from xinfer_ros.serving.control import PolicySwitchError, policy_arguments
 from xinfer_ros.serving.frontend import camera_image, commit_steps, engine_inputs, previous_chunk
 from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
@@ -81,83 +77,10 @@ from xinfer_ros.srv import GetFleetStats, SetPolicy
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
 
-POLICIES = SERVED_POLICIES
-#: Camera transports (image_transport's names) and their topic suffix and message type.
-TRANSPORTS = ("raw", "compressed")
+#: Camera transports (image_transport's names): topic suffix, message class and type.
 _TRANSPORT_TOPICS = {"raw": ("image_raw", Image, "sensor_msgs/msg/Image"),
                      "compressed": ("image_raw/compressed", CompressedImage,
                                     "sensor_msgs/msg/CompressedImage")}
-
-#: A ROS name token: what server_name may be.
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-
-
-def _check_slots(value: list[int]) -> str | None:
-    if list(value) == [0] or (len(value) == 3 and min(value) >= 1):
-        return None
-    return f"needs three counts >= 1, or [0], got {list(value)}"
-
-
-PARAMS = [
-    ParamSpec("server_name", "", "name of this server among several on one ROS domain: its "
-              "statistics go to xinfer/<server_name>/fleet_stats and its /diagnostics "
-              "entries are xinfer/<server_name>/...; run the node as <server_name> too "
-              "(__node:=) so its services are /<server_name>/... (empty: one server, "
-              "xinfer/fleet_stats)",
-              check=lambda v: None if not v or _NAME.match(v) else
-              "must be a letter, then letters, digits and underscores"),
-    ParamSpec("robots", ["robot_1"], "allowlist of robot namespaces served",
-              check=lambda v: None if v else "the allowlist is empty"),
-    ParamSpec("cameras", 3, "cameras per robot (π0: up to the model's; a missing one is "
-              "masked)", 1, 16),
-    ParamSpec("model", "pi0", "model preset: config/models/<name>.yaml (pi0, pi0-tiny, tiny, "
-              "vla-2b, pi05) or a YAML path"),
-    ParamSpec("model_path", "", "checkpoint directory (π0: transformers' or lerobot's "
-              "layout; empty: the preset's, else seeded random weights)"),
-    ParamSpec("backend", "torch", "model backend", choices=("torch", "emulated")),
-    ParamSpec("device", "cpu", "torch device (cpu, cuda)"),
-    ParamSpec("policy", "xinfer", "scheduling policy", choices=POLICIES),
-*(spec for backend in ("torch", "emulated") for spec in (
-        ParamSpec(f"{backend}.rate_table", "",
-                  f"rate table for the {backend} backend: a path, or a file name under the "
-                  "package's config/ (empty: the shipped default table)"),
-        ParamSpec(f"{backend}.slots", [0],
-                  f"execution slots [V, P, A] for the {backend} backend ([0]: engine default)",
-                  check=_check_slots))),
-    ParamSpec("torch.action_processes", 0,
-              "CPU only: run Action units in this many worker processes (0: threads)", 0, 16),
-    ParamSpec("torch.guidance", True, "real-time-chunking guidance in the Action stage"),
-    ParamSpec("image_transports", ["raw"], "per camera (or one for all): raw "
-              "(camera_i/image_raw, sensor_msgs/Image) or compressed (camera_i/image_raw/"
-              "compressed, sensor_msgs/CompressedImage, JPEG or PNG)",
-              check=lambda v: None if v and set(v) <= set(TRANSPORTS) else
-              f"entries must be {' or '.join(TRANSPORTS)}, got {list(v)}"),
-    ParamSpec("strict_image_size", False, "reject frames whose size differs from the "
-              "model's input instead of resizing them with padding"),
-    ParamSpec("joint_names", [""], "the model's joint order: joint_states positions are "
-              "read by these names ([\"\"]: in the message's order)",
-              check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
-    ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
-    ParamSpec("max_budget_ms", 10_000.0, "largest accepted budget (ms)", 1.0, 3_600_000.0),
-    ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
-    ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
-    ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
-    ParamSpec("diagnostics.stale_after_s", 2.0, "a robot silent this long is STALE in "
-              "/diagnostics (s)", 0.1, 3600.0),
-    ParamSpec("diagnostics.error_threshold", 3, "this many rejected or failed requests in "
-              "the statistics window make a robot ERROR in /diagnostics", 1, 1_000_000),
-    ParamSpec("diagnostics.attainment_target", ATTAINMENT_TARGET, "attainment below this "
-              "makes a robot WARN in /diagnostics", 0.0, 1.0),
-    ParamSpec("allow_set_policy", True, "serve ~/set_policy (false: the policy is fixed at "
-              "start-up; any node on the ROS graph could otherwise switch it)"),
-    ParamSpec("phase_spread", False,
-              "hold responses later than T_E, within their deadline, so robots' next sends "
-              "spread over the period"),
-    ParamSpec("phase_spread_margin_ms", PHASE_SPREAD_MARGIN * 1e3,
-              "a held response leaves at least this long before its deadline (ms)",
-              0.0, 1000.0),
-    EXECUTOR_PARAM,
-]
 
 
 # Sensor subscriptions go without rclpy's default event handlers (incompatible QoS,
