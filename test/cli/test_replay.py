@@ -691,3 +691,13 @@ def test_all_compares_only_robots_that_have_a_before(tmp_path, factory) -> None:
     assert report["total"]["after"]["attainment"] == pytest.approx(0.5)
     assert report["total"]["after_compared"]["attainment"] == 1.0
     assert report["total"]["delta"]["attainment"] == 0.0 and report["passed"]
+
+
+def test_header_stamps_are_read_from_serialized_messages(factory) -> None:
+    from xinfer_ros.bags.scan import cdr_header_stamp_ns
+
+    ns = T0 + 123_456_789
+    data = factory.store.serialize_cdr(factory.request(ns, "r1", 7, 90.0),
+                                       "xinfer_ros/msg/PolicyRequest")
+    assert cdr_header_stamp_ns(bytes(data)) == ns
+    assert cdr_header_stamp_ns(b"\\x00\\x01") is None and cdr_header_stamp_ns(b"\\x07" * 16) is None

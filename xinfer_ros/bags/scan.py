@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,7 @@ __all__ = [
     "RecordedRequest",
     "RecordedRun",
     "RobotTrack",
+    "cdr_header_stamp_ns",
     "scan_bag",
     "stamp_ns",
 ]
@@ -36,6 +37,20 @@ __all__ = [
 
 #: Sensor messages per robot whose stamp-to-log offset estimates its clock offset.
 _OFFSET_SAMPLES = 2000
+
+
+def cdr_header_stamp_ns(data: bytes) -> int | None:
+    """The header stamp (ns) of a CDR message whose first field is ``std_msgs/Header``.
+
+    Read from the bytes without decoding the message (the recorder keeps messages
+    serialized). None when ``data`` is too short or not plain CDR.
+    """
+    if len(data) < 12 or data[0] != 0 or data[1] not in (0, 1):
+        return None
+    order: Literal["little", "big"] = "little" if data[1] == 1 else "big"
+    sec = int.from_bytes(data[4:8], order, signed=True)
+    nanosec = int.from_bytes(data[8:12], order)
+    return sec * 1_000_000_000 + nanosec
 
 
 def stamp_ns(stamp: Any) -> int:

@@ -34,6 +34,7 @@ from rclpy.signals import SignalHandlerOptions
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.rosbag2.writer import Connection
 
+from xinfer_ros.bags.scan import cdr_header_stamp_ns
 from xinfer_ros.bags.types import (
     FLEET_STATS_TOPIC,
     BagTopic,
@@ -129,6 +130,8 @@ class Recorder(Node):
         self.armed = True
         self.held_back = 0
         self._chunk_path_live = False
+        #: ROS time of arming after a hold-back (None: recording from the start).
+        self._armed_ns: int | None = None
         self._writer: Writer | None = Writer(self.path, version=p["bag_version"],
                                              storage_plugin=STORAGES[p["storage"]])
         self._writer.open()
@@ -160,6 +163,14 @@ class Recorder(Node):
             # discovering the publisher alone does not (its first samples can miss us).
             self._chunk_path_live |= topic.endswith("/action_chunk")
             return
+        if topic.endswith("/policy_request") and self._armed_ns is not None:
+            # Requests and answers travel on separate topics: a request sent before
+            # arming can reach us after its answer did, which was held back. Recorded, it
+            # would be a request without its answer.
+            sent = cdr_header_stamp_ns(data)
+            if sent is not None and sent < self._armed_ns:
+                self.held_back += 1
+                return
         stamp = self.get_clock().now().nanoseconds
         self._writer.write(self._connections[topic], stamp, data)
         self.counts[topic] += 1
@@ -180,6 +191,7 @@ class Recorder(Node):
                                (self._chunk_path_live and not self.unmatched())):
             self.armed = True
             self.started = time.monotonic()
+            self._armed_ns = self.get_clock().now().nanoseconds
             if missing := self.unmatched():
                 self.get_logger().warning(f"recording without publishers on {missing}")
         return self.armed
