@@ -98,8 +98,7 @@ def apply_golden(run: RecordedRun, golden_path: Path | str,
     for name in shared:
         track, gold = run.robots[name], golden.robots[name]
         track.requests, track.chunks = list(gold.requests), dict(gold.chunks)
-    notes = [f"{name}: not in the golden bag; not replayed"
-             for name in sorted(set(run.robots) - set(golden.robots))]
-    for name in sorted(set(run.robots) - set(golden.robots)):
+    missing = sorted(set(run.robots) - set(golden.robots))
+    for name in missing:
         del run.robots[name]
-    return notes
+    return [f"{name}: not in the golden bag; not replayed" for name in missing]

@@ -75,18 +75,13 @@ def plan_site(robots: int, evaluate: Callable[[int], Iterable[WindowMetrics]],
     """
     if robots < 1:
         raise ValueError(f"robots must be >= 1, got {robots}")
-    seen: dict[int, list[bool]] = {}
+    single = search_erc(evaluate, criterion, min(lo, hi), hi, patience=patience)
+    seen: dict[int, list[bool]] = dict(single.verdicts)  # counts the walk simulated
 
     def verdicts(n: int) -> list[bool]:
         if n not in seen:
             seen[n] = [passes(m, criterion) for m in evaluate(n)]
         return seen[n]
-
-    def record(n: int, v: list[bool]) -> None:
-        seen[n] = v
-
-    single = search_erc(evaluate, criterion, min(lo, hi), hi, patience=patience,
-                        on_count=record)
     if single.erc == 0:
         return SitePlan(robots, 0, None, (), dict(seen), single)
     first = math.ceil(robots / single.erc)
