@@ -70,7 +70,10 @@ class BagFactory:
         return self.t["xinfer_ros/msg/PolicyRequest"](
             header=self.header(ns), robot_id=robot, seq=seq, budget_ms=budget,
             commit_steps=8, keyframe_spacing_s=0.03, prev_chunk=np.zeros(0, np.float32),
-            prev_horizon=0, prev_action_dim=0, instruction="pick up the parcel")
+            prev_horizon=0, prev_action_dim=0, instruction="pick up the parcel",
+            # Recorded from a fleet of several servers: the replay's one unnamed server
+            # still answers (the player readdresses requests to any server).
+            server="gpu_a")
 
     def chunk(self, ns: int, robot: str, seq: int, *, actions: np.ndarray, stamps: list[int],
               state_ns: int):
@@ -82,7 +85,7 @@ class BagFactory:
             horizon=H, action_dim=D, keyframe_spacing_s=0.03, commit_steps=8,
             actions=actions.astype(np.float32).ravel(),
             image_stamps=[self.time(s) for s in stamps], state_stamp=self.time(state_ns),
-            timing=timing)
+            timing=timing, server="gpu_a")
 
     def write(self, path: Path, *, robot: str = "robot_1", seconds: float = 2.0,
               extra_topic: bool = True, with_chunks: bool = False,

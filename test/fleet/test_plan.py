@@ -99,23 +99,33 @@ def test_plan_for_real_robots_under_a_site_prefix_with_executor_sections(tmp_pat
         build_fleet_plan(1, backend="emulated", namespace="bad name")
 
 
-def test_several_servers_share_the_robots_round_robin() -> None:
-    from xinfer_ros.fleet.plan import server_of
+def test_several_servers_are_managed_by_the_fleet_manager() -> None:
+    from xinfer_ros.fleet.plan import assignment_topic, server_names
 
     plan = build_fleet_plan(["a", "b", "c", "d", "e"], backend="emulated", servers=2,
-                            openpi_port=8765)
+                            openpi_port=8765, namespace="site")
     servers = [s for s in plan if s.executable == "inference_server"]
     assert plan[:2] == servers and [s.name for s in servers] == ["server_0", "server_1"]
-    assert [s.parameters["server_name"] for s in servers] == ["server_0", "server_1"]
-    assert [s.parameters["robots"] for s in servers] == [["a", "c", "e"], ["b", "d"]]
+    assert server_names(plan) == ["server_0", "server_1"]
+    # Every server may serve every robot: the manager assigns them, and moves them on a
+    # failure.
+    assert [s.parameters["robots"] for s in servers] == [["a", "b", "c", "d", "e"]] * 2
     assert servers[0].parameters["openpi_port"] == 8765
     assert "openpi_port" not in servers[1].parameters  # one endpoint per port
-    assert server_of(plan) == {"a": "server_0", "c": "server_0", "e": "server_0",
-                               "b": "server_1", "d": "server_1"}
+    manager = plan[2]
+    assert (manager.executable, manager.namespace) == ("fleet_manager", "/site")
+    assert manager.parameters["robots"] == ["a", "b", "c", "d", "e"]
+    assert manager.parameters["expected_servers"] == 2
+    assert assignment_topic(plan) == "/site/xinfer/assignment"
     executors = [s for s in plan if s.executable == "rtc_executor"]
-    assert [s.namespace for s in executors] == ["/a", "/b", "/c", "/d", "/e"]
+    assert [s.namespace for s in executors] == ["/site/a", "/site/b", "/site/c", "/site/d",
+                                                "/site/e"]
+    assert {s.parameters["assignment_topic"] for s in executors} == {"/site/xinfer/assignment"}
     single = build_fleet_plan(["a", "b"], backend="emulated")
     assert single[0].name == "inference_server" and "server_name" not in single[0].parameters
+    assert server_names(single) == [""] and assignment_topic(single) == ""
+    assert all("assignment_topic" not in s.parameters for s in single)
+    assert not any(s.executable == "fleet_manager" for s in single)
 
 
 def test_several_servers_get_a_gpu_each_and_at_least_one_robot(tmp_path) -> None:

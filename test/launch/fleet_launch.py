@@ -1,7 +1,8 @@
 """launch_testing: fleet.launch.py serves OK chunks to every robot, then exits cleanly.
 
 Run by ``launch_test`` (test/nodes/test_launch.py does), with launch arguments after the
-file, e.g. ``launch_test test/launch/fleet_launch.py sim:=false``. With ``sim:=false``
+file, e.g. ``launch_test test/launch/fleet_launch.py sim:=false`` or ``servers:=2`` (two
+servers and the fleet manager). With ``sim:=false``
 no simulated robot runs: this test publishes the robots' cameras and joint states, as
 their drivers would. Shutdown sends SIGINT to every process; each must exit with 0.
 """
@@ -36,9 +37,11 @@ def generate_test_description() -> LaunchDescription:
     fleet = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(str(LAUNCH)),
         launch_arguments={"robots": ",".join(ROBOTS), "backend": "emulated",
-                          "sim": LaunchConfiguration("sim")}.items())
+                          "sim": LaunchConfiguration("sim"),
+                          "servers": LaunchConfiguration("servers")}.items())
     return LaunchDescription([
         DeclareLaunchArgument("sim", default_value="true"),
+        DeclareLaunchArgument("servers", default_value="1"),
         fleet,
         launch_testing.actions.ReadyToTest(),
     ])

@@ -607,3 +607,32 @@ def test_two_named_servers_share_a_domain_each_with_its_own_robots_and_statistic
             node.destroy_node()
         peer.destroy_node()
         rclpy.shutdown()
+
+
+@pytest.mark.timeout(30)
+def test_a_named_server_answers_requests_addressed_to_it_and_announces_itself() -> None:
+    from xinfer_ros.msg import ServerStatus
+
+    with serving(server_name="gpu_a", capacity=7, heartbeat_period_s=0.05) as (
+            server, peer, robots, spin):
+        beats: list[ServerStatus] = []
+        peer.create_subscription(ServerStatus, "/xinfer/servers", beats.append, 10)
+        r1 = robots["r1"]
+        for server_name, answered in (("gpu_b", False), ("gpu_a", True), ("", True)):
+            r1.observe()
+            r1.seq += 1
+            msg = PolicyRequest(robot_id="r1", seq=r1.seq, budget_ms=400.0, commit_steps=8,
+                                keyframe_spacing_s=0.03, server=server_name)
+            msg.header.stamp = peer.get_clock().now().to_msg()
+            r1.requests.publish(msg)
+            spin(0.4)
+            got = [c for c in r1.chunks if c.seq == r1.seq]
+            assert bool(got) == answered, server_name
+            assert all(c.server == "gpu_a" and c.status == ActionChunk.STATUS_OK for c in got)
+        assert beats and beats[-1].server_name == "gpu_a" and beats[-1].capacity == 7
+        assert sorted(beats[-1].candidates) == ["r1", "r2"]
+        assert list(beats[-1].serving) == ["r1"] and beats[-1].accepting
+        assert beats[-1].attainment == 1.0
+        server.engine.close(drain_timeout=0.0)
+        spin(0.2)
+        assert not beats[-1].accepting  # a stopped engine takes no robots

@@ -41,22 +41,26 @@ def test_launch_description_matches_plan() -> None:
     plan = build_fleet_plan(3)
     assert len(nodes) == len(plan) == 7
     context.launch_configurations["servers"] = "2"
-    assert len(opaque.execute(context)) == len(build_fleet_plan(3, servers=2)) == 8
+    # Two servers, the fleet manager, and per robot an executor and a simulated robot.
+    assert len(opaque.execute(context)) == len(build_fleet_plan(3, servers=2)) == 9
 
 
 @needs_launch
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("sim", ["true", "false"])
-def test_launch_testing_run_serves_every_robot_and_exits_cleanly(sim: str) -> None:
+@pytest.mark.parametrize(("sim", "servers"), [("true", 1), ("false", 1), ("true", 2)])
+def test_launch_testing_run_serves_every_robot_and_exits_cleanly(sim: str, servers: int) -> None:
     launch_test = shutil.which("launch_test")
     if launch_test is None:
         pytest.skip("the launch_test command is not on PATH")
     proc = subprocess.run(
-        [launch_test, str(ROOT / "test" / "launch" / "fleet_launch.py"), f"sim:={sim}"],
+        [launch_test, str(ROOT / "test" / "launch" / "fleet_launch.py"), f"sim:={sim}",
+         f"servers:={servers}"],
         capture_output=True, text=True, timeout=400, env=dict(os.environ), check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     assert "test_every_robot_gets_ok_chunks" in output
     assert "test_every_process_exits_cleanly" in output
-    assert output.count("process has finished cleanly") == (5 if sim == "true" else 3)
+    # Per server, the manager with several, and per robot an executor (and a robot_sim).
+    nodes = servers + (servers > 1) + (4 if sim == "true" else 2)
+    assert output.count("process has finished cleanly") == nodes

@@ -14,7 +14,13 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import QoSProfile  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
-from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget  # noqa: E402
+from xinfer_ros.msg import (  # noqa: E402
+    ActionChunk,
+    ExecutorStats,
+    FleetAssignment,
+    PolicyRequest,
+    ResponseBudget,
+)
 
 from xinfer_ros.nodes.rtc_executor import BUDGET_QOS, RtcExecutor  # noqa: E402
 
@@ -55,8 +61,10 @@ class Harness:
         if req.prev_chunk:
             prev = np.asarray(req.prev_chunk, dtype=np.float32).reshape(H, D)
             actions[: req.commit_steps] = prev[: req.commit_steps]
+        # The stand-in answers as whichever server the request was addressed to.
         msg = ActionChunk(robot_id=req.robot_id, seq=req.seq, status=ActionChunk.STATUS_OK,
-                          horizon=H, action_dim=D, commit_steps=req.commit_steps)
+                          horizon=H, action_dim=D, commit_steps=req.commit_steps,
+                          server=req.server)
         msg.actions = actions.ravel().tolist()
         return msg
 
@@ -248,3 +256,79 @@ def test_trajectory_output_for_joint_trajectory_controller() -> None:
     with pytest.raises(ValueError, match="joint_names"):
         Harness(joint_names=["only_one"])
     rclpy.try_shutdown()
+
+
+def _assign(harness: Harness, epoch: int, server: str, robots: tuple[str, ...] = (NS,)) -> None:
+    harness.assignment_pub.publish(FleetAssignment(
+        epoch=epoch, robots=list(robots), servers=[server] * len(robots), reason="test"))
+
+
+@pytest.fixture
+def managed():
+    h = Harness(assignment_topic="/xinfer/assignment", request_timeout_s=5.0)
+    h.assignment_pub = h.peer.create_publisher(FleetAssignment, "/xinfer/assignment",
+                                               BUDGET_QOS)
+    yield h
+    h.close()
+
+
+@pytest.mark.timeout(30)
+def test_with_a_fleet_manager_nothing_is_sent_before_an_assignment(managed: Harness) -> None:
+    managed.spin(0.6)
+    assert managed.requests == []
+    assert not managed.executor_node.assigned
+    status = managed.diagnostics[-1].status[0]
+    assert status.level == DiagnosticStatus.WARN and "fleet assignment" in status.message
+    _assign(managed, 1, "server_a")
+    managed.spin(0.6)
+    assert managed.requests and {r.server for _, r in managed.requests} == {"server_a"}
+    assert managed.stats[-1].server == "server_a" and managed.stats[-1].chunks_applied >= 2
+
+
+@pytest.mark.timeout(30)
+def test_a_switch_resends_at_once_and_drops_the_left_servers_late_chunks(
+        managed: Harness) -> None:
+    ex = managed.executor_node
+    _assign(managed, 1, "server_a")
+    managed.spin(0.5)
+    managed.answer = False  # server_a stalls with a request in flight
+    managed.spin(0.3)
+    stalled = managed.requests[-1][1]
+    assert stalled.server == "server_a" and ex._in_flight is not None
+    applied = ex.queue.counters.chunks_applied
+    switched_at = time.monotonic()
+    managed.answer = True
+    _assign(managed, 2, "server_b")
+    managed.spin(0.1)
+    # The new server gets a request at once, not after request_timeout_s (5 s).
+    resent = [(t, r) for t, r in managed.requests if r.server == "server_b"]
+    assert resent and resent[0][0] - switched_at < 0.1 and resent[0][1].seq == stalled.seq + 1
+    # server_a wakes up and answers its request late, and even a request it never got:
+    # neither is applied.
+    managed.spin(0.05)
+    before = ex.queue.counters.chunks_applied
+    for seq in (stalled.seq, ex.seq):
+        late = managed.chunk_for(stalled, offset=50.0)
+        late.seq, late.server = seq, "server_a"
+        managed.chunk_pub.publish(late)
+    managed.spin(0.3)
+    assert ex.foreign_chunks == 2 and ex.server_switches == 1
+    assert all(c[0] % 100.0 != 50.0 for c in managed.commands)  # no late level executed
+    assert ex.queue.counters.chunks_applied > before > applied
+
+
+@pytest.mark.timeout(30)
+def test_an_unserved_robot_sends_nothing_and_says_why(managed: Harness) -> None:
+    _assign(managed, 1, "server_a")
+    managed.spin(0.5)
+    _assign(managed, 2, "")  # the fleet outgrew its servers' capacity
+    managed.spin(0.1)
+    count = len(managed.requests)
+    managed.spin(0.6)
+    assert len(managed.requests) == count
+    assert not managed.executor_node.assigned
+    status = managed.diagnostics[-1].status[0]
+    assert status.level == DiagnosticStatus.WARN and "capacity" in status.message
+    _assign(managed, 3, "server_b", robots=("other_robot",))
+    managed.spin(0.3)
+    assert "not in the fleet assignment" in managed.diagnostics[-1].status[0].message

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ from xinfer_ros.fleet.plan import (
     PlanError,
     build_fleet_plan,
     config_file,
-    server_of,
+    server_names,
 )
 
 __all__ = ["build_parser", "main"]
@@ -65,7 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xinfer-fleet", description=__doc__.splitlines()[0])
     p.add_argument("--robots", default="3", help="robot count or comma-separated names")
     p.add_argument("--servers", type=int, default=1,
-                   help="inference servers; robots are dealt to them round-robin")
+                   help="inference servers; more than one adds the fleet manager, which "
+                        "assigns the robots to them")
+    p.add_argument("--fail-server-at", type=float, default=None, metavar="S",
+                   help="fail the last server S seconds after the first answer and report "
+                        "the failover (needs --servers 2 or more)")
+    p.add_argument("--fail-mode", choices=("kill", "hang"), default="kill",
+                   help="kill: SIGKILL (a crash); hang: SIGSTOP for --hang-s, then SIGCONT "
+                        "(a stalled driver: it wakes up and answers late)")
+    p.add_argument("--hang-s", type=float, default=3.0,
+                   help="how long a hung server stays stopped (s)")
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="model backend (default: config/fleet.yaml)")
     p.add_argument("--model", default=None, help="model preset (default: config)")
@@ -211,6 +221,8 @@ def _robot_report(obs: Any, window: tuple[float, float]) -> dict[str, Any]:
     ex = obs.executor
     metrics.update({
         "statuses": dict(obs.statuses),
+        # Every chunk the robot received, by the server that sent it.
+        "chunks_by_server": dict(Counter(server for _, server, _ in obs.answers)),
         "starved_ticks": int(ex.starved_ticks) if ex else None,
         "ticks": int(ex.ticks) if ex else None,
         "handoff_violations": int(ex.handoff_violations) if ex else None,
@@ -328,8 +340,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     server = plan[0].parameters
-    owners = server_of(plan)
-    robots = list(owners)
+    robots = [s.namespace.rsplit("/", 1)[-1] for s in plan if s.executable == "rtc_executor"]
     env = _loopback_env()
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
     args.out.mkdir(parents=True, exist_ok=True)
@@ -346,7 +357,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     with watching(robots, t0) as monitor:
         procs = [_spawn(spec, workdir, env) for spec in plan]
         try:
-            ready, died = _watch(args, plan, procs, monitor, t0)
+            ready, died, failed_at, resumed_at = _watch(args, plan, procs, monitor, t0)
         finally:
             _stop(procs)
     if ready is None:
@@ -362,9 +373,13 @@ def run_fleet(args: argparse.Namespace) -> int:
 
     snap = monitor.snapshot(include_pending=True)
     report = _build_report(args, server, snap, ready=ready, window=window, scale=scale,
-                           why=why, died=died, owners=owners)
+                           why=why, died=died, servers=server_names(plan))
+    if failed_at is not None:
+        report["failover"] = _failover(plan, snap, failed_at, resumed_at)
     print()
     _print_report(report)
+    if "failover" in report:
+        _print_failover(report["failover"])
     if "simulator" in report:
         _print_sim_comparison(report)
     json_path = args.json or args.out / "fleet_report.json"
@@ -383,6 +398,8 @@ def _plan_fleet(args: argparse.Namespace) -> tuple[list[NodeSpec], float, str]:
         OSError: If a config or rate-table file cannot be read.
         ValueError: If a value in them is invalid.
     """
+    if args.fail_server_at is not None and args.servers < 2:
+        raise PlanError("--fail-server-at needs --servers 2 or more")
     plan = build_fleet_plan(args.robots, backend=args.backend, model=args.model,
                             model_path=args.model_path,
                             policy=args.policy, workload=args.workload,
@@ -397,17 +414,56 @@ def _plan_fleet(args: argparse.Namespace) -> tuple[list[NodeSpec], float, str]:
     return plan, scale, why
 
 
+def _failover(plan: list[NodeSpec], snap: dict[str, Any], at: float,
+              resumed_at: float | None) -> dict[str, Any]:
+    """The report's failover entry: the last server failed ``at`` seconds into the run.
+
+    A hung server woke up at ``resumed_at`` and took robots back.
+    """
+    from xinfer_ros.fleet.failover import failover, takeover_gaps
+
+    records = [r for o in snap.values() for r in o.records]
+    answers = {n: o.answers for n, o in snap.items()}
+    victim = server_names(plan)[-1]
+    result = failover(victim, at, answers, records).to_dict()
+    if resumed_at is not None:
+        # Robots it took back once heard again: how long each went without an OK chunk.
+        result["resumed_at_s"] = resumed_at
+        result["takeover_gap_s"] = takeover_gaps(victim, resumed_at, answers)
+    # What the executors dropped as coming from a server they had left, and what the
+    # monitor saw arrive from one: equal when no late chunk was executed.
+    result["foreign_chunks"] = sum(int(o.executor.foreign_chunks) for o in snap.values()
+                                   if o.executor is not None)
+    result["left_server_chunks_seen"] = sum(o.left_server_chunks for o in snap.values())
+    return result
+
+
+def _await_in_flight(monitor: Any, server: str, timeout: float = 2.0) -> None:
+    """Return once a request to ``server`` is in flight (at most ``timeout`` seconds)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not monitor.in_flight_to(server):
+        time.sleep(0.001)
+    time.sleep(0.005)  # let it reach the server
+
+
 def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subprocess.Popen],
-           monitor: Any, t0: float) -> tuple[float | None, list[str]]:
+           monitor: Any, t0: float
+           ) -> tuple[float | None, list[str], float | None, float | None]:
     """Show live progress until the run is over, a node exits, startup times out or Ctrl-C.
 
+    With ``--fail-server-at`` it kills the last server then; that exit is not a failure.
+
     Returns:
-        When the server first answered (``None``: never) and the nodes that exited.
+        When the server first answered (``None``: never), the nodes that exited, when
+        the last server failed and when a hung one resumed (``None``: not).
     """
     from tqdm import tqdm
 
     died: list[str] = []
     ready: float | None = None
+    failed_at: float | None = None
+    resumed_at: float | None = None
+    victim = max(i for i, s in enumerate(plan) if s.executable == "inference_server")
     try:
         with tqdm(total=int(args.duration), unit="s", disable=args.no_progress,
                   desc="fleet", dynamic_ncols=True) as bar:
@@ -415,7 +471,8 @@ def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subproces
                 time.sleep(0.5)
                 elapsed = time.time() - t0
                 died = [f"{s.namespace}/{s.name} (exit {p.returncode})"
-                        for s, p in zip(plan, procs, strict=True) if p.poll() is not None]
+                        for i, (s, p) in enumerate(zip(plan, procs, strict=True))
+                        if p.poll() is not None and not (i == victim and failed_at is not None)]
                 if died:
                     break
                 if ready is None:
@@ -428,6 +485,23 @@ def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subproces
                     continue
                 if elapsed >= ready + args.duration:
                     break
+                if args.fail_server_at is not None and failed_at is None \
+                        and elapsed >= ready + args.fail_server_at:
+                    hang = args.fail_mode == "hang"
+                    if hang:
+                        # Stall it with work in hand, as a stuck driver would: its answers
+                        # come after it wakes up, to robots that have moved on.
+                        _await_in_flight(monitor, plan[victim].parameters["server_name"])
+                    os.killpg(procs[victim].pid, signal.SIGSTOP if hang else signal.SIGKILL)
+                    failed_at = time.time() - t0
+                    tqdm.write(f"xinfer-fleet: {'stopped' if hang else 'killed'} "
+                               f"{plan[victim].name} at {failed_at:.1f} s")
+                if failed_at is not None and args.fail_mode == "hang" and resumed_at is None \
+                        and elapsed >= failed_at + args.hang_s:
+                    os.killpg(procs[victim].pid, signal.SIGCONT)
+                    resumed_at = time.time() - t0
+                    tqdm.write(f"xinfer-fleet: resumed {plan[victim].name} at "
+                               f"{resumed_at:.1f} s")
                 recs = [r for o in monitor.snapshot().values() for r in o.records]
                 done = [r for r in recs if r.send_time >= ready + args.warmup]
                 on_time = sum(r.on_time for r in done)
@@ -437,16 +511,18 @@ def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subproces
                 bar.refresh()
     except KeyboardInterrupt:
         print("\ninterrupted; stopping the fleet")
-    return ready, died
+    if failed_at is not None and args.fail_mode == "hang" and resumed_at is None:
+        os.killpg(procs[victim].pid, signal.SIGCONT)  # so that SIGINT can stop it
+    return ready, died, failed_at, resumed_at
 
 
 def _build_report(args: argparse.Namespace, server: dict[str, Any], snap: dict[str, Any], *,
                   ready: float, window: tuple[float, float], scale: float, why: str,
-                  died: list[str], owners: dict[str, str]) -> dict[str, Any]:
+                  died: list[str], servers: list[str]) -> dict[str, Any]:
     """The JSON report of the run, with the simulator's run beside it if asked for."""
     from xinfer_ros.core.metrics import summarize
 
-    robots = len(owners)
+    robots = len(snap)
     report: dict[str, Any] = {
         "robots_count": robots, "policy": server["policy"], "backend": server["backend"],
         "model": server["model"], "workload": args.workload,
@@ -458,20 +534,46 @@ def _build_report(args: argparse.Namespace, server: dict[str, Any], snap: dict[s
         "total": summarize([r for o in snap.values() for r in o.records],
                            window=window).to_dict(),
         "failed_nodes": died,
-        "servers": {name: {"robots": [r for r, s in owners.items() if s == name],
-                           **summarize([rec for r, o in snap.items() if owners[r] == name
-                                        for rec in o.records], window=window).to_dict()}
-                    for name in dict.fromkeys(owners.values())},
+        "servers": {name: _server_report(name, snap, window, only=len(servers) == 1)
+                    for name in servers},
     }
     report["total"]["statuses"] = _sum_statuses(snap)
     report["total"].update(_fleet_send_lag(report["robots"]))
     if args.compare_sim:
         # One server's simulation, at its share of the robots (the largest share).
-        share = max(len(s["robots"]) for s in report["servers"].values())
+        share = max([1, *(len(s["robots"]) for s in report["servers"].values())])
         report["simulator"] = simulate_fleet(server, share, workload=args.workload,
                                              seed=args.seed, duration=ready + args.duration,
                                              window=window, budget_scale=scale)
     return report
+
+
+def _server_report(name: str, snap: dict[str, Any], window: tuple[float, float], *,
+                   only: bool) -> dict[str, Any]:
+    """One server's figures: the requests addressed to it (every request when ``only``)."""
+    from xinfer_ros.core.metrics import summarize
+
+    mine = {robot: [rec for rec, by in zip(o.records, o.served_by, strict=True)
+                    if only or by == name] for robot, o in snap.items()}
+    return {"robots": [r for r, recs in mine.items() if recs],
+            **summarize([rec for recs in mine.values() for rec in recs],
+                        window=window).to_dict()}
+
+
+def _print_failover(result: dict[str, Any]) -> None:
+    took = result["failover_s"]
+    print(f"\nfailover: {result['server']} failed at {result['at_s']:.1f} s; its "
+          f"{len(result['robots'])} robots served again by another server after "
+          f"{'never' if took is None else f'{took:.2f} s'} (worst robot); attainment "
+          f"{result['attainment_before']:.1%} in the {result['span_s']:g} s before, "
+          f"{result['attainment_after']:.1%} after; late chunks of the left server dropped "
+          f"by executors: {result['foreign_chunks']} (the monitor saw "
+          f"{result['left_server_chunks_seen']} arrive)")
+    gaps = result.get("takeover_gap_s")
+    if gaps:
+        print(f"  woke up at {result['resumed_at_s']:.1f} s and took back "
+              f"{', '.join(sorted(gaps))}: longest time without an OK chunk "
+              f"{max(gaps.values()):.2f} s")
 
 
 def _print_sim_comparison(report: dict[str, Any]) -> None:
@@ -488,6 +590,11 @@ def _exit_status(report: dict[str, Any], died: list[str], workdir: Path) -> int:
     """1 (with the reason on stderr) if a node exited early or nothing was measured."""
     if died:
         print(f"error: node(s) exited early: {', '.join(died)}; see {workdir}", file=sys.stderr)
+        return 1
+    failover = report.get("failover")
+    if failover is not None and failover["failover_s"] is None:
+        print(f"error: robots of {failover['server']} were not served again after it "
+              f"failed: {failover['recovered_s']}", file=sys.stderr)
         return 1
     if report["total"]["responses"] == 0:
         print(f"error: no responses in the window; see the logs in {workdir}", file=sys.stderr)

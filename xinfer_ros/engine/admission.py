@@ -121,6 +121,11 @@ class LiveTable:
         with self._lock:
             return next(self._ids)
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
     def close(self) -> bool:
         """Admit nothing from now on; returns False when already closed."""
         with self._lock:

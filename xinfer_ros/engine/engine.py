@@ -185,6 +185,11 @@ class StageEngine:
                        self.config.effective_slots, self.config.to_dict())
         return self
 
+    @property
+    def running(self) -> bool:
+        """Started, not closed, and the dispatcher thread alive: requests are served."""
+        return self._thread is not None and self._thread.is_alive() and not self._table.closed
+
     def __enter__(self) -> StageEngine:
         return self.start()
 

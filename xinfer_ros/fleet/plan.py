@@ -15,17 +15,19 @@ import yaml
 
 from xinfer_ros.config_paths import config_dir
 from xinfer_ros.errors import XInferRosError
+from xinfer_ros.fleet.assignment import ASSIGNMENT_TOPIC
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_CONFIG",
     "NodeSpec",
     "PlanError",
+    "assignment_topic",
     "build_fleet_plan",
     "config_file",
     "default_config",
     "parse_robots",
-    "server_of",
+    "server_names",
 ]
 
 PACKAGE = "xinfer_ros"
@@ -146,28 +148,38 @@ def _robot_params(server: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _server_specs(server: dict[str, Any], names: list[str], servers: int, root: str,
-                  clock: dict[str, Any]) -> list[NodeSpec]:
-    """One server with every robot, or ``servers`` named ones with a share each."""
+def _server_specs(server: dict[str, Any], manager: dict[str, Any], names: list[str],
+                  servers: int, *, root: str, clock: dict[str, Any]) -> list[NodeSpec]:
+    """One server with every robot, or ``servers`` named ones and the fleet manager."""
     if servers == 1:
         return [NodeSpec("inference_server", "inference_server", root, {**server, **clock})]
     specs = []
     device = str(server.get("device", "cpu"))
     for index in range(servers):
         name = f"server_{index}"
-        params = {**server, **clock, "server_name": name, "robots": names[index::servers]}
+        params = {**server, **clock, "server_name": name, "robots": names}
         if device == "cuda":
             params["device"] = f"cuda:{index}"
         if index > 0:
             params.pop("openpi_port", None)
         specs.append(NodeSpec("inference_server", name, root, params))
+    specs.append(NodeSpec("fleet_manager", "fleet_manager", root,
+                          {"expected_servers": servers, **manager, **clock, "robots": names}))
     return specs
 
 
-def server_of(plan: list[NodeSpec]) -> dict[str, str]:
-    """Which server serves each robot of ``plan``."""
-    return {robot: spec.name for spec in plan if spec.executable == "inference_server"
-            for robot in spec.parameters["robots"]}
+def server_names(plan: list[NodeSpec]) -> list[str]:
+    """The ``server_name`` of each server of ``plan`` (``""``: the one unnamed server)."""
+    return [str(spec.parameters.get("server_name", "")) for spec in plan
+            if spec.executable == "inference_server"]
+
+
+def assignment_topic(plan: list[NodeSpec]) -> str:
+    """The fleet manager's assignment topic in ``plan`` (``""``: one server, no manager)."""
+    for spec in plan:
+        if spec.executable == "fleet_manager":
+            return f"{spec.namespace.rstrip('/')}/{ASSIGNMENT_TOPIC}"
+    return ""
 
 
 def build_fleet_plan(
@@ -211,10 +223,13 @@ def build_fleet_plan(
         use_sim_time: Every node follows ``/clock``.
         openpi_port: Serve openpi clients on this port too (default: the configuration's).
         servers: Inference servers. More than one: ``server_0``, ``server_1``, ... (node
-            and ``server_name``), robots dealt to them round-robin (disjoint
-            allowlists; every server gets the same mix of the workload), each on its own
-            GPU when ``device`` is an index-less ``cuda`` (``cuda:0``, ``cuda:1``, ...),
-            the openpi endpoint on the first only. The plan lists the servers first.
+            and ``server_name``), each with every robot on its allowlist, and a
+            ``fleet_manager`` (parameters from the configuration's ``fleet_manager``
+            section) that assigns the robots to them by capacity and moves a failed
+            server's robots to the others; the executors follow its assignment. Each
+            server runs on its own GPU when ``device`` is an index-less ``cuda``
+            (``cuda:0``, ``cuda:1``, ...); the openpi endpoint runs on the first only.
+            The plan lists the servers (and the manager) first.
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -238,9 +253,12 @@ def build_fleet_plan(
     robot = _robot_params(server)
     clock = {"use_sim_time": True} if use_sim_time else {}
     root = f"/{prefix}" if prefix else "/"
-    plan = _server_specs(server, names, servers, root, clock)
+    plan = _server_specs(server, _section(data, "fleet_manager"), names, servers, root=root,
+                         clock=clock)
     executor = {"max_budget_ms": float(server.get("max_budget_ms", 10_000.0)),
                 **_section(data, "rtc_executor")}
+    if servers > 1:
+        executor["assignment_topic"] = assignment_topic(plan)
     for index, name in enumerate(names):
         robot_ns = f"{root.rstrip('/')}/{name}"
         plan.append(NodeSpec("rtc_executor", "rtc_executor", robot_ns, {

@@ -36,7 +36,7 @@ from typing import Any
 
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message, serialize_message
 from rclpy.time import Time
 
@@ -46,6 +46,7 @@ from xinfer_ros.bags.types import BagTopic, Role, TopicKind
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.core.timing import MS_PER_S, next_send
 from xinfer_ros.msg import ActionChunk, PolicyRequest
+from xinfer_ros.nodes.qos import LATCHED_QOS
 from xinfer_ros.nodes.recorder import message_class
 
 __all__ = ["MODES", "BagPlayer", "PlayConfig", "PlayResult", "SentRequest", "play_bag"]
@@ -171,9 +172,21 @@ def _publisher_qos(topic: BagTopic) -> QoSProfile:
     if topic.kind in (TopicKind.IMAGE, TopicKind.STATE):
         return qos_profile_sensor_data
     if topic.kind == TopicKind.BUDGET:
-        return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        return LATCHED_QOS
     return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def _for_this_server(data: bytes) -> bytes:
+    """A recorded request addressed to no server in particular.
+
+    A bag recorded from a fleet of several servers has each request addressed to one of
+    them by name; the replay's server answers only requests addressed to no server.
+    """
+    msg = deserialize_message(data, PolicyRequest)
+    if not msg.server:
+        return data
+    msg.server = ""
+    return serialize_message(msg)
 
 
 class BagPlayer(Node):
@@ -318,7 +331,7 @@ class BagPlayer(Node):
                else deserialize_message(track.replayable[0].data, PolicyRequest))
         with self._lock:
             seq, self._probe_seq = self._probe_seq, self._probe_seq + 1
-        msg.seq = seq
+        msg.seq, msg.server = seq, ""
         msg.header.stamp = Time(nanoseconds=stamp).to_msg()
         msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim = [], 0, 0
         self._pubs[f"/{robot}/policy_request"].publish(msg)
@@ -402,7 +415,7 @@ class BagPlayer(Node):
             if message is not None:
                 self._publish_input(message, time.monotonic() - due)
             elif request is not None:
-                self._send(robot, request, request.data, request.log_ns)
+                self._send(robot, request, _for_this_server(request.data), request.log_ns)
                 self.result.max_lag_s = max(self.result.max_lag_s, time.monotonic() - due)
 
     def _play_closed(self, t0: float, stop: Callable[[], bool]) -> None:
@@ -450,7 +463,7 @@ class BagPlayer(Node):
             bag_ns = self._bag_time_ns(t0, now)
             if request.data:
                 msg = deserialize_message(request.data, PolicyRequest)
-                msg.seq = request.seq
+                msg.seq, msg.server = request.seq, ""
             else:
                 msg = self._made_up(name, request.seq, state.answered)
             # The stamp is on the robot's clock, as its sensor stamps: the server picks

@@ -4,6 +4,9 @@ The monitor subscribes to every robot's ``policy_request``, ``action_chunk`` and
 ``executor_stats``. A request's latency is the chunk's arrival at the monitor minus
 the request's send stamp (the executor's clock; one machine, one clock), the same span
 the paper measures: client send to complete response.
+
+With several servers it also notes which server each request was addressed to and
+each chunk came from (``served_by``, ``answers``), for per-server figures and failover.
 """
 
 from __future__ import annotations
@@ -34,10 +37,19 @@ class RobotObservation:
     """What the monitor saw of one robot."""
 
     index: int
-    pending: dict[int, tuple[float, float]] = field(default_factory=dict)  # seq -> send, budget
+    # seq -> send time, budget, server addressed
+    pending: dict[int, tuple[float, float, str]] = field(default_factory=dict)
     records: list[ResponseRecord] = field(default_factory=list)
+    #: The server each record's request was addressed to ("": any), parallel to records.
+    served_by: list[str] = field(default_factory=list)
+    #: Every chunk: receipt time, the server that sent it, whether it was OK.
+    answers: list[tuple[float, str, bool]] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
     executor: ExecutorStats | None = None
+    #: The server the robot's latest request was addressed to.
+    addressed: str = ""
+    #: Chunks from a server other than that one: late answers of a server it left.
+    left_server_chunks: int = 0
 
 
 class FleetMonitor(Node):
@@ -68,7 +80,9 @@ class FleetMonitor(Node):
     def _on_request(self, robot: str, msg: PolicyRequest) -> None:
         sent = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9 - self.t0
         with self._lock:
-            self.robots[robot].pending[msg.seq] = (sent, msg.budget_ms / MS_PER_S)
+            obs = self.robots[robot]
+            obs.pending[msg.seq] = (sent, msg.budget_ms / MS_PER_S, msg.server)
+            obs.addressed = msg.server
 
     def _on_chunk(self, robot: str, msg: ActionChunk) -> None:
         now = time.time() - self.t0
@@ -76,12 +90,19 @@ class FleetMonitor(Node):
             if self.first_answer is None:
                 self.first_answer = now
             obs = self.robots[robot]
+            ok = msg.status == ActionChunk.STATUS_OK
             obs.statuses[STATUS_NAMES.get(msg.status, str(msg.status))] += 1
-            sent = obs.pending.pop(msg.seq, None)
-            if sent is not None:
+            obs.answers.append((now, msg.server, ok))
+            obs.left_server_chunks += bool(obs.addressed) and msg.server != obs.addressed
+            sent = obs.pending.get(msg.seq)
+            # Only the addressed server's answer counts: a late one of a server the robot
+            # left is not the response its executor applies.
+            if sent is not None and (not sent[2] or sent[2] == msg.server):
+                del obs.pending[msg.seq]
                 obs.records.append(ResponseRecord(
-                    send_time=sent[0], response_time=now, budget=sent[1],
-                    ok=msg.status == ActionChunk.STATUS_OK, robot=obs.index))
+                    send_time=sent[0], response_time=now, budget=sent[1], ok=ok,
+                    robot=obs.index))
+                obs.served_by.append(sent[2])
 
     def _on_executor(self, robot: str, msg: ExecutorStats) -> None:
         with self._lock:
@@ -90,17 +111,27 @@ class FleetMonitor(Node):
     def _on_fleet(self, msg: FleetStats) -> None:
         self.fleet_stats = msg
 
+    def in_flight_to(self, server: str, within_s: float = 0.1) -> int:
+        """Requests addressed to ``server``, sent in the last ``within_s`` and unanswered."""
+        now = time.time() - self.t0
+        with self._lock:
+            return sum(1 for obs in self.robots.values() for sent, _, to in obs.pending.values()
+                       if to == server and now - sent <= within_s)
+
     def snapshot(self, include_pending: bool = False) -> dict[str, RobotObservation]:
         """A consistent copy; unanswered requests become records with no response."""
         with self._lock:
             out = {}
             for name, obs in self.robots.items():
-                records = list(obs.records)
+                records, served_by = list(obs.records), list(obs.served_by)
                 if include_pending:
                     records += [ResponseRecord(s, None, b, ok=False, robot=obs.index)
-                                for s, b in obs.pending.values()]
-                out[name] = RobotObservation(obs.index, dict(obs.pending), records,
-                                             Counter(obs.statuses), obs.executor)
+                                for s, b, _ in obs.pending.values()]
+                    served_by += [server for _, _, server in obs.pending.values()]
+                out[name] = RobotObservation(obs.index, dict(obs.pending), records, served_by,
+                                             list(obs.answers), Counter(obs.statuses),
+                                             obs.executor, obs.addressed,
+                                             obs.left_server_chunks)
             return out
 
 

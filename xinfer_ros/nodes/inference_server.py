@@ -48,6 +48,7 @@ from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds
+from xinfer_ros.fleet.assignment import SERVERS_TOPIC
 from xinfer_ros.fleet.plan import config_file, parse_robots
 from xinfer_ros.model.errors import ChunkShapeError, InputError
 from xinfer_ros.model.images import decode_image
@@ -56,6 +57,7 @@ from xinfer_ros.msg import (
     FleetStats,
     PolicyRequest,
     RobotStats,
+    ServerStatus,
     StageTiming,
 )
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
@@ -184,6 +186,9 @@ class InferenceServer(Node):
         if p["allow_set_policy"]:
             self.create_service(SetPolicy, "~/set_policy", self._srv_policy)
         self.create_timer(1.0, self._publish_stats)
+        if p["server_name"]:
+            self._status_pub = self.create_publisher(ServerStatus, SERVERS_TOPIC, 10)
+            self.create_timer(p["heartbeat_period_s"], self._announce)
         self.create_timer(0.1, self._check_presence)
         self.create_timer(5.0, self._check_graph)
         mode = "EMULATED backend (timings from the rate table, placeholder actions)" \
@@ -267,6 +272,8 @@ class InferenceServer(Node):
 
     def _on_request(self, robot: str, msg: PolicyRequest) -> None:
         arrival = time.monotonic()
+        if msg.server and msg.server != self.params["server_name"]:
+            return  # addressed to another server of the fleet
         try:
             rx = _Received(robot, msg, arrival,
                            budget_seconds(msg.budget_ms, self.params["max_budget_ms"]))
@@ -361,7 +368,7 @@ class InferenceServer(Node):
         return ActionChunk(robot_id=rx.robot, seq=rx.msg.seq, status=status, reason=reason,
                            horizon=horizon, action_dim=dim,
                            keyframe_spacing_s=rx.msg.keyframe_spacing_s,
-                           commit_steps=rx.msg.commit_steps)
+                           commit_steps=rx.msg.commit_steps, server=self.params["server_name"])
 
     def _send(self, rx: _Received, chunk: ActionChunk, ready: float | None = None) -> None:
         """Publish ``chunk`` now; ``ready`` is when a held chunk could have gone out."""
@@ -419,6 +426,17 @@ class InferenceServer(Node):
         out.header.stamp = self.get_clock().now().to_msg()
         return out
 
+    def _announce(self) -> None:
+        """The heartbeat the fleet manager assigns robots by."""
+        robots, total = self.ledger.summaries(time.monotonic(), self.params["stats_window_s"])
+        msg = ServerStatus(server_name=self.params["server_name"],
+                           capacity=self.params["capacity"], candidates=list(self._robots),
+                           serving=[r.robot_id for r in robots if r.requests],
+                           attainment=float(total.attainment),
+                           accepting=bool(self.engine.running))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._status_pub.publish(msg)
+
     def _publish_stats(self) -> None:
         stats = self.fleet_stats()
         self._stats_pub.publish(stats)
@@ -430,6 +448,8 @@ class InferenceServer(Node):
                               error_threshold=p["diagnostics.error_threshold"],
                               target=p["diagnostics.attainment_target"])
         for r in stats.robots:
+            if self.params["server_name"] and not r.requests:
+                continue  # one of several servers: it reports the robots it serves
             state = self._robots[r.robot_id]
             seen = state.obs.last_seen
             health = robot_health(now - seen if seen else math.inf, r.requests, r.errors,

@@ -29,7 +29,7 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.signals import SignalHandlerOptions
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.rosbag2.writer import Connection
@@ -44,6 +44,7 @@ from xinfer_ros.bags.types import (
 )
 from xinfer_ros.fleet.plan import parse_robots
 from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.qos import LATCHED_QOS
 from xinfer_ros.nodes.runtime import StopFlag, keep_discovery_local
 
 __all__ = [
@@ -88,8 +89,7 @@ def _subscription_qos(topic: BagTopic) -> QoSProfile:
         return QoSProfile(depth=50, reliability=qos_profile_sensor_data.reliability,
                           durability=qos_profile_sensor_data.durability)
     if topic.kind == TopicKind.BUDGET:
-        return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        return LATCHED_QOS
     return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 
 

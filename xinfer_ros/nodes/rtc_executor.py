@@ -7,8 +7,13 @@ aligned previous chunk and the commit length ``d``, and splices each returned
 ``action_chunk`` at the current execution index (:mod:`xinfer_ros.rtc.splice`).
 
 Only the chunk answering the request in flight is accepted, so a chunk replayed after a
-server restart is never applied. A request unanswered for ``request_timeout_s`` is
-abandoned (the robot keeps holding) and the next one goes out.
+server restart is never applied. With several servers (``assignment_topic``: the fleet
+manager's assignment) requests go to the assigned server only; when the assignment
+changes the request in flight is abandoned and the new server gets one at once, and
+chunks from any other server (a server left behind, answering late) are dropped and
+counted (``foreign_chunks``). While no server is assigned nothing is sent. A request
+unanswered for ``request_timeout_s`` is abandoned (the robot keeps holding) and the next
+one goes out.
 
 Safe start and loss of the server: nothing is published on ``commands`` before the
 first chunk arrives (``startup: silent``), or the robot's measured joint positions
@@ -52,8 +57,15 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from xinfer_ros.core.constants import ACTION_DIM, COMMIT_LENGTH, KEYFRAME_SPACING, SEND_PERIOD
 from xinfer_ros.core.timing import next_send
-from xinfer_ros.msg import ActionChunk, ExecutorStats, PolicyRequest, ResponseBudget
+from xinfer_ros.msg import (
+    ActionChunk,
+    ExecutorStats,
+    FleetAssignment,
+    PolicyRequest,
+    ResponseBudget,
+)
 from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.qos import LATCHED_QOS
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.rtc.send_lag import SendLagStats
 from xinfer_ros.rtc.smoothness import SpliceSmoothness
@@ -62,8 +74,7 @@ from xinfer_ros.rtc.splice import ActionQueue, SpliceError
 __all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
 
 #: The controller's budget is state, not a stream: the latest value reaches late joiners.
-BUDGET_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
+BUDGET_QOS = LATCHED_QOS
 #: A transient-local subscription never matches a volatile publisher (a controller's
 #: default QoS); the executor subscribes with both so that either kind reaches it.
 BUDGET_QOS_VOLATILE = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -103,6 +114,10 @@ PARAMS = [
     ParamSpec("instruction", "pick up the parcel and place it on the conveyor",
               "language instruction sent with requests"),
     ParamSpec("stats_period_s", 1.0, "period of executor_stats (s)", 0.05, 60.0),
+    ParamSpec("assignment_topic", "", "the fleet manager's latched FleetAssignment topic "
+              "(e.g. /xinfer/assignment) when several servers serve the fleet: requests go "
+              "to the assigned server only, chunks of any other are dropped, nothing is "
+              "sent while none is assigned (empty: one server, whichever answers)"),
     EXECUTOR_PARAM,
 ]
 
@@ -157,6 +172,9 @@ class RtcExecutor(Node):
         self.min_period: float = p["min_period_s"]
         self.timeout: float = p["request_timeout_s"]
         self.instruction: str = p["instruction"]
+        self.assignment_topic: str = p["assignment_topic"]
+        #: Requests go to an assigned server (a fleet manager runs).
+        self.managed = bool(self.assignment_topic)
         self.budget_range: tuple[float, float] = (p["min_budget_ms"], p["max_budget_ms"])
         self.budget_ms: float = self._clamp_budget(p["default_budget_ms"])
         self.budget_clamps = 0
@@ -186,6 +204,13 @@ class RtcExecutor(Node):
         self.non_ok_chunks = 0
         self.last_latency_ms = float("nan")
         self._in_flight: tuple[int, int, float] | None = None  # (seq, send tick, send time)
+        #: The server requests go to ("" without a fleet manager: any).
+        self.server = ""
+        #: Requests may be sent: always without a fleet manager; with one, once assigned.
+        self.assigned = not self.managed
+        self._unassigned_why = "waiting for the fleet assignment"
+        self.server_switches = 0
+        self.foreign_chunks = 0
         self._sent_unheard = False  # the request in flight went out with no server listening
         self._miss_counted = False
         self._next_send = 0.0
@@ -210,6 +235,9 @@ class RtcExecutor(Node):
                                      qos_profile_sensor_data)
         self._chunk_sub = self.create_subscription(ActionChunk, "action_chunk", self._on_chunk,
                                                    10)
+        if self.managed:
+            self.create_subscription(FleetAssignment, self.assignment_topic,
+                                     self._on_assignment, LATCHED_QOS)
 
     def _create_timers(self, stats_period: float) -> None:
         """Start the keyframe tick and the ``executor_stats`` timer."""
@@ -328,7 +356,7 @@ class RtcExecutor(Node):
             self._in_flight = None
             self._next_send = now
             self._eq1_due = False
-        if now < self._next_send:
+        if now < self._next_send or not self.assigned:
             return
         if self._eq1_due:
             self.send_lag.record(now - self._next_send)
@@ -340,7 +368,7 @@ class RtcExecutor(Node):
         tick = self._tick
         msg = PolicyRequest(robot_id=self.robot_id, seq=self.seq, budget_ms=self.budget_ms,
                             commit_steps=self.commit, keyframe_spacing_s=self.spacing,
-                            instruction=self.instruction)
+                            instruction=self.instruction, server=self.server)
         msg.header.stamp = self.get_clock().now().to_msg()
         if self.requests_sent > 0 and self.horizon:
             prev = self.queue.planned(tick, self.horizon)
@@ -357,9 +385,42 @@ class RtcExecutor(Node):
         # policy_request, so its subscriber count does not tell a server is there.
         return self.count_publishers(self._chunk_sub.topic_name) > 0
 
+    def _on_assignment(self, msg: FleetAssignment) -> None:
+        """Switch to the server the fleet manager assigned; resend to it at once."""
+        try:
+            server = msg.servers[list(msg.robots).index(self.robot_id)]
+        except (ValueError, IndexError):
+            server, why = "", f"not in the fleet assignment (epoch {msg.epoch})"
+        else:
+            why = ("no server has room for this robot: the fleet exceeds its servers' "
+                   f"capacity (assignment {msg.epoch})")
+        if server == self.server and self.assigned == bool(server):
+            self._unassigned_why = "" if server else why
+            return
+        if self.server and server:
+            self.server_switches += 1
+        previous, self.server, self.assigned = self.server, server, bool(server)
+        self._unassigned_why = "" if server else why
+        # The request in flight went to the server left behind: its answer is never
+        # applied, and the new server gets a request now, not at the timeout.
+        self._in_flight = None
+        self._next_send = time.monotonic()
+        self._eq1_due = False
+        if server:
+            self.get_logger().info(f"assigned to server {server!r}"
+                                   + (f" (was {previous!r})" if previous else "")
+                                   + f": {msg.reason}")
+            self._maybe_send(self._next_send)
+        else:
+            self.get_logger().error(f"no server assigned: {why}; sending nothing")
+
     def _on_chunk(self, msg: ActionChunk) -> None:
-        if self._in_flight is None or msg.seq != self._in_flight[0] or \
-                msg.robot_id != self.robot_id:
+        if msg.robot_id != self.robot_id:
+            return
+        if self.managed and msg.server != self.server:
+            self.foreign_chunks += 1  # a late answer of a server this robot left
+            return
+        if self._in_flight is None or msg.seq != self._in_flight[0]:
             return  # an answer to an abandoned request, or a replay: never applied
         seq, send_tick, sent = self._in_flight
         now = time.monotonic()
@@ -414,7 +475,9 @@ class RtcExecutor(Node):
             handoff_violations=c.handoff_violations, stale_chunks=c.stale_chunks,
             trigger_misses=c.trigger_misses, chunks_applied=c.chunks_applied,
             requests_sent=self.requests_sent, request_timeouts=self.request_timeouts,
-            non_ok_chunks=self.non_ok_chunks, budget_ms=self.budget_ms,
+            non_ok_chunks=self.non_ok_chunks, server=self.server, assigned=self.assigned,
+            server_switches=self.server_switches, foreign_chunks=self.foreign_chunks,
+            budget_ms=self.budget_ms,
             budget_clamps=self.budget_clamps,
             last_latency_ms=self.last_latency_ms, send_lag_mean_ms=self.send_lag.mean_ms,
             send_lag_p95_ms=self.send_lag.p95_ms, send_lag_max_ms=self.send_lag.max_ms,
@@ -426,7 +489,9 @@ class RtcExecutor(Node):
         self.diag_pub.publish(self._diagnostics(msg))
 
     def _diagnostics(self, stats: ExecutorStats) -> DiagnosticArray:
-        if not self.started:
+        if not self.assigned:
+            level, text = DiagnosticStatus.WARN, f"not served: {self._unassigned_why}"
+        elif not self.started:
             level, text = DiagnosticStatus.WARN, f"waiting for the first chunk ({self.startup})"
         elif not self.commanding:
             level, text = DiagnosticStatus.ERROR, (
@@ -444,6 +509,8 @@ class RtcExecutor(Node):
                 KeyValue(key="halts", value=str(self.halts)),
                 KeyValue(key="starved_ticks", value=str(stats.starved_ticks)),
                 KeyValue(key="request_timeouts", value=str(self.request_timeouts)),
+                KeyValue(key="server", value=self.server),
+                KeyValue(key="foreign_chunks", value=str(self.foreign_chunks)),
                 KeyValue(key="budget_ms", value=f"{self.budget_ms:g}")]))
         return diag
 

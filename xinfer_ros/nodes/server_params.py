@@ -38,8 +38,14 @@ PARAMS = [
               "xinfer/fleet_stats)",
               check=lambda v: None if not v or _NAME.match(v) else
               "must be a letter, then letters, digits and underscores"),
-    ParamSpec("robots", ["robot_1"], "allowlist of robot namespaces served",
+    ParamSpec("robots", ["robot_1"], "allowlist of robot namespaces served (with a fleet "
+              "manager: the robots it may be assigned)",
               check=lambda v: None if v else "the allowlist is empty"),
+    ParamSpec("capacity", 0, "robots this server serves within the SLO, announced to the "
+              "fleet manager (e.g. the ERC from xinfer-sim plan for its rate table and "
+              "workload); 0: no limit stated", 0, 100_000),
+    ParamSpec("heartbeat_period_s", 0.2, "a named server announces itself on xinfer/servers "
+              "this often (s); the fleet manager's server_timeout_s spans a few", 0.01, 10.0),
     ParamSpec("cameras", 3, "cameras per robot (π0: up to the model's; a missing one is "
               "masked)", 1, 16),
     ParamSpec("model", "pi0", "model preset: config/models/<name>.yaml (pi0, pi0-tiny, tiny, "

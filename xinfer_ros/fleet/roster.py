@@ -1,0 +1,154 @@
+"""The fleet manager's state, free of ROS: live servers, robots' budgets, the assignment.
+
+Servers announce themselves with heartbeats; a server unheard for ``server_timeout_s``
+(or one that says it is not accepting) is gone. The assignment
+(:func:`xinfer_ros.fleet.assignment.assign`) is recomputed only when the set of live
+servers, their capacities or their allowlists change, never because a robot's budget
+moved: budgets only decide where a robot that has to move goes. Each change raises
+the epoch by one and says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from xinfer_ros.fleet.assignment import ServerOffer, assign, moved, tight_robots
+
+__all__ = ["Change", "Heartbeat", "Roster"]
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """One server announcement.
+
+    Attributes:
+        server: The server's name.
+        at: When it was received (s, monotonic).
+        capacity: Robots it can serve; 0: no limit stated.
+        candidates: Its allowlist (empty: any robot).
+        serving: The robots it answered lately (seeds a restarted manager).
+        attainment: Its attainment over them (NaN: none answered).
+        accepting: False when it cannot take requests.
+    """
+
+    server: str
+    at: float
+    capacity: int = 0
+    candidates: frozenset[str] = frozenset()
+    serving: tuple[str, ...] = ()
+    attainment: float = math.nan
+    accepting: bool = True
+
+    def offer(self) -> ServerOffer:
+        """What the assignment rule needs of it."""
+        return ServerOffer(self.server, self.capacity, self.candidates)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A new assignment.
+
+    Attributes:
+        epoch: Its number (1 for the first).
+        assignment: Robot -> server (``None``: unassigned).
+        offers: The live servers it was made for.
+        moved: Robots whose server changed.
+        reason: What caused it.
+    """
+
+    epoch: int
+    assignment: dict[str, str | None]
+    offers: tuple[ServerOffer, ...]
+    moved: list[str]
+    reason: str
+
+    @property
+    def unassigned(self) -> list[str]:
+        """Robots no server has room for."""
+        return [r for r, s in self.assignment.items() if s is None]
+
+
+@dataclass
+class Roster:
+    """Live servers and the assignment; call :meth:`update` periodically.
+
+    Attributes:
+        robots: The fleet's robots.
+        server_timeout_s: A server unheard this long is gone (s).
+        budget_window_s: Time constant of each robot's mean budget (s).
+    """
+
+    robots: Sequence[str]
+    server_timeout_s: float = 0.8
+    budget_window_s: float = 60.0
+    heartbeats: dict[str, Heartbeat] = field(default_factory=dict)
+    assignment: dict[str, str | None] = field(default_factory=dict)
+    epoch: int = 0
+    #: Server -> when it was found gone (s, monotonic), for reports.
+    lost: dict[str, float] = field(default_factory=dict)
+    _mean_budget: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _key: tuple | None = None
+    _live: tuple[ServerOffer, ...] = ()
+
+    def heard(self, beat: Heartbeat) -> None:
+        """Record a server's announcement."""
+        self.heartbeats[beat.server] = beat
+        self.lost.pop(beat.server, None)
+
+    def budget(self, robot: str, budget_s: float, now: float) -> None:
+        """Fold a robot's current budget (s) into its running mean."""
+        if robot not in self.robots or not math.isfinite(budget_s) or budget_s <= 0:
+            return
+        mean, at = self._mean_budget.get(robot, (budget_s, now))
+        weight = 1.0 - math.exp(-max(0.0, now - at) / self.budget_window_s)
+        self._mean_budget[robot] = (mean + (budget_s - mean) * weight, now)
+
+    def live(self, now: float) -> tuple[ServerOffer, ...]:
+        """The servers heard within the timeout and accepting, by name."""
+        return tuple(b.offer() for _, b in sorted(self.heartbeats.items())
+                     if now - b.at <= self.server_timeout_s and b.accepting)
+
+    def update(self, now: float) -> Change | None:
+        """Recompute the assignment if the live servers changed; ``None`` if not."""
+        offers = self.live(now)
+        key = tuple((o.name, o.capacity, tuple(sorted(o.candidates))) for o in offers)
+        if key == self._key:
+            return None
+        reason = self._why(offers, now)
+        previous = self.assignment or self._seed()
+        tight = tight_robots({r: m for r, (m, _) in self._mean_budget.items()})
+        after = assign(list(self.robots), offers, previous, tight)
+        self._key, self._live = key, offers
+        changed = moved(self.assignment, after) if self.assignment else list(after)
+        self.assignment = after
+        self.epoch += 1
+        return Change(self.epoch, dict(after), offers, changed, reason)
+
+    def _seed(self) -> dict[str, str | None]:
+        """A restarted manager's starting point: what the servers say they serve."""
+        seed: dict[str, str | None] = {}
+        for name, beat in sorted(self.heartbeats.items()):
+            for robot in beat.serving:
+                seed.setdefault(robot, name)
+        return seed
+
+    def _why(self, offers: tuple[ServerOffer, ...], now: float) -> str:
+        before = {o.name: o for o in self._live}
+        after = {o.name: o for o in offers}
+        parts = []
+        for name in sorted(before.keys() - after.keys()):
+            beat = self.heartbeats.get(name)
+            self.lost.setdefault(name, now)
+            if beat is not None and not beat.accepting:
+                parts.append(f"{name} stopped accepting")
+            else:
+                parts.append(f"{name} lost (no heartbeat for {self.server_timeout_s:g} s)")
+        parts += [f"{name} joined (capacity {after[name].capacity or 'unstated'})"
+                  for name in sorted(after.keys() - before.keys())]
+        parts += [f"{name} changed its capacity or allowlist"
+                  for name in sorted(after.keys() & before.keys()) if after[name] != before[name]]
+        if self._key is None:
+            parts.insert(0, "first assignment")
+        return "; ".join(parts) or "no servers"

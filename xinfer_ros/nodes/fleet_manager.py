@@ -1,0 +1,168 @@
+"""The fleet manager node: which inference server serves which robot.
+
+Every named inference server announces itself on ``xinfer/servers``
+(:class:`~xinfer_ros.msg.ServerStatus`: capacity, allowlist, attainment) every
+``heartbeat_period_s``. The manager keeps the robot -> server assignment
+(:mod:`xinfer_ros.fleet.assignment`: within capacity, balanced, tight budgets spread,
+sticky) and publishes it latched on ``xinfer/assignment``
+(:class:`~xinfer_ros.msg.FleetAssignment`) at every change; each robot's RTC executor
+sends its requests to its assigned server only.
+
+A server unheard for ``server_timeout_s`` loses its robots to the others at once (the
+executors resend to their new server without waiting for their request timeout). A
+server that joins takes only its share. Robots no server has room for are listed with
+an empty server: their executors send nothing and say so, and so does this node on
+``/diagnostics``. Each robot's mean budget (from its ``executor_stats``) decides where
+a robot that has to move goes, never whether it moves.
+
+The first assignment waits ``settle_s``, and until ``expected_servers`` are heard
+(at most ``startup_timeout_s``), so that servers starting together share the robots
+from the first request on. A restarted manager starts from what the servers report
+serving, so robots do not move because the manager restarted.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.node import Node
+
+from xinfer_ros.fleet.assignment import ASSIGNMENT_TOPIC, SERVERS_TOPIC
+from xinfer_ros.fleet.plan import parse_robots
+from xinfer_ros.fleet.roster import Change, Heartbeat, Roster
+from xinfer_ros.msg import ExecutorStats, FleetAssignment, ServerStatus
+from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.qos import LATCHED_QOS
+
+__all__ = ["ASSIGNMENT_TOPIC", "PARAMS", "SERVERS_TOPIC", "FleetManager", "main"]
+
+
+PARAMS = [
+    ParamSpec("robots", ["robot_1"], "the fleet's robot namespaces",
+              check=lambda v: None if v else "is empty"),
+    ParamSpec("server_timeout_s", 0.8, "a server unheard this long has failed and loses "
+              "its robots (s; a few heartbeat periods)", 0.05, 60.0),
+    ParamSpec("settle_s", 1.5, "wait at least this long for the servers' first heartbeats "
+              "before the first assignment (s)", 0.0, 60.0),
+    ParamSpec("expected_servers", 0, "then wait until this many servers are heard (models "
+              "load at different speeds), at most startup_timeout_s (0: do not wait)",
+              0, 10_000),
+    ParamSpec("startup_timeout_s", 120.0, "longest wait for expected_servers (s)", 0.0,
+              3600.0),
+    ParamSpec("budget_window_s", 60.0, "time constant of each robot's mean budget, which "
+              "places moving robots so that tight ones spread (s)", 1.0, 86_400.0),
+]
+
+
+class FleetManager(Node):
+    """The fleet manager; see the module docstring."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("fleet_manager", **kwargs)
+        p = declare_params(self, PARAMS)
+        robots = parse_robots(list(p["robots"]))
+        self.roster = Roster(robots, server_timeout_s=p["server_timeout_s"],
+                             budget_window_s=p["budget_window_s"])
+        self._start = time.monotonic()
+        self._settle = p["settle_s"]
+        self._expected = p["expected_servers"]
+        self._startup_timeout = max(p["startup_timeout_s"], self._settle)
+        self._last: Change | None = None
+        self._pub = self.create_publisher(FleetAssignment, ASSIGNMENT_TOPIC, LATCHED_QOS)
+        self._diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(ServerStatus, SERVERS_TOPIC, self._on_status, 50)
+        for robot in robots:
+            self.create_subscription(ExecutorStats, f"{robot}/executor_stats",
+                                     lambda m, r=robot: self._on_executor(r, m), 10)
+        self.create_timer(0.05, self._update)
+        self.create_timer(1.0, self._publish_diagnostics)
+        self.get_logger().info(f"managing {len(robots)} robots; servers time out after "
+                               f"{p['server_timeout_s']:g} s")
+
+    def _on_status(self, msg: ServerStatus) -> None:
+        if not msg.server_name:
+            return
+        self.roster.heard(Heartbeat(
+            msg.server_name, time.monotonic(), int(msg.capacity), frozenset(msg.candidates),
+            tuple(msg.serving), float(msg.attainment), bool(msg.accepting)))
+
+    def _on_executor(self, robot: str, msg: ExecutorStats) -> None:
+        self.roster.budget(robot, msg.budget_ms / 1e3, time.monotonic())
+
+    def _update(self) -> None:
+        now = time.monotonic()
+        waited = now - self._start
+        if self._last is None and (waited < self._settle or (
+                len(self.roster.live(now)) < self._expected
+                and waited < self._startup_timeout)):
+            return
+        change = self.roster.update(now)
+        if change is None:
+            return
+        self._last = change
+        msg = FleetAssignment(epoch=change.epoch, robots=list(change.assignment),
+                              servers=[s or "" for s in change.assignment.values()],
+                              live_servers=[o.name for o in change.offers],
+                              capacities=[o.capacity for o in change.offers],
+                              reason=change.reason)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._pub.publish(msg)
+        counts = {o.name: sum(s == o.name for s in change.assignment.values())
+                  for o in change.offers}
+        text = (f"assignment {change.epoch}: {change.reason}; robots per server {counts}; "
+                f"moved {change.moved or 'none'}"
+                + (f"; NO SERVER for {change.unassigned}" if change.unassigned else ""))
+        # rclpy fixes each call site's severity: one site per level.
+        if change.unassigned or self.roster.lost:
+            self.get_logger().warning(text)
+        else:
+            self.get_logger().info(text)
+
+    def _publish_diagnostics(self) -> None:
+        diag = DiagnosticArray()
+        diag.header.stamp = self.get_clock().now().to_msg()
+        change = self._last
+        if change is None:
+            diag.status.append(DiagnosticStatus(
+                level=DiagnosticStatus.WARN, name="xinfer/fleet_manager",
+                message="waiting for servers' heartbeats", hardware_id=self.get_name()))
+            self._diag.publish(diag)
+            return
+        capacity = [o.capacity for o in change.offers]
+        total = "unstated" if not capacity or 0 in capacity else str(sum(capacity))
+        level = DiagnosticStatus.OK
+        text = f"{len(change.assignment)} robots on {len(change.offers)} servers"
+        if not change.offers:
+            level, text = DiagnosticStatus.ERROR, "no live server"
+        elif change.unassigned:
+            level = DiagnosticStatus.WARN
+            text = (f"{len(change.unassigned)} robots have no server: the fleet exceeds the "
+                    f"servers' capacity ({total})")
+        values = [KeyValue(key="epoch", value=str(change.epoch)),
+                  KeyValue(key="capacity", value=total),
+                  KeyValue(key="lost_servers", value=",".join(sorted(self.roster.lost)))]
+        values += [KeyValue(key=f"server/{o.name}", value=str(
+            sum(s == o.name for s in change.assignment.values()))) for o in change.offers]
+        diag.status.append(DiagnosticStatus(level=level, name="xinfer/fleet_manager",
+                                            message=text, hardware_id=self.get_name(),
+                                            values=values))
+        for robot in change.unassigned:
+            diag.status.append(DiagnosticStatus(
+                level=DiagnosticStatus.WARN, name=f"xinfer/fleet_manager/robots/{robot}",
+                hardware_id=robot, message=f"no server has room (capacity {total}): "
+                "not served"))
+        self._diag.publish(diag)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the manager until SIGINT; return the exit status."""
+    from xinfer_ros.nodes.runtime import spin_node
+
+    return spin_node(FleetManager, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
