@@ -32,7 +32,8 @@ ARGUMENTS = {
                    "sections (default: share/xinfer_ros/config/fleet.yaml)"),
     "use_sim_time": ("false", "every node follows /clock"),
     "openpi_port": ("", "also serve openpi clients on this port (default: from config)"),
-    "servers": ("1", "inference servers (server_0, server_1, ...); robots dealt round-robin"),
+    "servers": ("1", "inference servers (server_0, server_1, ...); more than one adds the "
+                     "fleet_manager, which assigns the robots to them"),
 }
 
 

@@ -328,7 +328,7 @@ def test_an_unserved_robot_sends_nothing_and_says_why(managed: Harness) -> None:
     assert len(managed.requests) == count
     assert not managed.executor_node.assigned
     status = managed.diagnostics[-1].status[0]
-    assert status.level == DiagnosticStatus.WARN and "capacity" in status.message
+    assert status.level == DiagnosticStatus.WARN and "no live server has room" in status.message
     _assign(managed, 3, "server_b", robots=("other_robot",))
     managed.spin(0.3)
     assert "not in the fleet assignment" in managed.diagnostics[-1].status[0].message

@@ -2,7 +2,7 @@
 
 :func:`assign` maps robots to live servers so that
 
-* no server gets more robots than its capacity (a server stating no capacity has none);
+* no server gets more robots than its capacity (0 states none: no limit);
 * load is balanced by capacity: robots go one at a time to the server whose load
   fraction (robots / capacity) stays lowest, so a server twice as large gets twice the
   robots, and equal servers get equal shares (±1); a server stating no capacity counts
@@ -11,8 +11,10 @@
 * assignments are sticky: a robot stays on its previous server while that server is
   live, may serve it and is within its share. A server that joins takes only the robots
   its share needs; a failed server's robots are the only ones that move;
-* robots no server can take (the fleet exceeds total capacity, or no live server has
-  them on its allowlist) are unassigned (``None``), never silently overloaded.
+* as many robots as capacities and allowlists allow are served (robots move aside for
+  one only a full server may serve); the others (the fleet exceeds total capacity, or
+  no live server has them on its allowlist) are unassigned (``None``), never silently
+  overloaded.
 
 The result is deterministic: the same inputs give the same assignment (names break ties).
 """
@@ -158,7 +160,40 @@ def assign(robots: Sequence[str], offers: Sequence[ServerOffer],
         else:
             best = min(under, key=lambda o: (count[o.name] / max(1, target[o.name]), o.name))
         place(robot, best.name)
+    # Allowlists can leave a robot out while others could move aside to make room for
+    # it: serve as many robots as the capacities and allowlists allow.
+    rooms = {o.name: _room(o, len(eligible)) for o in offers}
+    for robot in [r for r in eligible if result[r] is None]:
+        _augment(robot, result, count, rooms, by_name)
     return result
+
+
+def _augment(robot: str, result: dict[str, str | None], count: dict[str, int],
+             rooms: Mapping[str, int], offers: Mapping[str, ServerOffer]) -> None:
+    """Place ``robot`` by moving a chain of robots to servers with room, if one exists.
+
+    Breadth first over servers, so the chain moves as few robots as possible.
+    """
+    start = sorted(n for n, o in offers.items() if o.may_serve(robot))
+    parent: dict[str, tuple[str, str] | None] = dict.fromkeys(start)  # server -> (from, robot)
+    queue = list(start)
+    while queue:
+        server = queue.pop(0)
+        if count[server] < rooms[server]:
+            # Walk the chain back: each robot moves one server along it.
+            count[server] += 1
+            link = parent[server]
+            while link is not None:
+                source, mover = link
+                result[mover] = server
+                server, link = source, parent[source]
+            result[robot] = server
+            return
+        for mover in sorted(r for r, s in result.items() if s == server):
+            for target in sorted(n for n, o in offers.items() if o.may_serve(mover)):
+                if target not in parent:
+                    parent[target] = (server, mover)
+                    queue.append(target)
 
 
 def moved(before: Mapping[str, str | None], after: Mapping[str, str | None]) -> list[str]:

@@ -95,15 +95,15 @@ def takeover_gaps(server: str, at: float, answers: Mapping[str, Sequence[Answer]
                   ) -> dict[str, float]:
     """How long robots that ``server`` took over at ``at`` went without an OK chunk.
 
-    A robot was taken over when its first chunk after ``at`` came from ``server`` and
-    its last chunk before ``at`` from another. Its gap runs from its last OK chunk
-    before the first OK chunk of ``server`` to that chunk (s).
+    A robot was taken over when its last chunk before ``at`` came from another server
+    and ``server`` answered it after ``at``. Its gap runs from its last OK chunk before
+    the first OK chunk of ``server`` to that chunk (s).
     """
     gaps = {}
     for robot, seen in answers.items():
         before = [a for a in seen if a[0] < at]
         after = [a for a in seen if a[0] >= at]
-        if not before or not after or before[-1][1] == server or after[0][1] != server:
+        if not before or before[-1][1] == server or all(a[1] != server for a in after):
             continue
         first = next((t for t, source, ok in after if ok and source == server), None)
         last = max((t for t, _, ok in seen if ok and first is not None and t < first),

@@ -4,8 +4,9 @@ Servers announce themselves with heartbeats; a server unheard for ``server_timeo
 (or one that says it is not accepting) is gone. The assignment
 (:func:`xinfer_ros.fleet.assignment.assign`) is recomputed only when the set of live
 servers, their capacities or their allowlists change, never because a robot's budget
-moved: budgets only decide where a robot that has to move goes. Each change raises
-the epoch by one and says why.
+moved: budgets only decide where a robot that has to move goes. A server that failed
+rejoins only after beating steadily for ``rejoin_after_s``. Each change raises the
+epoch by one and says why.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from dataclasses import dataclass, field
 
 from xinfer_ros.fleet.assignment import ServerOffer, assign, moved, tight_robots
 
-__all__ = ["Change", "Heartbeat", "Roster"]
+__all__ = ["REJOIN_AFTER_S", "SERVER_TIMEOUT_S", "Change", "Heartbeat", "Roster"]
+
+#: A server unheard this long has failed (s): four heartbeats of 0.2 s.
+SERVER_TIMEOUT_S = 0.8
+#: A failed server heard again takes robots back only after beating this long (s), so a
+#: server that stalls now and then does not pull robots back and forth.
+REJOIN_AFTER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -78,11 +85,13 @@ class Roster:
         robots: The fleet's robots.
         server_timeout_s: A server unheard this long is gone (s).
         budget_window_s: Time constant of each robot's mean budget (s).
+        rejoin_after_s: A failed server must beat this long before it rejoins (s).
     """
 
     robots: Sequence[str]
-    server_timeout_s: float = 0.8
+    server_timeout_s: float = SERVER_TIMEOUT_S
     budget_window_s: float = 60.0
+    rejoin_after_s: float = REJOIN_AFTER_S
     heartbeats: dict[str, Heartbeat] = field(default_factory=dict)
     assignment: dict[str, str | None] = field(default_factory=dict)
     epoch: int = 0
@@ -91,11 +100,19 @@ class Roster:
     _mean_budget: dict[str, tuple[float, float]] = field(default_factory=dict)
     _key: tuple | None = None
     _live: tuple[ServerOffer, ...] = ()
+    #: Failed servers heard again -> since when.
+    _returning: dict[str, float] = field(default_factory=dict)
 
     def heard(self, beat: Heartbeat) -> None:
         """Record a server's announcement."""
+        previous = self.heartbeats.get(beat.server)
+        if not beat.accepting:
+            self._returning.pop(beat.server, None)
+        elif beat.server in self.lost and (
+                beat.server not in self._returning or previous is None
+                or beat.at - previous.at > self.server_timeout_s):
+            self._returning[beat.server] = beat.at  # back, or back again after a silence
         self.heartbeats[beat.server] = beat
-        self.lost.pop(beat.server, None)
 
     def budget(self, robot: str, budget_s: float, now: float) -> None:
         """Fold a robot's current budget (s) into its running mean."""
@@ -106,9 +123,14 @@ class Roster:
         self._mean_budget[robot] = (mean + (budget_s - mean) * weight, now)
 
     def live(self, now: float) -> tuple[ServerOffer, ...]:
-        """The servers heard within the timeout and accepting, by name."""
-        return tuple(b.offer() for _, b in sorted(self.heartbeats.items())
-                     if now - b.at <= self.server_timeout_s and b.accepting)
+        """The servers heard within the timeout and accepting, by name.
+
+        A server that failed counts again once it has beaten for ``rejoin_after_s``.
+        """
+        return tuple(b.offer() for name, b in sorted(self.heartbeats.items())
+                     if now - b.at <= self.server_timeout_s and b.accepting
+                     and (name not in self.lost
+                          or now - self._returning.get(name, now) >= self.rejoin_after_s))
 
     def update(self, now: float) -> Change | None:
         """Recompute the assignment if the live servers changed; ``None`` if not."""
@@ -117,7 +139,11 @@ class Roster:
         if key == self._key:
             return None
         reason = self._why(offers, now)
-        previous = self.assignment or self._seed()
+        for offer in offers:
+            self.lost.pop(offer.name, None)
+            self._returning.pop(offer.name, None)
+        # Until some robot has a server, start from what the servers report serving.
+        previous = self.assignment if any(self.assignment.values()) else self._seed()
         tight = tight_robots({r: m for r, (m, _) in self._mean_budget.items()})
         after = assign(list(self.robots), offers, previous, tight)
         self._key, self._live = key, offers
@@ -145,7 +171,8 @@ class Roster:
                 parts.append(f"{name} stopped accepting")
             else:
                 parts.append(f"{name} lost (no heartbeat for {self.server_timeout_s:g} s)")
-        parts += [f"{name} joined (capacity {after[name].capacity or 'unstated'})"
+        parts += [f"{name} {'rejoined' if name in self.lost else 'joined'} (capacity "
+                  f"{after[name].capacity or 'unstated'})"
                   for name in sorted(after.keys() - before.keys())]
         parts += [f"{name} changed its capacity or allowlist"
                   for name in sorted(after.keys() & before.keys()) if after[name] != before[name]]

@@ -180,7 +180,7 @@ def _for_this_server(data: bytes) -> bytes:
     """A recorded request addressed to no server in particular.
 
     A bag recorded from a fleet of several servers has each request addressed to one of
-    them by name; the replay's server answers only requests addressed to no server.
+    them by name; the replay's server would ignore those not addressed to it.
     """
     msg = deserialize_message(data, PolicyRequest)
     if not msg.server:

@@ -9,8 +9,9 @@ sticky) and publishes it latched on ``xinfer/assignment``
 sends its requests to its assigned server only.
 
 A server unheard for ``server_timeout_s`` loses its robots to the others at once (the
-executors resend to their new server without waiting for their request timeout). A
-server that joins takes only its share. Robots no server has room for are listed with
+executors resend to their new server without waiting for their request timeout); heard
+again, it takes robots back after beating for ``rejoin_after_s``. A server that joins
+takes only its share. Robots no server has room for are listed with
 an empty server: their executors send nothing and say so, and so does this node on
 ``/diagnostics``. Each robot's mean budget (from its ``executor_stats``) decides where
 a robot that has to move goes, never whether it moves.
@@ -32,7 +33,13 @@ from rclpy.node import Node
 
 from xinfer_ros.fleet.assignment import ASSIGNMENT_TOPIC, SERVERS_TOPIC
 from xinfer_ros.fleet.plan import parse_robots
-from xinfer_ros.fleet.roster import Change, Heartbeat, Roster
+from xinfer_ros.fleet.roster import (
+    REJOIN_AFTER_S,
+    SERVER_TIMEOUT_S,
+    Change,
+    Heartbeat,
+    Roster,
+)
 from xinfer_ros.msg import ExecutorStats, FleetAssignment, ServerStatus
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.qos import LATCHED_QOS
@@ -43,8 +50,10 @@ __all__ = ["ASSIGNMENT_TOPIC", "PARAMS", "SERVERS_TOPIC", "FleetManager", "main"
 PARAMS = [
     ParamSpec("robots", ["robot_1"], "the fleet's robot namespaces",
               check=lambda v: None if v else "is empty"),
-    ParamSpec("server_timeout_s", 0.8, "a server unheard this long has failed and loses "
-              "its robots (s; a few heartbeat periods)", 0.05, 60.0),
+    ParamSpec("server_timeout_s", SERVER_TIMEOUT_S, "a server unheard this long has failed "
+              "and loses its robots (s; a few heartbeat periods)", 0.05, 60.0),
+    ParamSpec("rejoin_after_s", REJOIN_AFTER_S, "a failed server heard again takes robots "
+              "back after beating this long (s)", 0.0, 3600.0),
     ParamSpec("settle_s", 1.5, "wait at least this long for the servers' first heartbeats "
               "before the first assignment (s)", 0.0, 60.0),
     ParamSpec("expected_servers", 0, "then wait until this many servers are heard (models "
@@ -65,7 +74,8 @@ class FleetManager(Node):
         p = declare_params(self, PARAMS)
         robots = parse_robots(list(p["robots"]))
         self.roster = Roster(robots, server_timeout_s=p["server_timeout_s"],
-                             budget_window_s=p["budget_window_s"])
+                             budget_window_s=p["budget_window_s"],
+                             rejoin_after_s=p["rejoin_after_s"])
         self._start = time.monotonic()
         self._settle = p["settle_s"]
         self._expected = p["expected_servers"]
@@ -139,8 +149,8 @@ class FleetManager(Node):
             level, text = DiagnosticStatus.ERROR, "no live server"
         elif change.unassigned:
             level = DiagnosticStatus.WARN
-            text = (f"{len(change.unassigned)} robots have no server: the fleet exceeds the "
-                    f"servers' capacity ({total})")
+            text = (f"{len(change.unassigned)} robots have no server: the live servers' "
+                    f"capacity ({total}) or allowlists leave them out")
         values = [KeyValue(key="epoch", value=str(change.epoch)),
                   KeyValue(key="capacity", value=total),
                   KeyValue(key="lost_servers", value=",".join(sorted(self.roster.lost)))]
@@ -152,8 +162,8 @@ class FleetManager(Node):
         for robot in change.unassigned:
             diag.status.append(DiagnosticStatus(
                 level=DiagnosticStatus.WARN, name=f"xinfer/fleet_manager/robots/{robot}",
-                hardware_id=robot, message=f"no server has room (capacity {total}): "
-                "not served"))
+                hardware_id=robot, message=f"not served: no live server has room for it "
+                f"(capacity {total}) or may serve it"))
         self._diag.publish(diag)
 
 

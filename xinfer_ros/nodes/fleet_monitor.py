@@ -81,6 +81,16 @@ class FleetMonitor(Node):
         sent = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9 - self.t0
         with self._lock:
             obs = self.robots[robot]
+            if msg.server:
+                # A request to another server: the robot switched and abandoned those in
+                # flight to the one it left. They count as unanswered; their late answers
+                # are not the robot's responses.
+                for seq, (at, budget, to) in list(obs.pending.items()):
+                    if to and to != msg.server:
+                        del obs.pending[seq]
+                        obs.records.append(ResponseRecord(at, None, budget, ok=False,
+                                                          robot=obs.index))
+                        obs.served_by.append(to)
             obs.pending[msg.seq] = (sent, msg.budget_ms / MS_PER_S, msg.server)
             obs.addressed = msg.server
 
@@ -94,11 +104,8 @@ class FleetMonitor(Node):
             obs.statuses[STATUS_NAMES.get(msg.status, str(msg.status))] += 1
             obs.answers.append((now, msg.server, ok))
             obs.left_server_chunks += bool(obs.addressed) and msg.server != obs.addressed
-            sent = obs.pending.get(msg.seq)
-            # Only the addressed server's answer counts: a late one of a server the robot
-            # left is not the response its executor applies.
-            if sent is not None and (not sent[2] or sent[2] == msg.server):
-                del obs.pending[msg.seq]
+            sent = obs.pending.pop(msg.seq, None)
+            if sent is not None:
                 obs.records.append(ResponseRecord(
                     send_time=sent[0], response_time=now, budget=sent[1], ok=ok,
                     robot=obs.index))

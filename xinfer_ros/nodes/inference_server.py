@@ -92,6 +92,9 @@ _TRANSPORT_TOPICS = {"raw": ("image_raw", Image, "sensor_msgs/msg/Image"),
 # reported by the periodic graph check instead (_check_graph).
 _NO_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
 
+#: A heartbeat lists the robots whose requests arrived this recently (s).
+_SERVING_WINDOW_S = 2.0
+
 #: How each ``ActionChunk`` status counts in the statistics.
 _OUTCOMES = {ActionChunk.STATUS_OK: Outcome.OK, ActionChunk.STATUS_SHED: Outcome.SHED,
              ActionChunk.STATUS_REJECTED: Outcome.FAILED, ActionChunk.STATUS_ERROR: Outcome.FAILED}
@@ -428,10 +431,13 @@ class InferenceServer(Node):
 
     def _announce(self) -> None:
         """The heartbeat the fleet manager assigns robots by."""
-        robots, total = self.ledger.summaries(time.monotonic(), self.params["stats_window_s"])
+        now = time.monotonic()
+        _, total = self.ledger.summaries(now, self.params["stats_window_s"])
+        # Short: a robot that moved away lately is not claimed by two servers.
+        recent, _ = self.ledger.summaries(now, _SERVING_WINDOW_S)
         msg = ServerStatus(server_name=self.params["server_name"],
                            capacity=self.params["capacity"], candidates=list(self._robots),
-                           serving=[r.robot_id for r in robots if r.requests],
+                           serving=[r.robot_id for r in recent if r.requests],
                            attainment=float(total.attainment),
                            accepting=bool(self.engine.running))
         msg.header.stamp = self.get_clock().now().to_msg()

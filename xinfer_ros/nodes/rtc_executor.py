@@ -392,8 +392,8 @@ class RtcExecutor(Node):
         except (ValueError, IndexError):
             server, why = "", f"not in the fleet assignment (epoch {msg.epoch})"
         else:
-            why = ("no server has room for this robot: the fleet exceeds its servers' "
-                   f"capacity (assignment {msg.epoch})")
+            why = ("no live server has room for this robot or may serve it (fleet "
+                   f"assignment {msg.epoch}: {msg.reason})")
         if server == self.server and self.assigned == bool(server):
             self._unassigned_why = "" if server else why
             return

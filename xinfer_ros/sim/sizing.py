@@ -1,9 +1,9 @@
 """Sizing a site: how many servers of one rate table a fleet of N robots needs.
 
 The answer comes from the simulator, under the assignment rule a multi-server fleet
-uses: robots are dealt to servers round-robin over their budget phases, so every
-server gets the same workload mix and a share of ``N // S`` or ``N // S + 1`` robots
-(tight-budget robots spread evenly). First the ERC of one server on the workload is
+uses (:func:`xinfer_ros.fleet.assignment.assign` for equal servers): every server gets
+a share of ``N // S`` or ``N // S + 1`` robots with tight-budget robots spread evenly,
+so every server sees the same workload mix. First the ERC of one server on the workload is
 searched; ``S = ceil(N / ERC)`` servers are then checked by simulating each share
 size, and one more server is added while a share fails (passing is not monotone in
 the robot count, so a share at or below the ERC can still fail).
