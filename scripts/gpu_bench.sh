@@ -69,7 +69,7 @@ print("[check] xinfer_ros imports ok")
 from xinfer_ros.engine import EngineConfig, StageEngine, make_backend
 be = make_backend("torch", model="pi0-tiny", device="cpu" if dry else "cuda", dtype=dtype)
 with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as eng:
-    r = eng.submit(be.example_inputs(0, None), 60_000.0, "check").result(300)
+    r = eng.submit(be.example_inputs(0, None), 60.0, "check").result(300)
 assert r.ok and r.actions is not None and r.actions.shape == be.action_shape, (r.status, r.reason)
 print(f"[check] pi0-tiny request ok on {be.device} in {dtype}: {r.timings.total_ms:.1f} ms")
 PY

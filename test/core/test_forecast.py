@@ -65,3 +65,13 @@ def test_arrival_history_stays_bounded_over_an_hour_for_every_policy(name: str) 
         stored = sum(len(times) for _, times in policy.forecaster._groups.values())
         assert stored <= robots * 2, (name, tick, stored)
     assert policy.requests == {}
+
+
+def test_an_arrival_reported_late_takes_its_place() -> None:
+    in_order, late = ArrivalForecaster(window=1.0), ArrivalForecaster(window=1.0)
+    for t in (0.10, 0.20, 0.30):
+        in_order.observe(t, 0.09)
+    for t in (0.10, 0.30, 0.20):  # two CPU workers finished preparing out of order
+        late.observe(t, 0.09)
+    assert late.groups(0.35) == in_order.groups(0.35)
+    assert late.forecasts(0.35, 1.0) == in_order.forecasts(0.35, 1.0)

@@ -24,13 +24,13 @@ def backend():  # type: ignore[no-untyped-def]
 def test_tiny_model_engine_run_returns_actions(backend) -> None:  # type: ignore[no-untyped-def]
     engine = StageEngine(backend, "xinfer", EngineConfig(slots=(2, 2, 2)))
     with engine:
-        first = engine.submit(backend.example_inputs(0, None), 2000.0, "r0")
-        second = engine.submit(backend.example_inputs(1, None), 2000.0, "r1")
+        first = engine.submit(backend.example_inputs(0, None), 2.0, "r0")
+        second = engine.submit(backend.example_inputs(1, None), 2.0, "r1")
         r0, r1 = first.result(60), second.result(60)
-        rtc = engine.submit(backend.example_inputs(0, r0.actions), 2000.0, "r0").result(60)
+        rtc = engine.submit(backend.example_inputs(0, r0.actions), 2.0, "r0").result(60)
         bad_inputs = dict(backend.example_inputs(2, None))
         bad_inputs["images"] = bad_inputs["images"][:1]
-        bad = engine.submit(bad_inputs, 2000.0, "r2").result(60)
+        bad = engine.submit(bad_inputs, 2.0, "r2").result(60)
     for r in (r0, r1, rtc):
         assert r.status is Status.OK, r.reason
         assert not r.emulated
@@ -53,8 +53,8 @@ def test_action_worker_process_matches_in_thread_action(backend) -> None:  # typ
         results = []
         for be in (backend, proc_backend):
             with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
-                first = engine.submit(be.example_inputs(3, None), 5000.0, "r").result(60)
-                rtc = engine.submit(be.example_inputs(3, first.actions), 5000.0, "r").result(60)
+                first = engine.submit(be.example_inputs(3, None), 5.0, "r").result(60)
+                rtc = engine.submit(be.example_inputs(3, first.actions), 5.0, "r").result(60)
             assert first.ok and rtc.ok, (first.reason, rtc.reason)
             results.append((first.actions, rtc.actions))
         (a0, b0), (a1, b1) = results

@@ -45,11 +45,11 @@ class RecordingEngine:
         self.inputs: list[Any] = []
         self.max_live = 0
 
-    def submit(self, inputs: Any, budget_ms: float, robot_id: str, callback: Any = None) -> Any:
-        fut = self.inner.submit(inputs, budget_ms, robot_id, callback)
+    def submit(self, inputs: Any, budget: float, robot_id: str, callback: Any = None) -> Any:
+        fut = self.inner.submit(inputs, budget, robot_id, callback)
         with self.lock:
             self.robots.append(robot_id)
-            self.budgets.append(budget_ms)
+            self.budgets.append(round(budget * 1e3, 9))  # ms, as the clients sent them
             self.inputs.append(inputs)
             self.max_live = max(self.max_live, self.inner.live_count())
         return fut

@@ -143,11 +143,11 @@ def test_options_defaults_and_overrides() -> None:
     kw = {"default_budget_ms": 180.0, "max_budget_ms": 1000.0, "horizon": 16,
           "action_dim": 14, "out_dim": 7}
     o = parse_options({}, **kw)
-    assert (o.robot_id, o.budget_ms, o.prev_chunk, o.commit_steps, o.seed) == \
-        (None, 180.0, None, 0, None)
+    assert (o.robot_id, o.budget, o.prev_chunk, o.commit_steps, o.seed) == \
+        (None, 0.180, None, 0, None)
     o = parse_options({"xinfer/budget_ms": 90, "xinfer/robot_id": "arm-1",
                        "xinfer/prev_chunk": np.ones((16, 7)), "xinfer/seed": 3}, **kw)
-    assert o.budget_ms == 90.0 and o.robot_id == "arm-1" and o.seed == 3
+    assert o.budget == 0.090 and o.budget_ms == 90.0 and o.robot_id == "arm-1" and o.seed == 3
     assert o.prev_chunk.shape == (16, 14) and o.prev_chunk[:, 7:].sum() == 0
     assert o.commit_steps == 8
     o = parse_options({"xinfer": {"prev_chunk": np.ones((16, 14)), "commit_steps": 4}}, **kw)

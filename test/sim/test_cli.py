@@ -97,3 +97,20 @@ def test_phase_spread_flag_reaches_the_config(tmp_path: Path) -> None:
                  "--phase-spread", *SHORT, "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["rounds"][0]["config"]["phase_spread"] is True
+
+
+def test_predictor_error_is_calibrated_reported_and_refused_below_its_floor(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.json"
+    assert main(["run", "--robots", "10", "--rounds", "2", *SHORT,
+                 "--predictor-error-ms", "2.0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "prediction error: running-stage MAE" in text and "MAE:" in text
+    data = json.loads(out.read_text())
+    calibration = data["prediction_error"]
+    assert calibration["target_ms"] == 2.0 and calibration["robots"] == 10
+    assert abs(calibration["mae_ms"] - 2.0) < 0.3 and calibration["rate_error"] > 0
+    maes = [r["prediction"]["mae_ms"] for r in data["rounds"]]
+    assert all(1.4 < m < 2.6 for m in maes), maes  # each round measures its own
+    with pytest.raises(SystemExit, match="below what the predictor errs"):
+        main(["run", "--robots", "10", "--rounds", "1", *SHORT, "--predictor-error-ms", "0.1"])

@@ -64,3 +64,20 @@ def test_noise_is_seeded_and_mean_preserving() -> None:
     mean = sum(a) / len(a)
     assert mean == pytest.approx(W[0], rel=0.02)
     assert min(a) < W[0] < max(a)
+
+
+def test_rate_error_is_one_fixed_factor_per_state_whatever_the_order() -> None:
+    def durations(order: list[int], seed: int) -> dict[int, float]:
+        gpu = GpuModel(_rate, W, (0.0, 0.0, 0.0), (2, 2, 2), rate_error=0.3, seed=seed)
+        out = {}
+        for stage in order:  # one unit alone at a time: state (0, 0, 0) per stage
+            gpu.issue(stage, stage, 0.0)
+            out[stage] = gpu.pop_finished(gpu.next_finish).finish
+        return out
+
+    first, again = durations([0, 1, 2], 7), durations([2, 0, 1], 7)
+    assert first == pytest.approx(again)
+    assert first != pytest.approx({s: W[s] for s in range(3)})  # the table is off
+    assert durations([0, 1, 2], 8) != pytest.approx(first)      # another seed, other errors
+    with pytest.raises(ValueError, match="rate_error"):
+        GpuModel(_rate, W, H, (1, 1, 1), rate_error=-0.1)

@@ -58,11 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _smoke(backend: Backend) -> dict[str, Any]:
     """One request through a fresh engine: status OK and an (H, D) chunk."""
     with StageEngine(backend, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
-        first = engine.submit(backend.example_inputs(0, None), 10_000.0, "smoke").result(600)
+        first = engine.submit(backend.example_inputs(0, None), 10.0, "smoke").result(600)
         if not first.ok:
             raise SystemExit(f"smoke request failed: {first.status.name} {first.reason}")
         t0 = time.perf_counter()
-        again = engine.submit(backend.example_inputs(0, first.actions), 10_000.0,
+        again = engine.submit(backend.example_inputs(0, first.actions), 10.0,
                               "smoke").result(600)
         warm_ms = (time.perf_counter() - t0) * 1e3
     shape = None if again.actions is None else tuple(again.actions.shape)

@@ -16,6 +16,7 @@ Every sub-command prints a table and can write JSON (``--json FILE``) and PNGs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -114,6 +115,13 @@ def _add_common(p: argparse.ArgumentParser, *, workload: bool = True) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _add_prediction_error(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--predictor-error-ms", type=float, default=None, metavar="MS",
+                   help="make the GPU stray from the predictor's table until XInfer's "
+                        "running-stage prediction MAE is MS (replaces --noise; calibrated "
+                        "on this workload and table, measured and reported per run)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the ``xinfer-sim`` argument parser."""
     parser = argparse.ArgumentParser(prog="xinfer-sim", description=__doc__.splitlines()[0])
@@ -123,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--policy", default="xinfer")
     run.add_argument("--robots", type=int, default=8)
     _add_common(run)
+    _add_prediction_error(run)
 
     erc = sub.add_parser("erc", help="effective robot capacity of one policy")
     erc.add_argument("--policy", default="xinfer")
@@ -132,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     erc.add_argument("--patience", type=int, default=1,
                      help="stop after this many consecutive failing counts")
     _add_common(erc)
+    _add_prediction_error(erc)
 
     cmp_ = sub.add_parser("compare", help="policies over a robot-count sweep, with plots")
     cmp_.add_argument("--policy", default=",".join(_BASELINES),
@@ -140,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                       default=parse_counts("8,10,12,14,15,16,18,20"))
     cmp_.add_argument("--criterion", choices=("auto", "attainment", "latency"), default="auto")
     _add_common(cmp_)
+    _add_prediction_error(cmp_)
 
     proj = sub.add_parser("project", help="App. A.1 parcels/h projection (Figure 2)")
     proj.add_argument("--policy", default="xinfer", help="comma-separated policies")
@@ -201,6 +212,8 @@ def _config(args: argparse.Namespace, policy: str, robots: int, seed: int, *,
         policy_kwargs=kwargs,
         rate_table=args.rate_table,
         noise=args.noise,
+        rate_error=getattr(args, "rate_error", 0.0),
+        audit=getattr(args, "audit", False),
         cpu_prep=args.cpu_prep_ms / 1000.0,
         tick=args.tick_ms / 1000.0,
         send_jitter=args.send_jitter_ms / 1000.0,
@@ -276,6 +289,8 @@ def _header(first: list[str]) -> list[str]:
 
 
 def _write_json(args: argparse.Namespace, name: str, data: dict[str, Any]) -> None:
+    if getattr(args, "calibration", None) is not None:
+        data = {**data, "prediction_error": dataclasses.asdict(args.calibration)}
     paths = []
     if args.json is not None:
         paths.append(args.json)
@@ -310,6 +325,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rows.append(["mean", *(_fmt(s.mean[k] * sc, sp) for k, _, sc, sp in _COLUMNS), ""])
     print(f"{args.policy} on {args.workload}, {args.robots} robots, criterion {crit.value}")
     print(_table(rows, ["", *(c[1] for c in _COLUMNS), "pass"]))
+    if args.audit:
+        print(f"running-stage prediction MAE: {_mae_ms(results):.2f} ms (mean of rounds)")
     per_budget = {k.split(".", 1)[1]: v for k, v in s.mean.items() if k.startswith("per_budget.")}
     if len(per_budget) > 1:
         ordered = sorted(per_budget.items(), key=lambda x: float(x[0]))
@@ -336,10 +353,10 @@ def _cmd_erc(args: argparse.Namespace) -> int:
 
     def report(n: int, verdicts: list[bool]) -> None:
         s = summarize_rounds([r.metrics for r in per_count[n]])
-        print(_table([_summary_row([str(n)], s, verdicts)], _header(["robots"]))
-              if n == min(per_count) else
-              _table([_summary_row([str(n)], s, verdicts)], _header(["robots"])).splitlines()[1],
-              flush=True)
+        lines = _table([_summary_row([str(n)], s, verdicts)], _header(["robots"])).splitlines()
+        if args.audit:
+            lines[1] += f"  MAE {_mae_ms(per_count[n]):.2f} ms"
+        print("\n".join(lines if n == min(per_count) else lines[1:]), flush=True)
 
     print(f"ERC of {args.policy} on {args.workload}, criterion {crit.value}")
     res = search_erc(evaluate, crit, min(args.robots), max(args.robots),
@@ -389,6 +406,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
           f"{args.duration:g} s simulated, wall {wall:.1f} s")
     print(_table(rows, _header(["policy", "robots"])))
     print("ERC: " + ", ".join(f"{p} {e.erc} (fails at {e.failing})" for p, e in ercs.items()))
+    if args.audit:
+        print("running-stage prediction MAE (ms): " + ", ".join(
+            f"{p} x{n} {_mae_ms(rs):.2f}" for (p, n), rs in grid.items()))
     data: dict[str, Any] = {
         "command": "compare", "workload": args.workload, "criterion": crit.value,
         "rounds": args.rounds, "duration_s": args.duration, "wall_s": wall,
@@ -583,7 +603,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--rounds must be >= 1")
     if not args.duration > args.warmup:
         raise SystemExit("--duration must exceed --warmup")
+    args.audit, args.rate_error, args.calibration = False, 0.0, None
+    if getattr(args, "predictor_error_ms", None) is not None:
+        _apply_prediction_error(args)
     return _COMMANDS[args.command](args)
+
+
+def _apply_prediction_error(args: argparse.Namespace) -> None:
+    """Set the error model's sigmas from ``--predictor-error-ms`` (calibrated here).
+
+    The error belongs to the GPU, not to a policy: every policy runs with the same
+    sigmas. They are calibrated on XInfer's predictor when XInfer is among the policies
+    (the paper reports its MAE), else on the first policy, at the run's robot count
+    (the middle of a sweep) on the first seed; every run then reports its own MAE.
+    """
+    from xinfer_ros.sim.prediction_error import PredictionErrorTargetError, calibrate
+    from xinfer_ros.sim.runner import round_seeds
+
+    counts = [args.robots] if isinstance(args.robots, int) else sorted(args.robots)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    policy = "xinfer" if "xinfer" in policies else policies[0]
+    cfg = _config(args, policy, counts[len(counts) // 2], round_seeds(args.seed, 1)[0])
+    try:
+        calibration = calibrate(cfg, args.predictor_error_ms)
+    except PredictionErrorTargetError as exc:
+        raise SystemExit(f"error: --predictor-error-ms: {exc}") from None
+    args.noise, args.rate_error, args.audit = calibration.noise, calibration.rate_error, True
+    args.calibration = calibration
+    print(calibration.describe(), flush=True)
+
+
+def _mae_ms(results: Sequence[RunResult]) -> float:
+    """Mean over rounds of the audited running-stage MAE (ms; NaN when not audited)."""
+    values = [r.prediction["mae_ms"] for r in results
+              if r.prediction is not None and "mae_ms" in r.prediction]
+    return sum(values) / len(values) if values else math.nan
 
 
 if __name__ == "__main__":

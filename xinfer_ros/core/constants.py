@@ -27,6 +27,7 @@ __all__ = [
     "H_STAGE",
     "KEYFRAME_SPACING",
     "LINK_DELAY",
+    "MAX_BUDGET",
     "MAX_LIVE_REQUESTS",
     "MEASUREMENT_WINDOW",
     "MULTI_BUDGETS",
@@ -68,6 +69,8 @@ LINK_DELAY: Final[float] = DELTA / 2
 POLICY_TICK: Final[float] = 2.0e-3
 #: Requests a server holds at once before it sheds (backpressure bound).
 MAX_LIVE_REQUESTS: Final[int] = 64
+#: No response budget is longer (s): a larger one is a unit mistake (ms taken for s).
+MAX_BUDGET: Final[float] = 3600.0
 #: Run length and measurement window of a round: warm-up 30 s, measured [30, 210) s.
 RUN_DURATION: Final[float] = 210.0
 MEASUREMENT_WINDOW: Final[tuple[float, float]] = (30.0, RUN_DURATION)

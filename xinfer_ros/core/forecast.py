@@ -7,6 +7,7 @@ predefined tight/wide classes). For a budget seen ``k > 0`` times in the rolling
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,18 +46,23 @@ class ArrivalForecaster:
         self._groups: dict[int, tuple[float, deque[float]]] = {}
 
     def observe(self, arrival: float, budget: float) -> None:
-        """Record one server arrival (call it in non-decreasing arrival order).
+        """Record one server arrival at its own time.
 
-        Arrivals older than the window are forgotten here too, so the history stays
-        bounded for every policy, including those that never ask for forecasts.
+        Arrivals usually come in order; one reported after a later one (the engine
+        prepares requests on several CPU workers) is put in its place, so every policy
+        sees each request at its true arrival and deadline. Arrivals older than the
+        window are forgotten here too, so the history stays bounded for every policy,
+        including those that never ask for forecasts.
         """
         self.prune(arrival)
         key = round(budget / self._res)
         g = self._groups.get(key)
         if g is None:
             self._groups[key] = (budget, deque((arrival,)))
-        else:
+        elif not g[1] or arrival >= g[1][-1]:
             g[1].append(arrival)
+        else:
+            bisect.insort(g[1], arrival)
 
     def prune(self, t: float) -> None:
         """Forget arrivals at or before ``t − P`` and groups that became empty."""

@@ -6,8 +6,9 @@ and whether a response met its budget through these functions, so a change to th
 contract is made here and nowhere else.
 
 Units: seconds throughout. Budgets cross the message boundary (ROS ``budget_ms``, the
-openpi ``xinfer/budget_ms`` key, the engine's ``submit``) in milliseconds and become
-seconds once, in :func:`budget_seconds`.
+openpi ``xinfer/budget_ms`` key) in milliseconds and become seconds once, there, in
+:func:`budget_seconds`; inside (the engine's ``submit``, the simulator, the policies)
+they stay seconds, checked by :func:`check_budget`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-from xinfer_ros.core.constants import DELTA, SEND_PERIOD
+from xinfer_ros.core.constants import DELTA, MAX_BUDGET, SEND_PERIOD
 from xinfer_ros.core.errors import BudgetError
 
 __all__ = [
     "MS_PER_S",
     "budget_met",
     "budget_seconds",
+    "check_budget",
     "deadline",
     "next_send",
 ]
@@ -80,3 +82,16 @@ def budget_seconds(budget_ms: object, max_ms: float = math.inf) -> float:
         upper = "inf)" if math.isinf(max_ms) else f"{max_ms:g}]"
         raise BudgetError(f"{value} outside (0, {upper} ms")
     return value / MS_PER_S
+
+
+def check_budget(budget: float) -> float:
+    """A budget in seconds, checked: in ``(0, MAX_BUDGET]``.
+
+    Raises:
+        BudgetError: Otherwise (an hour or more is taken for milliseconds given as s).
+    """
+    if isinstance(budget, bool) or not isinstance(budget, Real) or \
+            not (math.isfinite(budget) and 0.0 < budget <= MAX_BUDGET):
+        raise BudgetError(f"budget must be a number of seconds in (0, {MAX_BUDGET:g}], got "
+                          f"{budget!r}")
+    return float(budget)

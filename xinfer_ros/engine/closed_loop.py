@@ -23,7 +23,7 @@ import numpy as np
 
 from xinfer_ros.core.constants import LINK_DELAY, SEND_PERIOD
 from xinfer_ros.core.metrics import ResponseRecord
-from xinfer_ros.core.timing import MS_PER_S, next_send
+from xinfer_ros.core.timing import next_send
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineResult
@@ -143,7 +143,7 @@ def run_closed_loop(
             prev = previous[i]
         # Outside the lock: an immediate refusal runs the callback on this thread. The
         # request reached the server at t_submit, however late this thread woke.
-        engine.submit(inputs(i, prev), rec.budget * MS_PER_S, f"robot{i}",
+        engine.submit(inputs(i, prev), rec.budget, f"robot{i}",
                       callback=functools.partial(on_result, i, rec), age=now - t_submit)
     _wait_for_in_flight(clock, cond, in_flight, drain)
     run.duration = duration

@@ -40,12 +40,13 @@ import numpy as np
 
 from xinfer_ros.core.errors import BudgetError, XInferError
 from xinfer_ros.core.policy import Launch, Policy
+from xinfer_ros.core.prediction_audit import PredictionAudit
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.core.timing import MS_PER_S, budget_seconds, deadline
+from xinfer_ros.core.timing import MS_PER_S, check_budget, deadline
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.backends.base import Backend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
@@ -61,7 +62,6 @@ from xinfer_ros.engine.lanes import (
     current_lane,
     group_of,
 )
-from xinfer_ros.engine.prediction import PredictionAudit
 from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineConfig, EngineResult, Status
 
@@ -93,7 +93,7 @@ class StageEngine:
 
         engine = StageEngine(make_backend("torch", model="tiny"), "xinfer")
         engine.start()
-        engine.submit(inputs, budget_ms=90.0, robot_id="r1", callback=publish_chunk)
+        engine.submit(inputs, budget=0.090, robot_id="r1", callback=publish_chunk)
         engine.cancel("r1")               # robot left: cancelled at the next boundary
         engine.set_policy("edf")          # live requests keep running under the old one
         engine.close()
@@ -130,7 +130,6 @@ class StageEngine:
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._table = LiveTable(self.config.max_live, self.config.overflow,
                                 self.config.supersede)
-        self._last_arrival = -math.inf
         #: Dispatcher-owned: what runs, and what the slots and switches allow next.
         self._gates = ExecutionGates(self.config)
         #: Release times of OK results (phase spreading) and the arrivals they avoid.
@@ -220,7 +219,7 @@ class StageEngine:
     def submit(
         self,
         request_inputs: Any,
-        budget_ms: float,
+        budget: float,
         robot_id: str,
         callback: ResultCallback | None = None,
         *,
@@ -231,7 +230,8 @@ class StageEngine:
         Args:
             request_inputs: backend inputs (torch: mapping with ``images``,
                 ``instruction``, ``state``, optional ``prev_chunk``, ``d``, ...).
-            budget_ms: response-time budget b_j in ms (> 0).
+            budget: response-time budget b_j (s, > 0; the caller converts a message's
+                milliseconds once, with :func:`~xinfer_ros.core.timing.budget_seconds`).
             robot_id: the sending robot.
             callback: called once with the :class:`EngineResult` (on an engine thread,
                 or on the caller's thread for an immediate refusal).
@@ -246,7 +246,7 @@ class StageEngine:
         robot = str(robot_id)
         arrival = now - age if age > 0 and math.isfinite(age) else now
         try:
-            budget, refused = budget_seconds(budget_ms), ""
+            budget, refused = check_budget(budget), ""
         except BudgetError as exc:
             budget, refused = math.nan, str(exc)
         self.releases.arrived(robot, arrival, budget)
@@ -455,12 +455,10 @@ class StageEngine:
             self._finish(live, *live.drop)
             return
         now = self.clock.now()
-        # Arrivals reach the forecaster in order even when two CPU workers finish
-        # preparation out of order.
-        arrival = max(live.arrival, self._last_arrival)
-        self._last_arrival = arrival
         try:
-            req = Request(request_id=live.rid, robot_id=live.robot_id, arrival=arrival,
+            # The arrival the result's deadline counts from: the policy schedules by the
+            # same deadline (core.timing.deadline of the same arrival, budget and δ).
+            req = Request(request_id=live.rid, robot_id=live.robot_id, arrival=live.arrival,
                           budget=live.budget, delta=self.config.delta, payload=live)
             self.policy.add_request(req, now)
         except XInferError as exc:

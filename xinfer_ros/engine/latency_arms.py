@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xinfer_ros.core.constants import SEND_PERIOD
-from xinfer_ros.core.timing import next_send
+from xinfer_ros.core.timing import MS_PER_S, next_send
 
 __all__ = ["BUDGET_MS", "REPLY_TIMEOUT_S", "in_process_latencies", "percentiles",
            "run_blocking_robots"]
@@ -82,7 +82,7 @@ def in_process_latencies(robots: int, duration: float, warmup: float) -> list[fl
     inputs = engine.backend.example_inputs(0, None)
     try:
         def request(i: int) -> None:
-            engine.submit(inputs, BUDGET_MS, f"r{i}").result(timeout=REPLY_TIMEOUT_S)
+            engine.submit(inputs, BUDGET_MS / MS_PER_S, f"r{i}").result(timeout=REPLY_TIMEOUT_S)
 
         return run_blocking_robots(robots, duration, warmup, request)[0]
     finally:

@@ -294,7 +294,7 @@ class InferenceServer(Node):
             return
         self.ledger.submitted(robot)
         # The deadline counts from the arrival, not from the end of assembly.
-        self.engine.submit(inputs, msg.budget_ms, robot,
+        self.engine.submit(inputs, rx.budget, robot,
                            callback=lambda r: self._on_result(rx, stamps, r),
                            age=time.monotonic() - arrival)
 

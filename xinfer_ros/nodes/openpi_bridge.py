@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from xinfer_ros.core.constants import MAX_BUDGET
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.openpi.layouts import ModelSpec, load_layout
 from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread, resolve_api_key
@@ -38,7 +40,7 @@ OPENPI_PARAMS = [
     ParamSpec("openpi_host", "127.0.0.1", "openpi bind address"),
     ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
     ParamSpec("openpi_budget_ms", 180.0, "budget of openpi requests without one (ms)",
-              1.0, 3_600_000.0),
+              1.0, MAX_BUDGET * MS_PER_S),
     ParamSpec("openpi_api_key_file", "", "file holding the required Api-Key (empty: "
               "$XINFER_OPENPI_API_KEY, else no key); never the key itself"),
     ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),

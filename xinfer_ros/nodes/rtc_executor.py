@@ -55,8 +55,14 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from xinfer_ros.core.constants import ACTION_DIM, COMMIT_LENGTH, KEYFRAME_SPACING, SEND_PERIOD
-from xinfer_ros.core.timing import next_send
+from xinfer_ros.core.constants import (
+    ACTION_DIM,
+    COMMIT_LENGTH,
+    KEYFRAME_SPACING,
+    MAX_BUDGET,
+    SEND_PERIOD,
+)
+from xinfer_ros.core.timing import MS_PER_S, next_send
 from xinfer_ros.msg import (
     ActionChunk,
     ExecutorStats,
@@ -96,9 +102,9 @@ PARAMS = [
     ParamSpec("default_budget_ms", 400.0, "budget until one arrives on budget (ms)",
               1.0, 60_000.0),
     ParamSpec("min_budget_ms", 1.0, "smallest budget sent; lower ones are clamped (ms)",
-              0.001, 3_600_000.0),
+              0.001, MAX_BUDGET * MS_PER_S),
     ParamSpec("max_budget_ms", 10_000.0, "largest budget sent; higher ones are clamped "
-              "(ms; the server's max_budget_ms)", 0.001, 3_600_000.0),
+              "(ms; the server's max_budget_ms)", 0.001, MAX_BUDGET * MS_PER_S),
     ParamSpec("startup", "silent", "before the first chunk: publish nothing (silent) or "
               "the measured joint positions from joint_states (hold_state)",
               choices=STARTUP_MODES),

@@ -68,13 +68,15 @@ class RequestOptions:
 
     Attributes:
         robot_id: requested identity, or None.
-        budget_ms: the request's budget.
+        budget: the request's budget (s; ``xinfer/budget_ms`` converted once, here).
+        budget_ms: the budget as the client sent it (ms), echoed in the response.
         prev_chunk: ``(H, D)`` float64 previous chunk, or None.
         commit_steps: frozen keyframes d (0 without ``prev_chunk``).
         seed: noise seed, or None for the server's counter.
     """
 
     robot_id: str | None
+    budget: float
     budget_ms: float
     prev_chunk: np.ndarray | None
     commit_steps: int
@@ -92,15 +94,14 @@ def valid_robot_id(value: Any) -> str | None:
     return None
 
 
-def _budget(obs: Mapping[str, Any], default_ms: float, max_ms: float) -> float:
+def _budget(obs: Mapping[str, Any], default_ms: float, max_ms: float) -> tuple[float, float]:
+    """The budget in seconds and as sent (ms): the key's, else the default."""
     raw = lookup(obs, KEY_BUDGET)
-    if raw is MISSING:
-        return default_ms
+    sent = default_ms if raw is MISSING else raw
     try:
-        budget_seconds(raw, max_ms)  # validated here; the engine converts at submit
+        return budget_seconds(sent, max_ms), float(sent)
     except BudgetError as exc:
         raise ObservationFieldError(KEY_BUDGET, exc.detail) from None
-    return float(raw)
 
 
 def _prev_chunk(obs: Mapping[str, Any], horizon: int, dim: int,
@@ -142,7 +143,7 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
         why = valid_robot_id(robot)
         if why is not None:
             raise ObservationFieldError(KEY_ROBOT_ID, why)
-    budget = _budget(obs, default_budget_ms, max_budget_ms)
+    budget, budget_ms = _budget(obs, default_budget_ms, max_budget_ms)
     raw_commit = _int(obs, KEY_COMMIT)  # malformed is refused even without a chunk
     try:
         prev = _prev_chunk(obs, horizon, action_dim, out_dim)
@@ -153,4 +154,4 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
     seed = _int(obs, KEY_SEED)
     if seed is not None and not 0 <= seed < 2**63:
         raise ObservationFieldError(KEY_SEED, f"{seed} outside [0, 2**63)")
-    return RequestOptions(robot, budget, prev, commit, seed)
+    return RequestOptions(robot, budget, budget_ms, prev, commit, seed)

@@ -470,7 +470,7 @@ class OpenPIServer:
             mapped.images, mapped.prompt, mapped.state, prev_chunk=options.prev_chunk,
             commit=options.commit_steps,
             seed=options.seed if options.seed is not None else session.seq)
-        future = self.engine.submit(inputs, options.budget_ms, robot)
+        future = self.engine.submit(inputs, options.budget, robot)
         try:
             # shield: a timeout must not cancel the engine's future (the engine resolves
             # it later); the robot's request is cancelled through the engine instead.

@@ -39,8 +39,10 @@ from xinfer_ros.core.metrics import (
 )
 from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.policy import Policy
+from xinfer_ros.core.prediction_audit import PredictionAudit
 from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
 from xinfer_ros.core.request import Request
+from xinfer_ros.core.stages import STAGES
 from xinfer_ros.core.timing import deadline
 from xinfer_ros.sim.gpu import GpuModel
 from xinfer_ros.sim.robots import Link, Robot
@@ -78,6 +80,12 @@ class SimConfig:
         policy_kwargs: Extra keyword arguments for the policy constructor.
         rate_table: Rate-table file (``None``: the shipped default).
         noise: Log-normal sigma of per-unit execution-time noise.
+        rate_error: Log-normal sigma of a per-(stage, concurrency) rate factor fixed for
+            the run: how far the GPU's rates lie from the predictor's table
+            (:mod:`xinfer_ros.sim.prediction_error` sets it with ``noise`` from a
+            target prediction error).
+        audit: Measure the running-stage prediction error (the engine's audit,
+            :class:`~xinfer_ros.core.prediction_audit.PredictionAudit`) in the window.
         cpu_prep: Server CPU preparation before ViT is ready (s).
         link_up: Client-to-server transport (s).
         link_down: Server-to-client transport (s).
@@ -109,6 +117,8 @@ class SimConfig:
     policy_kwargs: dict[str, Any] = field(default_factory=dict)
     rate_table: str | None = None
     noise: float = 0.05
+    rate_error: float = 0.0
+    audit: bool = False
     cpu_prep: float = 1.0e-3
     link_up: float = LINK_DELAY
     link_down: float = LINK_DELAY
@@ -142,6 +152,7 @@ class RunResult:
         burst_attainment: Attainment over the workload's burst windows (``bursty``:
             60-80 s and 120-140 s by send time); ``None`` for other workloads.
         gpu_utilisation: Share of time with at least one unit issued.
+        prediction: The prediction audit's summary (``audit``), else ``None``.
         policy_calls: Number of policy decisions.
         events: Number of processed events.
         wall_s: Wall-clock seconds the run took.
@@ -153,6 +164,7 @@ class RunResult:
     timeline: tuple[list[float], list[float]] | None = None
     burst_attainment: float | None = None
     gpu_utilisation: float = 0.0
+    prediction: dict[str, Any] | None = None
     policy_calls: int = 0
     events: int = 0
     wall_s: float = 0.0
@@ -170,6 +182,8 @@ class RunResult:
             out["burst_attainment"] = self.burst_attainment
         if self.timeline is not None:
             out["timeline"] = {"bin_start_s": self.timeline[0], "attainment": self.timeline[1]}
+        if self.prediction is not None:
+            out["prediction"] = self.prediction
         return out
 
 
@@ -222,7 +236,9 @@ class Simulation:
             slots=self.policy.slots,
             noise=cfg.noise,
             seed=cfg.seed,
+            rate_error=cfg.rate_error,
         )
+        self.audit = PredictionAudit(keep_from=cfg.window[0]) if cfg.audit else None
         self.robots = [Robot(spec, cfg.period) for spec in self.workload.robots]
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
@@ -252,6 +268,8 @@ class Simulation:
             s = int(launch.stage)
             gpu.issue(launch.request.request_id, s, t)
             pending[s] -= 1
+        if self.audit is not None:  # after the launches, as the engine samples
+            self.audit.maybe_sample(self.policy, t)
 
     def _needs_tick(self) -> bool:
         pending, gpu = self._pending, self.gpu
@@ -292,6 +310,8 @@ class Simulation:
                 unit = gpu.pop_finished(t)
                 rid, s = cast(int, unit.key), unit.stage  # the loop issues request ids
                 policy.complete(rid, s, t)
+                if self.audit is not None:
+                    self.audit.observe_end(rid, STAGES[s], t)
                 if s < 2:
                     pending[s + 1] += 1
                 else:
@@ -367,6 +387,7 @@ class Simulation:
             timeline=timeline,
             burst_attainment=burst,
             gpu_utilisation=self.gpu.utilisation(end) if end > 0 else 0.0,
+            prediction=self.audit.summary() if self.audit is not None else None,
             policy_calls=self.policy_calls,
             events=self.events,
             wall_s=wall,

@@ -7,7 +7,10 @@ issued units changes, every unit's progress is brought up to date and its finish
 recomputed, because the rates of all running units change with concurrency.
 
 Execution-time noise multiplies each unit's work by a seeded log-normal factor, so the
-scheduler's predictor (which assumes exactly ``W_s``) is good but not exact.
+scheduler's predictor (which assumes exactly ``W_s``) is good but not exact. A rate
+error multiplies the rate of each (stage, concurrency) state by a seeded log-normal
+factor fixed for the run: the rate table misjudges some states consistently, as a
+table calibrated on another machine or driver would.
 """
 
 from __future__ import annotations
@@ -60,7 +63,9 @@ class GpuModel:
         overhead: Issue overhead ``h_s`` per stage (s).
         slots: Execution slots per stage.
         noise: Log-normal sigma of the per-unit work factor (0 disables noise).
-        seed: Seed of the noise stream.
+        seed: Seed of the noise stream and of the rate errors.
+        rate_error: Log-normal sigma of the per-(stage, concurrency) rate factor (0: the
+            GPU runs at the table's rates).
     """
 
     def __init__(
@@ -72,9 +77,13 @@ class GpuModel:
         *,
         noise: float = 0.0,
         seed: int = 0,
+        rate_error: float = 0.0,
     ) -> None:
-        if noise < 0:
-            raise ValueError(f"noise must be >= 0, got {noise!r}")
+        if noise < 0 or rate_error < 0:
+            raise ValueError(f"noise and rate_error must be >= 0, got {noise!r}, "
+                             f"{rate_error!r}")
+        self._rate_error = rate_error
+        self._seed = seed
         self._rate = rate
         self._work = work
         self._overhead = overhead
@@ -113,6 +122,12 @@ class GpuModel:
             r = self._rate(stage, (nv, np_, na))
             if not r > 0:
                 raise ValueError(f"rate for stage {stage} at {(nv, np_, na)} is {r!r}")
+            if self._rate_error > 0.0:
+                # One factor per state, whatever order states are met in; dividing the
+                # rate by a mean-1 factor makes durations mean-1 off the table.
+                s = self._rate_error
+                rng = np.random.default_rng([self._seed, 0xE77, stage, nv, np_, na])
+                r /= math.exp(rng.normal(-0.5 * s * s, s))
             self._cache[key] = r
         return r
 

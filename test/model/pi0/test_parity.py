@@ -67,7 +67,7 @@ def test_engine_serves_several_robots_with_sample_actions_results(pi0_tiny: Any)
     robots = [dict(backend.example_inputs(i, None), instruction=f"robot {i}: sort parcels")
               for i in range(3)]
     with StageEngine(backend, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
-        results = [engine.submit(inputs, 5000.0, f"r{i}").result(60)
+        results = [engine.submit(inputs, 5.0, f"r{i}").result(60)
                    for i, inputs in enumerate(robots)]
     for i, (inputs, result) in enumerate(zip(robots, results, strict=True)):
         assert result.ok, result.reason

@@ -26,14 +26,14 @@ def backend() -> Any:
 def test_engine_serves_rtc_chunks_of_the_checkpoints_horizon(backend: Any) -> None:
     assert backend.action_shape == (50, 14) and backend.describe()["family"] == "pi0"
     with StageEngine(backend, "xinfer", EngineConfig(slots=(2, 2, 2))) as engine:
-        first = engine.submit(backend.example_inputs(0, None), 5000.0, "r0").result(60)
-        rtc = engine.submit(backend.example_inputs(0, first.actions), 5000.0, "r0").result(60)
+        first = engine.submit(backend.example_inputs(0, None), 5.0, "r0").result(60)
+        rtc = engine.submit(backend.example_inputs(0, first.actions), 5.0, "r0").result(60)
         masked = dict(backend.example_inputs(1, None))
         masked["images"] = [masked["images"][0], None, masked["images"][2]]
-        partial = engine.submit(masked, 5000.0, "r1").result(60)
+        partial = engine.submit(masked, 5.0, "r1").result(60)
         bad = dict(backend.example_inputs(2, None), state=np.zeros(40))
-        rejected = engine.submit(bad, 5000.0, "r2").result(60)
-        after = engine.submit(backend.example_inputs(2, None), 5000.0, "r2").result(60)
+        rejected = engine.submit(bad, 5.0, "r2").result(60)
+        after = engine.submit(backend.example_inputs(2, None), 5.0, "r2").result(60)
     for result in (first, rtc, partial, after):
         assert result.status is Status.OK, result.reason
         assert result.actions.shape == (50, 14) and np.all(np.isfinite(result.actions))
@@ -50,8 +50,8 @@ def test_action_worker_processes_match_in_thread_action(backend: Any) -> None:
         results = []
         for be in (backend, workers):
             with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
-                first = engine.submit(be.example_inputs(3, None), 5000.0, "r").result(60)
-                rtc = engine.submit(be.example_inputs(3, first.actions), 5000.0, "r").result(60)
+                first = engine.submit(be.example_inputs(3, None), 5.0, "r").result(60)
+                rtc = engine.submit(be.example_inputs(3, first.actions), 5.0, "r").result(60)
             assert first.ok and rtc.ok, (first.reason, rtc.reason)
             results.append((first.actions, rtc.actions))
         (a0, b0), (a1, b1) = results
@@ -89,7 +89,7 @@ def test_worker_processes_load_the_same_checkpoint(tmp_path: Path) -> None:
     be = make_backend("torch", model=str(preset), model_path=str(ckpt), action_processes=1)
     try:
         with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
-            result = engine.submit(be.example_inputs(0, None), 5000.0, "r").result(60)
+            result = engine.submit(be.example_inputs(0, None), 5.0, "r").result(60)
         assert result.ok and result.actions.shape == (50, 7)
     finally:
         be.close()

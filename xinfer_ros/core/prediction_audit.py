@@ -6,7 +6,8 @@ tracker, which integrates only the launches and completions observed before that
 instant, at the decision's final foreseeable load ``n_f``. When the sampled stage's
 end is observed by the dispatcher (the same instant the policy is told of the
 completion, for every stage), the signed error ``e = t_end − t − r̂`` is recorded
-(positive = under-prediction). Nothing here feeds back into scheduling.
+(positive = under-prediction). Nothing here feeds back into scheduling. The engine
+and the simulator run this same audit, so their MAE figures mean the same thing.
 
 Action's forecasts are also resolved a second time at the end of its CPU output
 processing, with the fixed ``h_out`` added (the ``incl_output`` figures, the audit's
