@@ -74,3 +74,21 @@ def test_plan_command_sizes_a_site_from_the_simulator(tmp_path: Path) -> None:
     assert data["servers"] >= least and sum(data["shares"]) == 30
     assert len(data["shares"]) == data["servers"]
     assert all(all(data["verdicts"][str(n)]) for n in set(data["shares"]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_plan_calibrates_the_prediction_error_on_the_counts_it_walks(tmp_path: Path,
+                                                                     capsys) -> None:
+    from xinfer_ros.cli.sim import main
+
+    out = tmp_path / "plan.json"
+    main(["plan", "--robots", "60", "--workload", "phases", "--search", "16-18",
+          "--rounds", "1", "--duration", "30", "--warmup", "10", "--quiet",
+          "--predictor-error-ms", "2", "--json", str(out)])
+    data = json.loads(out.read_text())
+    # Calibrated on one server at the middle of 16-18, not at the fleet's 60 robots.
+    assert data["prediction_error"]["robots"] == 17
+    assert data["prediction_mae_ms"] and all(
+        1.0 < m < 3.0 for m in data["prediction_mae_ms"].values())
+    assert "running-stage prediction MAE" in capsys.readouterr().out

@@ -178,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--patience", type=int, default=1,
                       help="stop the walk after this many consecutive failing counts")
     _add_common(plan)
+    _add_prediction_error(plan)
     return parser
 
 
@@ -564,10 +565,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     seeds = round_seeds(args.seed, args.rounds)
     summaries: dict[int, RoundSummary] = {}
 
+    maes: dict[int, float] = {}
+
     def evaluate(n: int) -> list[Any]:
         results = run_many([_config(args, args.policy, n, s) for s in seeds], args.workers,
                            progress=not args.quiet, desc=f"{args.policy} x{n}")
         summaries[n] = summarize_rounds([r.metrics for r in results])
+        maes[n] = _mae_ms(results)
         return [r.metrics for r in results]
 
     plan = plan_site(args.robots, evaluate, crit, lo=min(args.search), hi=max(args.search),
@@ -576,6 +580,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(f"{args.policy} on {args.workload} ({args.rate_table or 'shipped rate table'}), "
           f"criterion {crit.value}, {args.rounds} rounds per count")
     print(_table(rows, _header(["robots"])))
+    if args.audit:
+        print("running-stage prediction MAE (ms): " + ", ".join(
+            f"x{n} {m:.2f}" for n, m in sorted(maes.items())))
     if plan.servers is None:
         print(f"no plan: one server's ERC is {plan.erc}"
               + ("" if plan.erc else f" (no count in {min(args.search)}-{max(args.search)} "
@@ -588,7 +595,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         "rate_table": args.rate_table, "robots": args.robots, "criterion": crit.value,
         "erc": plan.erc, "servers": plan.servers, "shares": list(plan.shares),
         "verdicts": {str(n): v for n, v in sorted(plan.verdicts.items())},
-        "summaries": {str(n): s.to_dict() for n, s in sorted(summaries.items())}})
+        "summaries": {str(n): s.to_dict() for n, s in sorted(summaries.items())},
+        "prediction_mae_ms": {str(n): m for n, m in sorted(maes.items()) if args.audit}})
     return 0 if plan.servers is not None else 1
 
 
@@ -620,7 +628,9 @@ def _apply_prediction_error(args: argparse.Namespace) -> None:
     from xinfer_ros.sim.prediction_error import PredictionErrorTargetError, calibrate
     from xinfer_ros.sim.runner import round_seeds
 
-    counts = [args.robots] if isinstance(args.robots, int) else sorted(args.robots)
+    # plan's --robots is the fleet; one server runs the counts its search walks.
+    walked = args.search if args.command == "plan" else args.robots
+    counts = [walked] if isinstance(walked, int) else sorted(walked)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     policy = "xinfer" if "xinfer" in policies else policies[0]
     cfg = _config(args, policy, counts[len(counts) // 2], round_seeds(args.seed, 1)[0])
