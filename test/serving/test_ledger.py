@@ -68,3 +68,11 @@ def test_concurrent_recording_loses_nothing() -> None:
     for t in threads:
         t.join()
     assert ledger.live("a") == 0 and ledger.held()[0] == 2000
+
+
+def test_active_robots_are_those_with_a_request_in_the_window() -> None:
+    ledger = ServingLedger(["a", "b", "c"])
+    ledger.record("a", ResponseRecord(10.0, 10.05, 0.2, ok=True), Outcome.OK)
+    ledger.record("b", ResponseRecord(7.0, 7.05, 0.2, ok=True), Outcome.OK)
+    assert ledger.active(11.0, 2.0) == ["a"]  # b's last request is 4 s old, c has none
+    assert ledger.active(11.0, 5.0) == ["a", "b"]

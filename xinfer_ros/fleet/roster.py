@@ -71,6 +71,11 @@ class Change:
     moved: list[str]
     reason: str
 
+    def robots_per_server(self) -> dict[str, int]:
+        """How many robots each live server got."""
+        return {o.name: sum(s == o.name for s in self.assignment.values())
+                for o in self.offers}
+
     @property
     def unassigned(self) -> list[str]:
         """Robots no server has room for."""
@@ -138,7 +143,11 @@ class Roster:
         key = tuple((o.name, o.capacity, tuple(sorted(o.candidates))) for o in offers)
         if key == self._key:
             return None
-        reason = self._why(offers, now)
+        reason = self._why(offers)
+        live = {o.name for o in offers}
+        for offer in self._live:
+            if offer.name not in live:
+                self.lost.setdefault(offer.name, now)
         for offer in offers:
             self.lost.pop(offer.name, None)
             self._returning.pop(offer.name, None)
@@ -160,13 +169,13 @@ class Roster:
                 seed.setdefault(robot, name)
         return seed
 
-    def _why(self, offers: tuple[ServerOffer, ...], now: float) -> str:
+    def _why(self, offers: tuple[ServerOffer, ...]) -> str:
+        """What changed from the live servers of the assignment in force to ``offers``."""
         before = {o.name: o for o in self._live}
         after = {o.name: o for o in offers}
         parts = []
         for name in sorted(before.keys() - after.keys()):
             beat = self.heartbeats.get(name)
-            self.lost.setdefault(name, now)
             if beat is not None and not beat.accepting:
                 parts.append(f"{name} stopped accepting")
             else:

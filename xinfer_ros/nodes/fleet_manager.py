@@ -120,9 +120,8 @@ class FleetManager(Node):
                               reason=change.reason)
         msg.header.stamp = self.get_clock().now().to_msg()
         self._pub.publish(msg)
-        counts = {o.name: sum(s == o.name for s in change.assignment.values())
-                  for o in change.offers}
-        text = (f"assignment {change.epoch}: {change.reason}; robots per server {counts}; "
+        text = (f"assignment {change.epoch}: {change.reason}; robots per server "
+                f"{change.robots_per_server()}; "
                 f"moved {change.moved or 'none'}"
                 + (f"; NO SERVER for {change.unassigned}" if change.unassigned else ""))
         # rclpy fixes each call site's severity: one site per level.
@@ -154,8 +153,8 @@ class FleetManager(Node):
         values = [KeyValue(key="epoch", value=str(change.epoch)),
                   KeyValue(key="capacity", value=total),
                   KeyValue(key="lost_servers", value=",".join(sorted(self.roster.lost)))]
-        values += [KeyValue(key=f"server/{o.name}", value=str(
-            sum(s == o.name for s in change.assignment.values()))) for o in change.offers]
+        values += [KeyValue(key=f"server/{name}", value=str(count))
+                   for name, count in change.robots_per_server().items()]
         diag.status.append(DiagnosticStatus(level=level, name="xinfer/fleet_manager",
                                             message=text, hardware_id=self.get_name(),
                                             values=values))

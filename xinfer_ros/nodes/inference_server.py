@@ -141,6 +141,8 @@ class InferenceServer(Node):
         #: What was answered, per robot: the statistics and diagnostics read it.
         self.ledger = ServingLedger(names)
         self._warned: set[str] = set()
+        #: The fleet attainment of the latest fleet_stats, for the heartbeat.
+        self._attainment = math.nan
         # Phase spreading: the engine picks each result's release time; chunks held
         # past their ready time go out from the release thread.
         self._releases: ReleaseScheduler | None = None
@@ -431,20 +433,20 @@ class InferenceServer(Node):
 
     def _announce(self) -> None:
         """The heartbeat the fleet manager assigns robots by."""
-        now = time.monotonic()
-        _, total = self.ledger.summaries(now, self.params["stats_window_s"])
-        # Short: a robot that moved away lately is not claimed by two servers.
-        recent, _ = self.ledger.summaries(now, _SERVING_WINDOW_S)
+        # Five times a second on the serving thread: no statistics are computed here.
+        # The attainment is the latest fleet_stats' (1 Hz); the window of "serving" is
+        # short, so that a robot that moved away lately is not claimed by two servers.
         msg = ServerStatus(server_name=self.params["server_name"],
                            capacity=self.params["capacity"], candidates=list(self._robots),
-                           serving=[r.robot_id for r in recent if r.requests],
-                           attainment=float(total.attainment),
+                           serving=self.ledger.active(time.monotonic(), _SERVING_WINDOW_S),
+                           attainment=self._attainment,
                            accepting=bool(self.engine.running))
         msg.header.stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(msg)
 
     def _publish_stats(self) -> None:
         stats = self.fleet_stats()
+        self._attainment = float(stats.total.attainment)
         self._stats_pub.publish(stats)
         diag = DiagnosticArray()
         diag.header.stamp = stats.header.stamp

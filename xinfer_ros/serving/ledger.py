@@ -123,6 +123,13 @@ class ServingLedger:
         with self._lock:
             return self._held, self._held_s
 
+    def active(self, now: float, window_s: float) -> list[str]:
+        """Robots with a request that arrived in the last ``window_s`` before ``now``."""
+        since = now - window_s
+        with self._lock:
+            return [name for name, b in self._books.items()
+                    if b.records and b.records[-1][0].send_time >= since]
+
     def summaries(self, now: float, window_s: float) -> tuple[list[RobotSummary], RobotSummary]:
         """Each robot's figures, and the fleet's, over a window of arrivals.
 
