@@ -135,3 +135,21 @@ def test_time_dependent_flags():
     assert make_policy("slack_gate").time_dependent
     assert not make_policy("fifo").time_dependent
     assert not make_policy("edf").time_dependent
+
+
+def test_phase_budget_schedules_wide_requests_against_it_and_leaves_tight_ones() -> None:
+    p = XInferPolicy(phase_budget=0.180)
+    wide = Request(1, "w", arrival=1.0, budget=0.400)
+    tight = Request(2, "t", arrival=1.0, budget=0.090)
+    p.add_request(wide, 1.0)
+    p.add_request(tight, 1.0)
+    assert (wide.budget, tight.budget) == (0.180, 0.090)
+    assert wide.deadline == pytest.approx(1.0 + 0.180 - DELTA)
+    assert tight.deadline == pytest.approx(1.0 + 0.090 - DELTA)
+    # Forecasts see the capped budget too, so no wide arrival is forecast as wide.
+    assert sorted(b for b, _, _ in p.forecaster.groups(1.0)) == [0.090, 0.180]
+    untouched = Request(3, "u", arrival=1.0, budget=0.400)
+    XInferPolicy().add_request(untouched, 1.0)
+    assert untouched.budget == 0.400
+    with pytest.raises(ValueError, match="phase_budget"):
+        XInferPolicy(phase_budget=0.0)

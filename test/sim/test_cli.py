@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +85,54 @@ def test_tune_selects_a_candidate_and_writes_json(
     assert data["selected"]["params"]["limits"] in ([1, 1, 1], [1, 2, 1])
     printed = capsys.readouterr().out
     assert "selected: limits=" in printed and "<-" in printed
+
+
+def test_tune_on_one_workload_uses_its_own_seeds(tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+    assert main(["tune", "--policy", "slack_gate", "--slots", "2,4,6", "--thresholds", "20",
+                 "--workload", "parcel", "--robots", "6", "--rounds", "2",
+                 "--duration", "15", "--warmup", "5", "--quiet", "--workers", "1",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["points"] == [["parcel", 6]] and data["seeds"] == [7000, 7001]
+    assert len(data["candidates"]) == 2
+    assert data["selected"]["params"]["threshold"] == 0.02
+    with pytest.raises(SystemExit, match="custom"):
+        main(["tune", "--workload", "custom", "--quiet"])
+
+
+def test_compare_tunes_the_baselines_on_its_workload_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from xinfer_ros.sim import runner
+
+    seen: list[Any] = []
+
+    def recording(configs: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(list(configs))
+        return real(configs, *args, **kwargs)
+
+    real = runner.run_many
+    monkeypatch.setattr(runner, "run_many", recording)
+    out = tmp_path / "compare.json"
+    assert main(["compare", "--policy", "fifo,edf", "--robots", "3", "--rounds", "1",
+                 "--workload", "parcel", "--tune-baselines", "--tune-robots", "3", *SHORT,
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert list(data["tuned"]) == ["edf"]  # FIFO has nothing to tune
+    tuned = data["tuned"]["edf"]
+    assert tuned["points"] == [["parcel", 3]] and tuned["seeds"] == [7000]
+    # At 3 robots no limit binds: every vector ties and the smallest is kept.
+    assert tuned["selected"]["params"]["limits"] == [1, 1, 1]
+    tuning_runs, comparison = seen
+    assert {c.seed for c in tuning_runs} == {7000} and {c.seed for c in comparison} == {0}
+    # The comparison runs EDF as tuned, not with the shipped default (3, 1, 2).
+    assert [c.policy_kwargs for c in comparison if c.policy == "edf"] == [
+        {"limits": [1, 1, 1]}]
+    assert "edf tuned on parcel/3" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="comparison's own seeds"):
+        main(["compare", "--policy", "edf", "--robots", "3", "--rounds", "1",
+              "--tune-baselines", "--tune-seed", "0", *SHORT])
 
 
 def test_tune_rejects_bad_slots() -> None:

@@ -12,9 +12,15 @@ from xinfer_ros.sim.tuning import (
     score_candidates,
     select_edf,
     select_slack_gate,
+    TUNING_SEED,
+    WORKLOAD_TUNING_ROBOTS,
+    candidates,
+    select,
     slack_gate_candidates,
     tuning_points,
 )
+from xinfer_ros.sim.runner import round_seeds
+from xinfer_ros.sim.workloads import WORKLOADS
 
 
 def _metrics(attainment: float, latency_ms: float) -> WindowMetrics:
@@ -50,6 +56,38 @@ def test_tuning_points_follow_the_protocol() -> None:
     assert tuning_points("slack_gate") == (("phases", 15), ("bursty", 12))
     with pytest.raises(ValueError, match="fifo"):
         tuning_points("fifo")
+
+
+def test_per_workload_points_use_that_workload_alone() -> None:
+    assert tuning_points("slack_gate", "parcel") == (("parcel", 15),)
+    assert tuning_points("edf", "bursty") == (("bursty", 12),)
+    assert tuning_points("edf", "multi_budget", 18) == (("multi_budget", 18),)
+    # Every named workload but the user's own file has a default count.
+    assert set(WORKLOADS) - set(WORKLOAD_TUNING_ROBOTS) == {"custom"}
+    with pytest.raises(ValueError, match="custom"):
+        tuning_points("edf", "custom")
+    assert tuning_points("edf", "custom", 9) == (("custom", 9),)
+    with pytest.raises(ValueError, match="at least one robot"):
+        tuning_points("edf", "parcel", 0)
+    with pytest.raises(ValueError, match="xinfer"):
+        tuning_points("xinfer", "parcel")
+
+
+def test_tuning_rounds_never_share_a_seed_with_a_default_comparison() -> None:
+    for rounds in (1, 3, 10, 100):
+        assert not set(round_seeds(TUNING_SEED, rounds)) & set(round_seeds(0, rounds))
+
+
+def test_candidates_and_select_dispatch_on_the_policy() -> None:
+    assert candidates("edf", (2, 1, 3)) == edf_candidates((2, 1, 3))
+    assert candidates("slack_gate", (2, 4, 6), (0.04,)) == slack_gate_candidates((2, 4, 6),
+                                                                              (0.04,))
+    with pytest.raises(ValueError, match="fifo"):
+        candidates("fifo")
+    scores = [_score(_edf(3, 1, 2), 0.966, 171.0), _score(_edf(3, 1, 6), 0.966, 150.0)]
+    assert select("edf", scores).candidate == _edf(3, 1, 2)
+    with pytest.raises(ValueError, match="fifo"):
+        select("fifo", scores)
 
 
 def test_edf_keeps_the_smallest_limits_that_reach_the_best_attainment() -> None:

@@ -6,7 +6,9 @@ Sub-commands:
 * ``erc``: effective robot capacity of one policy (walk robot counts upward);
 * ``compare``: several policies over a robot-count sweep, with Figure-8-like plots;
 * ``project``: Appendix A.1 parcels/h projection from a latency-vs-robots curve;
-* ``tune``: choose EDF's or Slack-Gate's parameters by the paper's protocol (App. C.4);
+* ``tune``: choose EDF's or Slack-Gate's parameters by the paper's protocol (App. C.4),
+  at the paper's points or on one workload (``compare --tune-baselines`` does the
+  latter before comparing);
 * ``plan``: how many servers of a rate table a fleet of N robots needs at the target.
 
 Every sub-command prints a table and can write JSON (``--json FILE``) and PNGs
@@ -28,8 +30,10 @@ from typing import Any
 
 from xinfer_ros.core.constants import DEFAULT_SLOTS, MEASUREMENT_WINDOW, RUN_DURATION
 from xinfer_ros.core.metrics import RoundSummary, summarize_rounds
+from xinfer_ros.sim import tuning
 from xinfer_ros.sim.engine_loop import RunResult, SimConfig
 from xinfer_ros.sim.erc import Criterion, ErcResult, erc_from_grid, passes, search_erc
+from xinfer_ros.sim.tuning import CandidateScore
 from xinfer_ros.sim.workloads import WORKLOADS, build_workload
 
 __all__ = ["build_parser", "main"]
@@ -149,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--robots", type=parse_counts,
                       default=parse_counts("8,10,12,14,15,16,18,20"))
     cmp_.add_argument("--criterion", choices=("auto", "attainment", "latency"), default="auto")
+    cmp_.add_argument("--tune-baselines", action="store_true",
+                      help="first tune EDF and Slack-Gate on this workload (App. C.4 rules, "
+                           "never against XInfer) and compare them as tuned")
+    cmp_.add_argument("--tune-robots", type=int, default=None, metavar="N",
+                      help="robot count of the tuning point (default: per workload)")
+    cmp_.add_argument("--tune-seed", type=int, default=tuning.TUNING_SEED,
+                      help="base seed of the tuning rounds (distinct from --seed's)")
     _add_common(cmp_)
     _add_prediction_error(cmp_)
 
@@ -167,7 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--thresholds", type=_budgets, default=None,
                       help="Slack-Gate thresholds in ms (default 20,40,80)")
     tune.add_argument("--top", type=int, default=12, help="candidates shown, best first")
+    tune.add_argument("--workload", default=None, choices=WORKLOADS,
+                      help="tune on this workload alone (default: the paper's points)")
+    tune.add_argument("--robots", type=int, default=None,
+                      help="robot count of the --workload point (default: per workload)")
     _add_common(tune, workload=False)
+    _add_prediction_error(tune)
+    tune.set_defaults(seed=tuning.TUNING_SEED)
 
     plan = sub.add_parser("plan", help="servers of this rate table a fleet of N robots needs")
     plan.add_argument("--robots", type=int, required=True, help="fleet size N")
@@ -202,6 +219,7 @@ def _config(args: argparse.Namespace, policy: str, robots: int, seed: int, *,
     """SimConfig for one run from the parsed flags (``workload``, kwargs override them)."""
     workload = args.workload if workload is None else workload
     kwargs = _policy_kwargs(args.policy_arg)
+    kwargs.update(getattr(args, "tuned", {}).get(policy, {}))
     kwargs.update(policy_kwargs or {})
     return SimConfig(
         policy=policy,
@@ -400,6 +418,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     crit = _criterion(args)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     t0 = time.perf_counter()
+    tuned = _tune_baselines(args, policies) if args.tune_baselines else []
     grid = _run_grid(args, policies, args.robots, f"compare {args.workload}")
     wall = time.perf_counter() - t0
     ercs, series, rows = _sweep_table(grid, crit)
@@ -415,6 +434,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         "rounds": args.rounds, "duration_s": args.duration, "wall_s": wall,
         "erc": {p: e.to_dict() for p, e in ercs.items()},
         "series": {p: {str(n): v for n, v in s.items()} for p, s in series.items()},
+        "tuned": {r.policy: r.to_dict() for r in tuned},
     }
     if args.workload == "bursty":
         data["timeline"] = _timelines(grid)
@@ -509,50 +529,99 @@ def _cmd_project(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_tune(args: argparse.Namespace) -> int:
-    from xinfer_ros.sim import tuning
-    from xinfer_ros.sim.runner import round_seeds, run_many
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Tuning:
+    """One baseline's selection: where and on which seeds, the choice and the ranking."""
 
-    if args.policy == "edf":
-        candidates = tuning.edf_candidates(args.slots)
-    else:
-        thresholds = (tuning.SLACK_GATE_THRESHOLDS if args.thresholds is None
-                      else tuple(t / 1000.0 for t in args.thresholds))
-        candidates = tuning.slack_gate_candidates(args.slots, thresholds)
-    points = tuning.tuning_points(args.policy)
-    seeds = round_seeds(args.seed, args.rounds)
-    keys = [(c, wl, n) for c in candidates for wl, n in points]
-    configs = [_config(args, args.policy, n, s, workload=wl, policy_kwargs=c.kwargs)
+    policy: str
+    points: tuple[tuple[str, int], ...]
+    seeds: list[int]
+    chosen: CandidateScore
+    ranked: list[CandidateScore]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "rule": tuning.SELECTION_RULES[self.policy],
+                "points": [list(p) for p in self.points], "seeds": self.seeds,
+                "selected": self.chosen.to_dict()}
+
+
+def _tune(args: argparse.Namespace, policy: str, points: tuple[tuple[str, int], ...],
+          seeds: list[int], *, slots: Sequence[int] = DEFAULT_SLOTS,
+          thresholds: Sequence[float] = tuning.SLACK_GATE_THRESHOLDS) -> _Tuning:
+    """Run ``policy``'s candidate grid at ``points`` on ``seeds`` and select (App. C.4)."""
+    from xinfer_ros.sim.runner import run_many
+
+    grid = tuning.candidates(policy, slots, thresholds)
+    keys = [(c, wl, n) for c in grid for wl, n in points]
+    configs = [_config(args, policy, n, s, workload=wl, policy_kwargs=c.kwargs)
                for c, wl, n in keys for s in seeds]
-    results = run_many(configs, args.workers, progress=not args.quiet,
-                       desc=f"tune {args.policy}")
+    results = run_many(configs, args.workers, progress=not args.quiet, desc=f"tune {policy}")
     per_key: dict[tuple[Any, str, int], list[Any]] = {k: [] for k in keys}
     for i, res in enumerate(results):
         per_key[keys[i // len(seeds)]].append(res.metrics)
     scores = tuning.score_candidates(per_key)
-    chosen = (tuning.select_edf(scores) if args.policy == "edf"
-              else tuning.select_slack_gate(scores))
     ranked = sorted(scores, key=lambda s: (-s.attainment, s.latency_ms))
-    point_keys = [f"{wl}/{n}" for wl, n in points]
-    shown = ranked[:max(1, args.top)]
-    if chosen not in shown:
-        shown.append(chosen)
+    return _Tuning(policy, points, seeds, tuning.select(policy, scores), ranked)
+
+
+def _tuning_points(args: argparse.Namespace, policy: str) -> tuple[tuple[str, int], ...]:
+    try:
+        return tuning.tuning_points(policy, args.workload, args.robots)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from xinfer_ros.sim.runner import round_seeds
+
+    thresholds = (tuning.SLACK_GATE_THRESHOLDS if args.thresholds is None
+                  else tuple(t / 1000.0 for t in args.thresholds))
+    result = _tune(args, args.policy, _tuning_points(args, args.policy),
+                   round_seeds(args.seed, args.rounds), slots=args.slots,
+                   thresholds=thresholds)
+    point_keys = [f"{wl}/{n}" for wl, n in result.points]
+    shown = result.ranked[:max(1, args.top)]
+    if result.chosen not in shown:
+        shown.append(result.chosen)
     rows = [[s.candidate.label(), _fmt(s.attainment * 100, ".2f"), _fmt(s.latency_ms),
              *(" ".join(f"{a * 100:.1f}" for a in s.rounds[k]) for k in point_keys),
-             "<-" if s is chosen else ""] for s in shown]
-    rule = ("smallest limits with the best attainment" if args.policy == "edf"
-            else "lowest mean latency within 1 point of the best attainment")
-    print(f"{args.policy}: {len(candidates)} candidates x {', '.join(point_keys)} x "
-          f"{args.rounds} rounds; rule: {rule}")
+             "<-" if s is result.chosen else ""] for s in shown]
+    print(f"{args.policy}: {len(result.ranked)} candidates x {', '.join(point_keys)} x "
+          f"{args.rounds} rounds (seeds {result.seeds[0]}-{result.seeds[-1]}); "
+          f"rule: {tuning.SELECTION_RULES[args.policy]}")
     print(_table(rows, ["candidate", "att%", "lat ms", *(f"{k} rounds" for k in point_keys),
                         ""]))
-    print(f"selected: {chosen.candidate.label()}")
+    print(f"selected: {result.chosen.candidate.label()}")
     _write_json(args, "tune", {
-        "command": "tune", "policy": args.policy, "rule": rule,
-        "points": [list(p) for p in points], "rounds": args.rounds,
-        "selected": chosen.to_dict(), "candidates": [s.to_dict() for s in ranked],
+        "command": "tune", **result.to_dict(), "rounds": args.rounds,
+        "candidates": [s.to_dict() for s in result.ranked],
     })
     return 0
+
+
+def _tune_baselines(args: argparse.Namespace, policies: Sequence[str]) -> list[_Tuning]:
+    """Tune each baseline among ``policies`` on the compared workload (``--tune-baselines``).
+
+    Sets ``args.tuned`` (policy -> constructor arguments) for :func:`_config`. The
+    tuning runs on the comparison's GPU (its calibrated error) but on its own seeds.
+    """
+    from xinfer_ros.sim.runner import round_seeds
+
+    seeds = round_seeds(args.tune_seed, args.rounds)
+    if set(seeds) & set(round_seeds(args.seed, args.rounds)):
+        raise SystemExit(f"error: --tune-seed {args.tune_seed} gives the comparison's own "
+                         f"seeds (--seed {args.seed}); pick another")
+    try:
+        points = tuning.tuning_points("edf", args.workload, args.tune_robots)
+    except ValueError as exc:
+        raise SystemExit(f"error: --tune-baselines: {exc}") from None
+    results = [_tune(args, p, points, seeds) for p in policies if p in tuning.TUNED_POLICIES]
+    args.tuned = {r.policy: r.chosen.candidate.kwargs for r in results}
+    for r in results:
+        print(f"{r.policy} tuned on {r.points[0][0]}/{r.points[0][1]} (seeds {seeds[0]}-"
+              f"{seeds[-1]}, {len(r.ranked)} candidates): {r.chosen.candidate.label()}, "
+              f"{r.chosen.attainment * 100:.2f} % at {r.chosen.latency_ms:.1f} ms", flush=True)
+    return results
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -624,16 +693,25 @@ def _apply_prediction_error(args: argparse.Namespace) -> None:
     sigmas. They are calibrated on XInfer's predictor when XInfer is among the policies
     (the paper reports its MAE), else on the first policy, at the run's robot count
     (the middle of a sweep) on the first seed; every run then reports its own MAE.
+    ``tune`` calibrates on XInfer at its (first) tuning point, so that baselines are
+    tuned on the GPU they are compared on.
     """
     from xinfer_ros.sim.prediction_error import PredictionErrorTargetError, calibrate
     from xinfer_ros.sim.runner import round_seeds
 
-    # plan's --robots is the fleet; one server runs the counts its search walks.
-    walked = args.search if args.command == "plan" else args.robots
-    counts = [walked] if isinstance(walked, int) else sorted(walked)
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    policy = "xinfer" if "xinfer" in policies else policies[0]
-    cfg = _config(args, policy, counts[len(counts) // 2], round_seeds(args.seed, 1)[0])
+    seed = round_seeds(args.seed, 1)[0]
+    if args.command == "tune":
+        # The GPU is sized as for a comparison, on XInfer's predictor at the tuning
+        # point; no candidate is ever scored against XInfer.
+        workload, robots = _tuning_points(args, args.policy)[0]
+        cfg = _config(args, "xinfer", robots, seed, workload=workload)
+    else:
+        # plan's --robots is the fleet; one server runs the counts its search walks.
+        walked = args.search if args.command == "plan" else args.robots
+        counts = [walked] if isinstance(walked, int) else sorted(walked)
+        policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+        policy = "xinfer" if "xinfer" in policies else policies[0]
+        cfg = _config(args, policy, counts[len(counts) // 2], seed)
     try:
         calibration = calibrate(cfg, args.predictor_error_ms)
     except PredictionErrorTargetError as exc:

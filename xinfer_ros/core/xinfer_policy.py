@@ -37,6 +37,7 @@ from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
 from xinfer_ros.core.policy import Launch, Policy
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import Stage
+from xinfer_ros.core.timing import deadline
 
 __all__ = ["AdmissionRecord", "XInferPolicy"]
 
@@ -187,6 +188,13 @@ class XInferPolicy(Policy):
             ℓ_e < ℓ_u) will be protected on arrival and start whatever ordinary work
             runs, so CURRENTFEASIBLE is also checked at n+ + k·e_V. False = the
             paper, where forecasts are checked only for their own feasibility.
+        phase_budget: An experiment (off by default; issue 20, item 5): a request whose
+            budget exceeds this (s) is scheduled, and forecast, as if its budget were
+            this, so that wide work finishes early enough not to move its robot's Eq. 1
+            send phase (``T_E``: the response returns by ``s + T_E``). The request's
+            ``budget`` and ``deadline`` are rewritten on arrival; the robot's own
+            budget, and so its attainment, is unchanged. In the simulator it lifts
+            parcel at 14 robots but gives up the slack that wins phases.
         frontend_reserve: f (s), added for forecast arrivals only.
         delta: δ (s) used for forecast deadlines.
         record_admissions: keep an :class:`AdmissionRecord` per ordinary admission in
@@ -208,6 +216,7 @@ class XInferPolicy(Policy):
         slot_aware: bool = True,
         arrival_projection: bool = False,
         forecast_load: bool = False,
+        phase_budget: float | None = None,
         frontend_reserve: float = FRONTEND_RESERVE,
         delta: float = DELTA,
         record_admissions: bool = False,
@@ -224,6 +233,8 @@ class XInferPolicy(Policy):
         #: Per-decision cache of protected remaining times by load index (see
         #: _protected_remaining); cleared at every decision start and launch.
         self._rem_cache: dict[int, list[tuple[float, float, int]]] = {}
+        self.phase_budget = (None if phase_budget is None
+                             else check_time("phase_budget", phase_budget, positive=True))
         self.frontend_reserve = check_time("frontend_reserve", frontend_reserve)
         self.delta = check_time("delta", delta)
         self.record_admissions = bool(record_admissions)
@@ -240,6 +251,14 @@ class XInferPolicy(Policy):
         #: and |P0| at its start: the termination bound is |J| − |P0| + 1.
         self.last_refresh_iterations = 0
         self.last_refresh_p0 = 0
+
+    def add_request(self, request: Request, t: float) -> None:
+        """Register an arrival (see :meth:`Policy.add_request`), under ``phase_budget``."""
+        cap = self.phase_budget
+        if cap is not None and request.budget > cap:
+            request.budget = cap
+            request.deadline = deadline(request.arrival, cap, request.delta)
+        super().add_request(request, t)
 
     # -- public views -----------------------------------------------------------------------
     @property

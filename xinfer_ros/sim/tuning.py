@@ -12,6 +12,12 @@ This module enumerates those candidates, turns them into simulator runs and appl
 the two selection rules to the results. It never runs XInfer, so the baselines are
 not chosen against it. The defaults in :mod:`xinfer_ros.core.constants` are what
 ``xinfer-sim tune`` selects on the shipped rate table.
+
+Per-workload tuning applies the same rules at one point of the workload being
+compared (:data:`WORKLOAD_TUNING_ROBOTS`), so that a baseline is not judged on a
+workload its parameters were never chosen for. Tuning rounds start from
+:data:`TUNING_SEED`, never from a comparison's seeds: a selection that fits the very
+rounds it is then scored on would flatter the baseline.
 """
 
 from __future__ import annotations
@@ -26,12 +32,18 @@ from xinfer_ros.core.metrics import WindowMetrics
 
 __all__ = [
     "EDF_TUNING_POINTS",
+    "SELECTION_RULES",
     "SLACK_GATE_THRESHOLDS",
     "SLACK_GATE_TUNING_POINTS",
+    "TUNED_POLICIES",
+    "TUNING_SEED",
+    "WORKLOAD_TUNING_ROBOTS",
     "Candidate",
     "CandidateScore",
+    "candidates",
     "edf_candidates",
     "score_candidates",
+    "select",
     "select_edf",
     "select_slack_gate",
     "slack_gate_candidates",
@@ -45,6 +57,22 @@ EDF_TUNING_POINTS: tuple[tuple[str, int], ...] = (("phases", 15),)
 SLACK_GATE_TUNING_POINTS: tuple[tuple[str, int], ...] = (("phases", 15), ("bursty", 12))
 #: Slack-Gate threshold candidates (s): 20, 40 and 80 ms.
 SLACK_GATE_THRESHOLDS: tuple[float, ...] = (0.020, 0.040, 0.080)
+#: Each tuned policy's selection rule, in words (printed and written with a tuning).
+SELECTION_RULES: dict[str, str] = {
+    "edf": "smallest limits with the best attainment",
+    "slack_gate": "lowest mean latency within 1 point of the best attainment",
+}
+#: The policies the protocol tunes; every other policy has no free parameter here.
+TUNED_POLICIES: tuple[str, ...] = ("edf", "slack_gate")
+#: Base seed of tuning rounds (``round_seeds`` makes 7000, 7001, ...). Comparisons
+#: default to base seed 0 (seeds 0, 1, ...), so the two never share a round.
+TUNING_SEED: int = 7
+#: Robot count of the per-workload tuning point: the count each workload's comparison
+#: in docs/BENCHMARKS.md is reported at, where the paper's phases point (15) is one
+#: robot above FIFO's capacity and concurrency limits start to matter. bursty counts
+#: its base robots (two groups of six join during the bursts).
+WORKLOAD_TUNING_ROBOTS: dict[str, int] = {
+    "phases": 15, "parcel": 15, "multi_budget": 15, "uniform": 15, "bursty": 12}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,17 +150,52 @@ def slack_gate_candidates(
     ]
 
 
-def tuning_points(policy: str) -> tuple[tuple[str, int], ...]:
-    """The (workload, robots) points the protocol selects ``policy`` on.
+def candidates(
+    policy: str,
+    slots: Sequence[int] = DEFAULT_SLOTS,
+    thresholds: Sequence[float] = SLACK_GATE_THRESHOLDS,
+) -> list[Candidate]:
+    """The protocol's candidate grid for ``policy`` (``thresholds`` only for Slack-Gate).
 
     Raises:
         ValueError: for a policy the protocol does not tune.
     """
-    if policy == "edf":
-        return EDF_TUNING_POINTS
-    if policy == "slack_gate":
-        return SLACK_GATE_TUNING_POINTS
-    raise ValueError(f"the App. C.4 protocol tunes edf and slack_gate, not {policy!r}")
+    _check_tuned(policy)
+    return edf_candidates(slots) if policy == "edf" else slack_gate_candidates(slots, thresholds)
+
+
+def tuning_points(
+    policy: str, workload: str | None = None, robots: int | None = None,
+) -> tuple[tuple[str, int], ...]:
+    """The (workload, robots) points ``policy`` is selected on.
+
+    Args:
+        policy: ``edf`` or ``slack_gate``.
+        workload: ``None`` for the paper's points (App. C.4); a workload name for
+            per-workload tuning at that workload alone.
+        robots: The per-workload point's robot count; ``None`` for
+            :data:`WORKLOAD_TUNING_ROBOTS`. Ignored without ``workload``.
+
+    Raises:
+        ValueError: for a policy the protocol does not tune, a workload without a
+            default count and no ``robots``, or ``robots`` < 1.
+    """
+    _check_tuned(policy)
+    if workload is None:
+        return EDF_TUNING_POINTS if policy == "edf" else SLACK_GATE_TUNING_POINTS
+    if robots is None:
+        if workload not in WORKLOAD_TUNING_ROBOTS:
+            raise ValueError(f"no default tuning count for workload {workload!r}; "
+                             "give the robot count")
+        robots = WORKLOAD_TUNING_ROBOTS[workload]
+    if robots < 1:
+        raise ValueError(f"a tuning point needs at least one robot, got {robots}")
+    return ((workload, robots),)
+
+
+def _check_tuned(policy: str) -> None:
+    if policy not in TUNED_POLICIES:
+        raise ValueError(f"the App. C.4 protocol tunes edf and slack_gate, not {policy!r}")
 
 
 def score_candidates(
@@ -187,6 +250,16 @@ def select_edf(scores: Sequence[CandidateScore], tolerance: float = 0.0) -> Cand
         ValueError: on an empty list.
     """
     return min(_near_best(scores, tolerance, "EDF"), key=lambda s: _size(s.candidate))
+
+
+def select(policy: str, scores: Sequence[CandidateScore]) -> CandidateScore:
+    """Apply ``policy``'s selection rule with the protocol's tolerance.
+
+    Raises:
+        ValueError: for a policy the protocol does not tune, or no scores.
+    """
+    _check_tuned(policy)
+    return select_edf(scores) if policy == "edf" else select_slack_gate(scores)
 
 
 def select_slack_gate(scores: Sequence[CandidateScore], window: float = 0.01) -> CandidateScore:
