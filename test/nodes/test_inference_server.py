@@ -540,7 +540,7 @@ def test_diagnostics_per_robot_and_for_the_server() -> None:
         spin(1.3)
         status = {s.name: s for s in arrays[-1].status}
         assert status["xinfer/robots/r1"].level == DiagnosticStatus.ERROR
-        assert "2 of 2 requests failed: joint_states position contains NaN" in \
+        assert "2 of 2 requests failed: joint_states: position contains NaN" in \
             status["xinfer/robots/r1"].message
         assert status["xinfer/robots/r2"].level == DiagnosticStatus.STALE
         server = status["xinfer/server"]

@@ -6,8 +6,48 @@ import numpy as np
 import pytest
 
 from xinfer_ros.core.constants import COMMIT_LENGTH
-from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError
-from xinfer_ros.serving.frontend import commit_steps, engine_inputs, previous_chunk
+from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, InputError
+from xinfer_ros.serving.frontend import (
+    FlatChunk,
+    commit_steps,
+    engine_inputs,
+    previous_chunk,
+    request_inputs,
+)
+
+_NO_CHUNK = FlatChunk((), 0, 0)
+
+
+def _inputs(**overrides: object) -> dict[str, object]:
+    args: dict[str, object] = {
+        "robot": "arm1", "claimed_robot": "", "images": [np.zeros((4, 4, 3), np.uint8)],
+        "instruction": "pick", "positions": [0.1, 0.2], "prev": _NO_CHUNK, "commit": 0,
+        "action_shape": (4, 2), "seed": 7}
+    args.update(overrides)
+    return request_inputs(**args)  # type: ignore[arg-type]
+
+
+def test_request_inputs_reshape_a_flat_chunk_and_keep_its_commit() -> None:
+    inputs = _inputs(prev=FlatChunk(list(range(8)), 4, 2), commit=3, claimed_robot="arm1")
+    assert inputs["prev_chunk"].tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert inputs["d"] == 3 and inputs["seed"] == 7
+    assert inputs["state"].dtype == np.float64 and inputs["state"].tolist() == [0.1, 0.2]
+    # Without a previous chunk nothing is committed, whatever the request said.
+    assert _inputs(commit=3)["prev_chunk"] is None and _inputs(commit=3)["d"] == 0
+
+
+@pytest.mark.parametrize(("overrides", "error", "message"), [
+    ({"claimed_robot": "arm2"}, InputError, "robot_id: 'arm2' does not match namespace /arm1"),
+    ({"positions": [0.1, float("nan")]}, InputError, "joint_states: position contains NaN"),
+    ({"prev": FlatChunk([0.0] * 7, 4, 2)}, ChunkShapeError, "7 values do not fill .* 4x2"),
+    ({"prev": FlatChunk([0.0] * 8, 2, 4)}, ChunkShapeError, r"expected shape \(4, 2\)"),
+    ({"prev": FlatChunk([float("inf")] * 8, 4, 2)}, ChunkShapeError, "NaN or Inf"),
+    ({"prev": FlatChunk([0.0] * 8, 4, 2), "commit": 5}, CommitLengthError, "outside"),
+])
+def test_request_inputs_refuse_a_bad_request_naming_the_field(
+        overrides: dict[str, object], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        _inputs(**overrides)
 
 
 def test_previous_chunk_accepts_the_model_shape_and_pads_a_narrow_layout() -> None:

@@ -50,7 +50,7 @@ from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds
 from xinfer_ros.fleet.assignment import SERVERS_TOPIC
 from xinfer_ros.fleet.plan import config_file, parse_robots
-from xinfer_ros.model.errors import ChunkShapeError, InputError
+from xinfer_ros.model.errors import InputError
 from xinfer_ros.model.images import decode_image
 from xinfer_ros.msg import (
     ActionChunk,
@@ -65,7 +65,7 @@ from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.nodes.raw_image import RawImage
 from xinfer_ros.nodes.server_params import PARAMS, POLICIES
 from xinfer_ros.serving.control import PolicySwitchError, policy_arguments
-from xinfer_ros.serving.frontend import camera_image, commit_steps, engine_inputs, previous_chunk
+from xinfer_ros.serving.frontend import FlatChunk, camera_image, request_inputs
 from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
 from xinfer_ros.serving.ledger import Outcome, ServingLedger
 from xinfer_ros.serving.observations import (
@@ -301,31 +301,18 @@ class InferenceServer(Node):
                            age=time.monotonic() - arrival)
 
     def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[dict[str, Any], Any]:
-        if msg.robot_id and msg.robot_id != robot:
-            raise ValueError(f"robot_id {msg.robot_id!r} does not match namespace /{robot}")
-        horizon, dim = self.engine.backend.action_shape
-        commit = commit_steps(msg.commit_steps, horizon)
-        prev = None
-        if len(msg.prev_chunk):
-            shape = (msg.prev_horizon, msg.prev_action_dim)
-            if len(msg.prev_chunk) != shape[0] * shape[1]:
-                raise ChunkShapeError("prev_chunk", f"{len(msg.prev_chunk)} values do not "
-                                                    f"fill prev_horizon x prev_action_dim "
-                                                    f"{shape[0]}x{shape[1]}")
-            prev = previous_chunk(np.asarray(msg.prev_chunk).reshape(shape), horizon, dim)
         frames, joint = self._robots[robot].obs.assemble(
             stamp_seconds(msg.header.stamp), self.params["max_observation_age_s"])
         messages = [frame.message() for frame in frames]
         images = [self._rgb(cam, frame, m)
                   for cam, (frame, m) in enumerate(zip(frames, messages, strict=True))]
-        state = np.asarray(joint_positions(joint.name, joint.position, self._joint_order),
-                           dtype=np.float64)
-        if not np.all(np.isfinite(state)):
-            raise ValueError("joint_states position contains NaN or Inf")
-        inputs = engine_inputs(images, msg.instruction, state, prev_chunk=prev, commit=commit,
-                               seed=int(msg.seq))
-        stamps = ([m.header.stamp for m in messages], joint.header.stamp)
-        return inputs, stamps
+        inputs = request_inputs(
+            robot, msg.robot_id, images, msg.instruction,
+            joint_positions(joint.name, joint.position, self._joint_order),
+            prev=FlatChunk(msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim),
+            commit=msg.commit_steps, action_shape=self.engine.backend.action_shape,
+            seed=int(msg.seq))
+        return inputs, ([m.header.stamp for m in messages], joint.header.stamp)
 
     def _rgb(self, cam: int, frame: RawImage, msg: Any) -> np.ndarray:
         """The frame as RGB at a size the model takes (see :func:`camera_image`)."""

@@ -11,15 +11,26 @@ engine work is queued.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from xinfer_ros.core.constants import COMMIT_LENGTH
-from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, ImageError
+from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, ImageError, InputError
 from xinfer_ros.model.images import fit_image
 
-__all__ = ["camera_image", "commit_steps", "engine_inputs", "previous_chunk"]
+__all__ = ["FlatChunk", "camera_image", "commit_steps", "engine_inputs", "flat_chunk",
+           "previous_chunk", "request_inputs", "robot_state"]
+
+
+@dataclass(frozen=True, slots=True)
+class FlatChunk:
+    """A previous chunk as a flat message carries it: values row by row and its shape."""
+
+    values: Sequence[float]
+    horizon: int
+    action_dim: int
 
 
 def previous_chunk(values: Any, horizon: int, action_dim: int, *,
@@ -54,6 +65,64 @@ def previous_chunk(values: Any, horizon: int, action_dim: int, *,
     full = np.zeros((horizon, action_dim), dtype=np.float64)
     full[:, :arr.shape[1]] = arr
     return full
+
+
+def flat_chunk(chunk: FlatChunk, horizon: int, action_dim: int) -> np.ndarray | None:
+    """The previous chunk of a flat layout (``PolicyRequest.prev_chunk``); None if empty.
+
+    Raises:
+        ChunkShapeError: When the values do not fill the stated shape, or the chunk
+            fails :func:`previous_chunk`.
+    """
+    if not len(chunk.values):
+        return None
+    rows, cols = chunk.horizon, chunk.action_dim
+    if len(chunk.values) != rows * cols:
+        raise ChunkShapeError("prev_chunk", f"{len(chunk.values)} values do not fill "
+                                            f"prev_horizon x prev_action_dim {rows}x{cols}")
+    return previous_chunk(np.asarray(chunk.values).reshape(rows, cols), horizon, action_dim)
+
+
+def robot_state(positions: Sequence[float]) -> np.ndarray:
+    """The joint positions as a finite float64 vector.
+
+    Raises:
+        InputError: When a position is NaN or Inf.
+    """
+    state = np.asarray(positions, dtype=np.float64)
+    if not np.all(np.isfinite(state)):
+        raise InputError("joint_states", "position contains NaN or Inf")
+    return state
+
+
+def request_inputs(robot: str, claimed_robot: str, images: Sequence[np.ndarray | None],
+                   instruction: str, positions: Sequence[float], *, prev: FlatChunk,
+                   commit: int | None, action_shape: tuple[int, int],
+                   seed: int) -> dict[str, Any]:
+    """Validate a ROS-style request against the model and build the engine's inputs.
+
+    Args:
+        robot: The robot the request came from (its namespace).
+        claimed_robot: The id the request names itself, or "" for none.
+        images: The decoded frames, one per camera, at the model's sizes.
+        instruction: The language instruction.
+        positions: The joint positions in the model's order.
+        prev: The robot's previous chunk (empty values: none).
+        commit: Its commit length d, or None for the paper's.
+        action_shape: The model's (H, D).
+        seed: The request's noise seed.
+
+    Raises:
+        InputError: A robot id that is not the sender's, or a non-finite state.
+        ChunkShapeError: A previous chunk of another shape, or with NaN or Inf.
+        CommitLengthError: A commit length outside ``[0, H]``.
+    """
+    if claimed_robot and claimed_robot != robot:
+        raise InputError("robot_id", f"{claimed_robot!r} does not match namespace /{robot}")
+    horizon, dim = action_shape
+    d = commit_steps(commit, horizon)
+    return engine_inputs(images, instruction, robot_state(positions),
+                         prev_chunk=flat_chunk(prev, horizon, dim), commit=d, seed=seed)
 
 
 def commit_steps(value: int | None, horizon: int, *, field: str = "commit_steps") -> int:
