@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
+from xinfer_ros.core.clients import Link
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
 from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
@@ -28,7 +29,7 @@ from xinfer_ros.core.registry import policy_names
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
 from xinfer_ros.engine.clock import Clock
-from xinfer_ros.engine.closed_loop import ClosedLoopRun, RobotPlan, run_closed_loop
+from xinfer_ros.engine.closed_loop import ClosedLoopRun, run_closed_loop
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import (
     TABLE6,
@@ -180,19 +181,17 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
     # The engine's lane and worker threads inherit this thread's CPUs when they start.
     pin_thread(getattr(args, "main_cpus", None))
     engine, backend, table = build_engine(args, backend)
-    plans = [RobotPlan(i, spec.start, spec.budgets, spec.max_requests)
-             for i, spec in enumerate(workload.robots)]
-    link = args.link_ms * 1e-3
+    link = Link(args.link_ms * 1e-3, args.link_ms * 1e-3)
     engine.start()
     try:
         engine.audit.keep_from = engine.clock.now() + warmup
-        run = run_closed_loop(engine, plans, backend.example_inputs, duration, link_up=link,
-                              link_down=link)
+        run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
+                              link=link)
     finally:
         engine.close(drain_timeout=2.0)
         if owned:
             backend.close()
-    metrics = summarize(run.records(), window)
+    metrics = summarize(run.records, window)
     statuses: dict[str, int] = {}
     for s in run.sent:
         key = s.result.status.name if s.result is not None else "UNANSWERED"
@@ -206,7 +205,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
         "config": engine.config.to_dict(),
         "policy": args.policy,
         "workload": args.workload,
-        "robots": len(plans),
+        "robots": len(workload.robots),
         "duration_s": duration,
         "window_s": list(window),
         "rate_table": str(args.rate_table) if args.rate_table else "default",

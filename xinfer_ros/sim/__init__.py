@@ -3,7 +3,6 @@
 Modules (one concern each):
 
 * :mod:`~xinfer_ros.sim.gpu`: non-preemptive units at the rate table's concurrent rates;
-* :mod:`~xinfer_ros.sim.robots`: closed-loop robots (Eq. 1) and the transport link;
 * :mod:`~xinfer_ros.sim.workloads`: phases, bursty, multi_budget, parcel, uniform, custom;
 * :mod:`~xinfer_ros.sim.engine_loop`: the event loop driving ``xinfer_ros.core`` policies;
 * :mod:`~xinfer_ros.sim.runner`: rounds and robot counts in a process pool;
@@ -11,7 +10,8 @@ Modules (one concern each):
 * :mod:`~xinfer_ros.sim.projection`: App. A.1 parcels/h projection (Eq. 5-7);
 * :mod:`~xinfer_ros.sim.plots`: Figure 2 / Figure 8 style PNGs (Agg backend).
 
-Metrics live in :mod:`xinfer_ros.core.metrics` so the engine and ROS nodes share them.
+Metrics live in :mod:`xinfer_ros.core.metrics` and the closed-loop robots (Eq. 1) in
+:mod:`xinfer_ros.core.clients`, so the engine and ROS nodes share them.
 The command line is ``xinfer-sim`` (:mod:`xinfer_ros.cli.sim`).
 """
 

@@ -4,8 +4,9 @@ A minimal deterministic closed loop for the decision-cost benchmark and the poli
 tests. Not the fleet simulator (:mod:`xinfer_ros.sim.engine_loop`): it needs no GPU
 model, only decision states in chronological order. Model:
 
-* ``robots`` robots send requests at ``s_{j+1} = max(s_j + T_E, r_j)`` (Eq. 1), first
-  sends staggered over one period; server arrival = send time.
+* ``robots`` robots (:class:`~xinfer_ros.core.clients.Robot`, as in the simulator) send
+  requests at ``s_{j+1} = max(s_j + T_E, r_j)`` (Eq. 1), first sends staggered over one
+  period; server arrival = send time.
 * Budgets alternate between ``budgets`` every ``phase_len`` responses, with robot
   phases staggered over the cycle (the paper's alternating 90/400 ms workload).
 * A launched unit of stage s runs ``(h_s + W_s / ρ_s(n)) · jitter``, where ``n`` is the
@@ -22,11 +23,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from xinfer_ros.core.clients import Robot, RobotSpec
 from xinfer_ros.core.constants import ALTERNATING_BUDGETS, PHASE_LENGTH, SEND_PERIOD
 from xinfer_ros.core.policy import Policy, SchedulerOutput
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.core.timing import next_send
+from xinfer_ros.sim.workloads import CyclicBudgets
 
 __all__ = ["ClosedLoopResult", "DecisionSample", "trace_decisions"]
 
@@ -139,9 +141,6 @@ class _Fleet:
     ) -> None:
         self.policy = policy
         self.pred = policy.predictor
-        self.budgets = budgets
-        self.phase_len = phase_len
-        self.send_period = send_period
         self.tick = tick
         self.rng = rng
         self.jitter = jitter
@@ -150,12 +149,14 @@ class _Fleet:
         self.events: list[tuple[float, int, int, int, int]] = []  # (t, seq, kind, a, b)
         self._seq = 0
         cycle = phase_len * len(budgets)
-        self.responses = [(i * cycle) // robots for i in range(robots)]  # staggered phases
-        self.last_send = [0.0] * robots
+        # Phases staggered over the cycle: robot i starts (i · cycle) // robots responses in.
+        self.clients = [Robot(RobotSpec(i, i * send_period / robots, CyclicBudgets(
+            tuple(budgets), phase_len, (i * cycle) // robots)), send_period)
+            for i in range(robots)]
         self.by_id: dict[int, tuple[int, float]] = {}  # request id -> (robot, send time)
         self.next_id = 0
-        for i in range(robots):
-            self.push(i * send_period / robots, _ARRIVAL, i)
+        for client in self.clients:
+            self.push(client.spec.start, _ARRIVAL, client.spec.robot_id)
         if tick > 0:
             self.push(0.0, _TICK)
 
@@ -166,11 +167,9 @@ class _Fleet:
 
     def send(self, robot: int, t: float) -> Request:
         """The request ``robot`` sends at ``t``, with the budget of its current phase."""
-        budgets = self.budgets
-        budget = budgets[(self.responses[robot] // self.phase_len) % len(budgets)]
-        req = Request(self.next_id, f"robot_{robot}", arrival=t, budget=budget)
+        req = Request(self.next_id, f"robot_{robot}", arrival=t,
+                      budget=self.clients[robot].send(t))
         self.by_id[self.next_id] = (robot, t)
-        self.last_send[robot] = t
         self.next_id += 1
         return req
 
@@ -216,6 +215,4 @@ class _Fleet:
             robot, sent = self.by_id.pop(req.request_id)
             r_t = t + pred.h_out
             self.result.latencies.append((req.robot_id, req.budget, r_t - sent))
-            self.responses[robot] += 1
-            nxt = next_send(self.last_send[robot], r_t, self.send_period)
-            self.push(nxt, _ARRIVAL, robot)
+            self.push(self.clients[robot].receive(r_t, req.budget), _ARRIVAL, robot)

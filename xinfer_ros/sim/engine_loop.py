@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from xinfer_ros.core.clients import Link, Robot
 from xinfer_ros.core.constants import (
     LINK_DELAY,
     MEASUREMENT_WINDOW,
@@ -45,7 +46,6 @@ from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES
 from xinfer_ros.core.timing import deadline
 from xinfer_ros.sim.gpu import GpuModel
-from xinfer_ros.sim.robots import Link, Robot
 from xinfer_ros.sim.workloads import Workload, build_workload
 
 __all__ = [
@@ -362,9 +362,7 @@ class Simulation:
                     if next_tick == inf and self._ticks and self._needs_tick():
                         next_tick = t + tick
         for rb in robots:
-            if rb.in_flight:  # only possible if a policy starved a request
-                rb.records.append(ResponseRecord(rb.last_send, None, rb.last_budget, False,
-                                                 rb.spec.robot_id))
+            rb.close()  # an unanswered request is only possible if a policy starved it
         return self._result(time.perf_counter() - wall0)
 
     def _result(self, wall: float) -> RunResult:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from xinfer_ros.config_paths import config_dir
+from xinfer_ros.core.clients import BudgetSchedule, RobotSpec
 from xinfer_ros.core.constants import (
     ALTERNATING_BUDGETS,
     MEASUREMENT_WINDOW,
@@ -32,9 +33,7 @@ from xinfer_ros.core.timing import MS_PER_S
 __all__ = [
     "DEFAULT_PARCEL_TRACES",
     "WORKLOADS",
-    "BudgetSchedule",
     "CyclicBudgets",
-    "RobotSpec",
     "ScaledBudgets",
     "SequenceBudgets",
     "Workload",
@@ -48,18 +47,6 @@ DEFAULT_PARCEL_TRACES: Path = config_dir() / "traces" / "parcel_synthetic.json"
 
 #: Built-in workload names (``custom`` needs budgets or a CSV).
 WORKLOADS: tuple[str, ...] = ("phases", "bursty", "multi_budget", "parcel", "uniform", "custom")
-
-
-class BudgetSchedule:
-    """Budget of a robot's k-th request (k counts from 0)."""
-
-    def __call__(self, k: int) -> float:  # pragma: no cover - interface
-        """Return the budget in seconds of request ``k``."""
-        raise NotImplementedError
-
-    def values(self) -> tuple[float, ...]:  # pragma: no cover - interface
-        """Return the distinct budgets this schedule can produce."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,25 +114,6 @@ class ScaledBudgets(BudgetSchedule):
     def values(self) -> tuple[float, ...]:
         """Return the distinct budgets."""
         return tuple(v * self.scale for v in self.inner.values())
-
-
-@dataclass(frozen=True, slots=True)
-class RobotSpec:
-    """One closed-loop robot.
-
-    Attributes:
-        robot_id: Index used in request ids and records.
-        start: First send time (s).
-        budgets: Budget of each request.
-        max_requests: Stop after this many requests (``None``: until the run ends).
-        tag: Free label (``"base"``, ``"burst1"``...) for per-group analysis.
-    """
-
-    robot_id: int
-    start: float
-    budgets: BudgetSchedule
-    max_requests: int | None = None
-    tag: str = "base"
 
 
 @dataclass(frozen=True, slots=True)
