@@ -5,21 +5,21 @@ from __future__ import annotations
 import pytest
 
 from xinfer_ros.core.metrics import WindowMetrics
+from xinfer_ros.sim.runner import round_seeds
 from xinfer_ros.sim.tuning import (
-    Candidate,
-    CandidateScore,
-    edf_candidates,
-    score_candidates,
-    select_edf,
-    select_slack_gate,
     TUNING_SEED,
     WORKLOAD_TUNING_ROBOTS,
+    Candidate,
+    CandidateScore,
     candidates,
+    edf_candidates,
+    score_candidates,
     select,
+    select_edf,
+    select_slack_gate,
     slack_gate_candidates,
     tuning_points,
 )
-from xinfer_ros.sim.runner import round_seeds
 from xinfer_ros.sim.workloads import WORKLOADS
 
 

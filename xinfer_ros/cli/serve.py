@@ -24,7 +24,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from xinfer_ros.core.constants import MAX_LIVE_REQUESTS
+from xinfer_ros.openpi.server import ServerConfig
+
 __all__ = ["build_parser", "main"]
+
+#: The endpoint's defaults, which the flags show.
+_SERVER = ServerConfig()
 
 
 
@@ -46,12 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=("fifo", "edf", "slack_gate", "xinfer"),
                    default="xinfer", help="scheduling policy")
     p.add_argument("--rate-table", default="", help="rate-table JSON (default: shipped)")
-    p.add_argument("--max-live", type=int, default=64, help="engine backpressure bound")
+    p.add_argument("--max-live", type=int, default=MAX_LIVE_REQUESTS,
+                   help="engine backpressure bound")
     p.add_argument("--layout", default="auto",
                    help="observation layout: auto, libero, aloha, or a YAML/JSON file")
-    p.add_argument("--budget-ms", type=float, default=180.0,
+    p.add_argument("--budget-ms", type=float, default=_SERVER.default_budget_ms,
                    help="budget of requests without xinfer/budget_ms")
-    p.add_argument("--max-budget-ms", type=float, default=10_000.0)
+    p.add_argument("--max-budget-ms", type=float, default=_SERVER.max_budget_ms)
     p.add_argument("--default-prompt", default=None,
                    help="instruction for observations without a prompt (default: required)")
     p.add_argument("--api-key-file", default=None, metavar="FILE",
@@ -59,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"${API_KEY_ENV}; a key on the command line would show in ps)")
     p.add_argument("--allow", nargs="+", default=None, metavar="ROBOT",
                    help="allowlist of robot ids (URL path or xinfer/robot_id)")
-    p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024)
-    p.add_argument("--max-connections", type=int, default=64)
-    p.add_argument("--request-timeout-s", type=float, default=30.0)
+    p.add_argument("--max-message-bytes", type=int, default=_SERVER.max_message_bytes)
+    p.add_argument("--max-connections", type=int, default=_SERVER.max_connections)
+    p.add_argument("--request-timeout-s", type=float, default=_SERVER.request_timeout_s)
     p.add_argument("--log-level", default="INFO")
     return p
 

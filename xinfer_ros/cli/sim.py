@@ -30,6 +30,7 @@ from typing import Any
 
 from xinfer_ros.core.constants import DEFAULT_SLOTS, MEASUREMENT_WINDOW, RUN_DURATION
 from xinfer_ros.core.metrics import RoundSummary, summarize_rounds
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.sim import tuning
 from xinfer_ros.sim.engine_loop import RunResult, SimConfig
 from xinfer_ros.sim.erc import Criterion, ErcResult, erc_from_grid, passes, search_erc
@@ -39,6 +40,8 @@ from xinfer_ros.sim.workloads import WORKLOADS, build_workload
 __all__ = ["build_parser", "main"]
 
 _BASELINES = ("fifo", "edf", "slack_gate", "xinfer")
+#: The simulator's defaults, which the flags' defaults show in their own units.
+_SIM = SimConfig()
 
 
 # -- argument helpers ----------------------------------------------------------------------
@@ -98,17 +101,20 @@ def _add_common(p: argparse.ArgumentParser, *, workload: bool = True) -> None:
     p.add_argument("--warmup", type=float, default=MEASUREMENT_WINDOW[0],
                    help="warm-up before the window, s")
     p.add_argument("--rate-table", default=None, help="rate-table JSON (default: shipped)")
-    p.add_argument("--noise", type=float, default=0.05,
+    p.add_argument("--noise", type=float, default=_SIM.noise,
                    help="log-normal sigma of execution-time noise")
-    p.add_argument("--tick-ms", type=float, default=2.0, help="policy tick while work waits")
-    p.add_argument("--cpu-prep-ms", type=float, default=1.0, help="server CPU preparation")
+    p.add_argument("--tick-ms", type=float, default=_SIM.tick * MS_PER_S,
+                   help="policy tick while work waits")
+    p.add_argument("--cpu-prep-ms", type=float, default=_SIM.cpu_prep * MS_PER_S,
+                   help="server CPU preparation")
     p.add_argument("--send-jitter-ms", type=float, default=0.0,
                    help="mean exponential client handling delay per send (0: Eq. 1 exact)")
     p.add_argument("--phase-spread", action="store_true",
                    help="hold responses later than T_E to spread the robots' send phases")
     p.add_argument("--budgets", type=_budgets, default=None,
                    help="custom/uniform budgets in ms, e.g. 90,400")
-    p.add_argument("--phase-length", type=int, default=30, help="responses per budget phase")
+    p.add_argument("--phase-length", type=int, default=_SIM.phase_length,
+                   help="responses per budget phase")
     p.add_argument("--budget-csv", default=None, help="per-response budgets (ms) for custom")
     p.add_argument("--parcel-traces", default=None, help="parcel trace file")
     p.add_argument("--policy-arg", action="append", default=[], metavar="KEY=VALUE",

@@ -16,7 +16,9 @@ __all__ = [
     "CAMERAS",
     "COMMIT_LENGTH",
     "DEFAULT_BOUNDS",
+    "DEFAULT_BUDGET",
     "DEFAULT_EDF_LIMITS",
+    "DEFAULT_MAX_BUDGET",
     "DEFAULT_SLACK_GATE_LIMITS",
     "DEFAULT_SLOTS",
     "DELTA",
@@ -71,6 +73,11 @@ POLICY_TICK: Final[float] = 2.0e-3
 MAX_LIVE_REQUESTS: Final[int] = 64
 #: No response budget is longer (s): a larger one is a unit mistake (ms taken for s).
 MAX_BUDGET: Final[float] = 3600.0
+#: The largest budget a server accepts unless configured otherwise (s).
+DEFAULT_MAX_BUDGET: Final[float] = 10.0
+#: Budget of a request that names none (openpi clients): one send period, the latest a
+#: response can come without slowing the robot's Eq. 1 cadence (s).
+DEFAULT_BUDGET: Final[float] = SEND_PERIOD
 #: Run length and measurement window of a round: warm-up 30 s, measured [30, 210) s.
 RUN_DURATION: Final[float] = 210.0
 MEASUREMENT_WINDOW: Final[tuple[float, float]] = (30.0, RUN_DURATION)

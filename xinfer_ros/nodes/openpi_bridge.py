@@ -39,8 +39,8 @@ OPENPI_PARAMS = [
     ParamSpec("openpi_port", 0, "openpi WebSocket port (0: endpoint off)", 0, 65535),
     ParamSpec("openpi_host", "127.0.0.1", "openpi bind address"),
     ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
-    ParamSpec("openpi_budget_ms", 180.0, "budget of openpi requests without one (ms)",
-              1.0, MAX_BUDGET * MS_PER_S),
+    ParamSpec("openpi_budget_ms", ServerConfig.default_budget_ms,
+              "budget of openpi requests without one (ms)", 1.0, MAX_BUDGET * MS_PER_S),
     ParamSpec("openpi_api_key_file", "", "file holding the required Api-Key (empty: "
               "$XINFER_OPENPI_API_KEY, else no key); never the key itself"),
     ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),

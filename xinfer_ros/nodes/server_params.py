@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import re
 
-from xinfer_ros.core.constants import ATTAINMENT_TARGET, MAX_BUDGET
+from xinfer_ros.core.constants import (
+    ATTAINMENT_TARGET,
+    DEFAULT_MAX_BUDGET,
+    MAX_BUDGET,
+    MAX_LIVE_REQUESTS,
+)
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.core.timing import MS_PER_S
@@ -77,9 +82,10 @@ PARAMS = [
               "read by these names ([\"\"]: in the message's order)",
               check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
     ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
-    ParamSpec("max_budget_ms", 10_000.0, "largest accepted budget (ms)", 1.0,
+    ParamSpec("max_budget_ms", DEFAULT_MAX_BUDGET * MS_PER_S, "largest accepted budget (ms)", 1.0,
               MAX_BUDGET * MS_PER_S),
-    ParamSpec("max_live_requests", 64, "requests held at once (backpressure bound)", 1, 4096),
+    ParamSpec("max_live_requests", MAX_LIVE_REQUESTS,
+              "requests held at once (backpressure bound)", 1, 4096),
     ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
     ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
     ParamSpec("diagnostics.stale_after_s", 2.0, "a robot silent this long is STALE in "

@@ -53,6 +53,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
+from xinfer_ros.core.constants import DEFAULT_BUDGET, DEFAULT_MAX_BUDGET
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.openpi.codec import CodecError, packb, unpackb
 from xinfer_ros.openpi.errors import ObservationFieldError, OpenPIError
 from xinfer_ros.openpi.layouts import (
@@ -135,8 +137,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     layout: ObservationLayout | None = None
-    default_budget_ms: float = 180.0
-    max_budget_ms: float = 10_000.0
+    default_budget_ms: float = DEFAULT_BUDGET * MS_PER_S
+    max_budget_ms: float = DEFAULT_MAX_BUDGET * MS_PER_S
     default_prompt: str | None = None
     api_key: str | None = None
     allowlist: tuple[str, ...] | None = None
