@@ -17,7 +17,17 @@ def test_serve_requires_openpi_and_defaults_to_loopback() -> None:
         build_parser().parse_args([])
     args = build_parser().parse_args(["--openpi", "--port", "0", "--allow", "a", "b"])
     assert args.host == "127.0.0.1" and args.allow == ["a", "b"]
-    assert args.max_message_bytes == 16 * 1024 * 1024
+    # Limits not given are the endpoint's own defaults.
+    from xinfer_ros.cli.serve import _config
+    from xinfer_ros.openpi.server import ServerConfig
+
+    args.layout = "libero"
+    config, default = _config(args), ServerConfig()
+    assert config.max_message_bytes == default.max_message_bytes == 16 * 1024 * 1024
+    assert config.max_connections == default.max_connections
+    assert config.default_budget_ms == default.default_budget_ms == 180.0
+    args.max_connections = 3
+    assert _config(args).max_connections == 3
 
 
 def test_serve_reports_a_bad_layout() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
@@ -18,13 +20,25 @@ from xinfer_ros.serving.frontend import (
 _NO_CHUNK = FlatChunk((), 0, 0)
 
 
-def _inputs(**overrides: object) -> dict[str, object]:
+def _inputs(positions: Sequence[float] = (0.1, 0.2), **overrides: object) -> dict[str, object]:
+    def observe() -> tuple[list[np.ndarray], Sequence[float]]:
+        return [np.zeros((4, 4, 3), np.uint8)], positions
+
     args: dict[str, object] = {
-        "robot": "arm1", "claimed_robot": "", "images": [np.zeros((4, 4, 3), np.uint8)],
-        "instruction": "pick", "positions": [0.1, 0.2], "prev": _NO_CHUNK, "commit": 0,
-        "action_shape": (4, 2), "seed": 7}
+        "robot": "arm1", "claimed_robot": "", "instruction": "pick", "observe": observe,
+        "prev": _NO_CHUNK, "commit": 0, "action_shape": (4, 2), "seed": 7}
     args.update(overrides)
     return request_inputs(**args)  # type: ignore[arg-type]
+
+
+def test_a_request_that_fails_its_own_checks_never_picks_an_observation() -> None:
+    def observe() -> tuple[list[np.ndarray], list[float]]:
+        raise AssertionError("observation picked for a malformed request")
+
+    for bad in ({"claimed_robot": "arm2"}, {"prev": FlatChunk([0.0] * 7, 4, 2)},
+                {"prev": FlatChunk([0.0] * 8, 4, 2), "commit": 9}):
+        with pytest.raises((InputError, ChunkShapeError, CommitLengthError)):
+            _inputs(observe=observe, **bad)
 
 
 def test_request_inputs_reshape_a_flat_chunk_and_keep_its_commit() -> None:

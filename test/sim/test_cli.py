@@ -101,6 +101,27 @@ def test_tune_on_one_workload_uses_its_own_seeds(tmp_path: Path) -> None:
         main(["tune", "--workload", "custom", "--quiet"])
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["tune", "--robots", "12"], "give --workload"),
+    (["tune", "--workload", "parcel", "--robots", "0"], "at least one robot"),
+    (["compare", "--tune-robots", "12"], "need --tune-baselines"),
+    (["compare", "--tune-seed", "3"], "need --tune-baselines"),
+    (["compare", "--tune-baselines", "--tune-robots", "0"], "at least one robot"),
+    (["compare", "--tune-baselines", "--seed", "7"], "comparison's own seeds"),
+])
+def test_tuning_flags_that_would_be_ignored_or_overlap_are_refused_before_any_run(
+        argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xinfer_ros.sim import prediction_error, runner
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(runner, "run_many", never)
+    monkeypatch.setattr(prediction_error, "calibrate", never)
+    with pytest.raises(SystemExit, match=message):
+        main([*argv, "--predictor-error-ms", "2", "--quiet"])
+
+
 def test_compare_tunes_the_baselines_on_its_workload_first(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

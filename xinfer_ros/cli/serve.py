@@ -24,13 +24,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from xinfer_ros.core.constants import MAX_LIVE_REQUESTS
-from xinfer_ros.openpi.server import ServerConfig
+from xinfer_ros.core.constants import DEFAULT_BUDGET, DEFAULT_MAX_BUDGET, MAX_LIVE_REQUESTS
+from xinfer_ros.core.timing import MS_PER_S
 
 __all__ = ["build_parser", "main"]
-
-#: The endpoint's defaults, which the flags show.
-_SERVER = ServerConfig()
 
 
 
@@ -56,9 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="engine backpressure bound")
     p.add_argument("--layout", default="auto",
                    help="observation layout: auto, libero, aloha, or a YAML/JSON file")
-    p.add_argument("--budget-ms", type=float, default=_SERVER.default_budget_ms,
+    p.add_argument("--budget-ms", type=float, default=DEFAULT_BUDGET * MS_PER_S,
                    help="budget of requests without xinfer/budget_ms")
-    p.add_argument("--max-budget-ms", type=float, default=_SERVER.max_budget_ms)
+    p.add_argument("--max-budget-ms", type=float, default=DEFAULT_MAX_BUDGET * MS_PER_S)
     p.add_argument("--default-prompt", default=None,
                    help="instruction for observations without a prompt (default: required)")
     p.add_argument("--api-key-file", default=None, metavar="FILE",
@@ -66,9 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"${API_KEY_ENV}; a key on the command line would show in ps)")
     p.add_argument("--allow", nargs="+", default=None, metavar="ROBOT",
                    help="allowlist of robot ids (URL path or xinfer/robot_id)")
-    p.add_argument("--max-message-bytes", type=int, default=_SERVER.max_message_bytes)
-    p.add_argument("--max-connections", type=int, default=_SERVER.max_connections)
-    p.add_argument("--request-timeout-s", type=float, default=_SERVER.request_timeout_s)
+    # The endpoint's own defaults apply where these are not given (the openpi extra's
+    # modules load only when serving).
+    p.add_argument("--max-message-bytes", type=int, default=None, help="default 16 MiB")
+    p.add_argument("--max-connections", type=int, default=None, help="default 64")
+    p.add_argument("--request-timeout-s", type=float, default=None, help="default 30 s")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -100,9 +99,9 @@ def _config(args: argparse.Namespace) -> Any:
         default_budget_ms=args.budget_ms, max_budget_ms=args.max_budget_ms,
         default_prompt=args.default_prompt,
         api_key=resolve_api_key(args.api_key_file),
-        allowlist=tuple(args.allow) if args.allow else None,
-        max_message_bytes=args.max_message_bytes, max_connections=args.max_connections,
-        request_timeout_s=args.request_timeout_s, model_name=args.model)
+        allowlist=tuple(args.allow) if args.allow else None, model_name=args.model,
+        **{k: v for k in ("max_message_bytes", "max_connections", "request_timeout_s")
+           if (v := getattr(args, k)) is not None})
 
 
 async def _serve(server: Any, host: str) -> None:

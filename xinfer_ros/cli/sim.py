@@ -164,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "never against XInfer) and compare them as tuned")
     cmp_.add_argument("--tune-robots", type=int, default=None, metavar="N",
                       help="robot count of the tuning point (default: per workload)")
-    cmp_.add_argument("--tune-seed", type=int, default=tuning.TUNING_SEED,
-                      help="base seed of the tuning rounds (distinct from --seed's)")
+    cmp_.add_argument("--tune-seed", type=int, default=None,
+                      help=f"base seed of the tuning rounds (default {tuning.TUNING_SEED}; "
+                           "never --seed's rounds)")
     _add_common(cmp_)
     _add_prediction_error(cmp_)
 
@@ -614,13 +615,7 @@ def _tune_baselines(args: argparse.Namespace, policies: Sequence[str]) -> list[_
     from xinfer_ros.sim.runner import round_seeds
 
     seeds = round_seeds(args.tune_seed, args.rounds)
-    if set(seeds) & set(round_seeds(args.seed, args.rounds)):
-        raise SystemExit(f"error: --tune-seed {args.tune_seed} gives the comparison's own "
-                         f"seeds (--seed {args.seed}); pick another")
-    try:
-        points = tuning.tuning_points("edf", args.workload, args.tune_robots)
-    except ValueError as exc:
-        raise SystemExit(f"error: --tune-baselines: {exc}") from None
+    points = tuning.tuning_points("edf", args.workload, args.tune_robots)  # checked in main
     results = [_tune(args, p, points, seeds) for p in policies if p in tuning.TUNED_POLICIES]
     args.tuned = {r.policy: r.chosen.candidate.kwargs for r in results}
     for r in results:
@@ -687,9 +682,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.duration > args.warmup:
         raise SystemExit("--duration must exceed --warmup")
     args.audit, args.rate_error, args.calibration = False, 0.0, None
+    _check_tuning(args)  # before a calibration spends time on a run that cannot start
     if getattr(args, "predictor_error_ms", None) is not None:
         _apply_prediction_error(args)
     return _COMMANDS[args.command](args)
+
+
+def _check_tuning(args: argparse.Namespace) -> None:
+    """Refuse tuning flags that would be ignored, and tuning seeds a comparison uses."""
+    from xinfer_ros.sim.runner import round_seeds
+
+    if args.command == "tune":
+        if args.robots is not None and args.workload is None:
+            raise SystemExit("error: tune --robots sets the --workload point; give --workload")
+        _tuning_points(args, args.policy)
+    elif args.command == "compare":
+        if not args.tune_baselines:
+            if args.tune_robots is not None or args.tune_seed is not None:
+                raise SystemExit("error: --tune-robots and --tune-seed need --tune-baselines")
+            return
+        if args.tune_seed is None:
+            args.tune_seed = tuning.TUNING_SEED
+        if set(round_seeds(args.tune_seed, args.rounds)) & set(round_seeds(args.seed,
+                                                                          args.rounds)):
+            raise SystemExit(f"error: --tune-seed {args.tune_seed} gives the comparison's "
+                             f"own seeds (--seed {args.seed}); pick another")
+        try:
+            tuning.tuning_points("edf", args.workload, args.tune_robots)
+        except ValueError as exc:
+            raise SystemExit(f"error: --tune-baselines: {exc}") from None
 
 
 def _apply_prediction_error(args: argparse.Namespace) -> None:
@@ -699,8 +720,9 @@ def _apply_prediction_error(args: argparse.Namespace) -> None:
     sigmas. They are calibrated on XInfer's predictor when XInfer is among the policies
     (the paper reports its MAE), else on the first policy, at the run's robot count
     (the middle of a sweep) on the first seed; every run then reports its own MAE.
-    ``tune`` calibrates on XInfer at its (first) tuning point, so that baselines are
-    tuned on the GPU they are compared on.
+    ``tune`` calibrates on XInfer at its (first) tuning point and on its own seed, so
+    its sigmas may differ a little from a comparison's; ``compare --tune-baselines``
+    tunes on the comparison's own calibration.
     """
     from xinfer_ros.sim.prediction_error import PredictionErrorTargetError, calibrate
     from xinfer_ros.sim.runner import round_seeds

@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 from xinfer_ros.config_paths import config_dir
+from xinfer_ros.core.constants import DEFAULT_MAX_BUDGET
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.errors import XInferRosError
 from xinfer_ros.fleet.assignment import ASSIGNMENT_TOPIC
 
@@ -255,7 +257,8 @@ def build_fleet_plan(
     root = f"/{prefix}" if prefix else "/"
     plan = _server_specs(server, _section(data, "fleet_manager"), names, servers, root=root,
                          clock=clock)
-    executor = {"max_budget_ms": float(server.get("max_budget_ms", 10_000.0)),
+    executor = {"max_budget_ms": float(server.get("max_budget_ms",
+                                                  DEFAULT_MAX_BUDGET * MS_PER_S)),
                 **_section(data, "rtc_executor")}
     if servers > 1:
         executor["assignment_topic"] = assignment_topic(plan)

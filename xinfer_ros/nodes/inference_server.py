@@ -301,18 +301,23 @@ class InferenceServer(Node):
                            age=time.monotonic() - arrival)
 
     def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[dict[str, Any], Any]:
-        frames, joint = self._robots[robot].obs.assemble(
-            stamp_seconds(msg.header.stamp), self.params["max_observation_age_s"])
-        messages = [frame.message() for frame in frames]
-        images = [self._rgb(cam, frame, m)
-                  for cam, (frame, m) in enumerate(zip(frames, messages, strict=True))]
+        stamps: list[Any] = []
+
+        def observe() -> tuple[list[np.ndarray], list[float]]:
+            frames, joint = self._robots[robot].obs.assemble(
+                stamp_seconds(msg.header.stamp), self.params["max_observation_age_s"])
+            messages = [frame.message() for frame in frames]
+            stamps.extend(([m.header.stamp for m in messages], joint.header.stamp))
+            return ([self._rgb(cam, frame, m)
+                     for cam, (frame, m) in enumerate(zip(frames, messages, strict=True))],
+                    joint_positions(joint.name, joint.position, self._joint_order))
+
         inputs = request_inputs(
-            robot, msg.robot_id, images, msg.instruction,
-            joint_positions(joint.name, joint.position, self._joint_order),
+            robot, msg.robot_id, msg.instruction, observe,
             prev=FlatChunk(msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim),
             commit=msg.commit_steps, action_shape=self.engine.backend.action_shape,
             seed=int(msg.seq))
-        return inputs, ([m.header.stamp for m in messages], joint.header.stamp)
+        return inputs, tuple(stamps)
 
     def _rgb(self, cam: int, frame: RawImage, msg: Any) -> np.ndarray:
         """The frame as RGB at a size the model takes (see :func:`camera_image`)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xinfer_ros.core.constants import MAX_BUDGET
+from xinfer_ros.core.constants import DEFAULT_BUDGET, DEFAULT_MAX_BUDGET, MAX_BUDGET
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.openpi.layouts import ModelSpec, load_layout
@@ -39,7 +39,7 @@ OPENPI_PARAMS = [
     ParamSpec("openpi_port", 0, "openpi WebSocket port (0: endpoint off)", 0, 65535),
     ParamSpec("openpi_host", "127.0.0.1", "openpi bind address"),
     ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
-    ParamSpec("openpi_budget_ms", ServerConfig.default_budget_ms,
+    ParamSpec("openpi_budget_ms", DEFAULT_BUDGET * MS_PER_S,
               "budget of openpi requests without one (ms)", 1.0, MAX_BUDGET * MS_PER_S),
     ParamSpec("openpi_api_key_file", "", "file holding the required Api-Key (empty: "
               "$XINFER_OPENPI_API_KEY, else no key); never the key itself"),
@@ -97,7 +97,8 @@ def start_openpi_bridge(node: Any) -> OpenPIBridge | None:
     config = ServerConfig(
         host=p["openpi_host"], port=p["openpi_port"], layout=load_layout(p["openpi_layout"]),
         default_budget_ms=p["openpi_budget_ms"],
-        max_budget_ms=float(node.params.get("max_budget_ms", 10_000.0)),
+        max_budget_ms=float(node.params.get("max_budget_ms",
+                                            DEFAULT_MAX_BUDGET * MS_PER_S)),
         api_key=resolve_api_key(p["openpi_api_key_file"]), allowlist=allow,
         reserved_ids=tuple(node.params.get("robots", ())),
         max_message_bytes=p["openpi_max_message_bytes"], model_name=node.params["model"])

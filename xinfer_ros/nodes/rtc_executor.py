@@ -58,6 +58,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from xinfer_ros.core.constants import (
     ACTION_DIM,
     COMMIT_LENGTH,
+    DEFAULT_MAX_BUDGET,
     KEYFRAME_SPACING,
     MAX_BUDGET,
     SEND_PERIOD,
@@ -103,8 +104,8 @@ PARAMS = [
               1.0, 60_000.0),
     ParamSpec("min_budget_ms", 1.0, "smallest budget sent; lower ones are clamped (ms)",
               0.001, MAX_BUDGET * MS_PER_S),
-    ParamSpec("max_budget_ms", 10_000.0, "largest budget sent; higher ones are clamped "
-              "(ms; the server's max_budget_ms)", 0.001, MAX_BUDGET * MS_PER_S),
+    ParamSpec("max_budget_ms", DEFAULT_MAX_BUDGET * MS_PER_S, "largest budget sent; higher "
+              "ones are clamped (ms; the server's max_budget_ms)", 0.001, MAX_BUDGET * MS_PER_S),
     ParamSpec("startup", "silent", "before the first chunk: publish nothing (silent) or "
               "the measured joint positions from joint_states (hold_state)",
               choices=STARTUP_MODES),

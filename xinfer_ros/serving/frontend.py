@@ -10,7 +10,7 @@ engine work is queued.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, ImageError, InputError
 from xinfer_ros.model.images import fit_image
 
-__all__ = ["FlatChunk", "camera_image", "commit_steps", "engine_inputs", "flat_chunk",
+__all__ = ["FlatChunk", "Observe", "camera_image", "commit_steps", "engine_inputs", "flat_chunk",
            "previous_chunk", "request_inputs", "robot_state"]
 
 
@@ -95,18 +95,26 @@ def robot_state(positions: Sequence[float]) -> np.ndarray:
     return state
 
 
-def request_inputs(robot: str, claimed_robot: str, images: Sequence[np.ndarray | None],
-                   instruction: str, positions: Sequence[float], *, prev: FlatChunk,
-                   commit: int | None, action_shape: tuple[int, int],
+#: ``observe() -> (images, joint positions)``: the observation a request picks.
+Observe = Callable[[], tuple[Sequence["np.ndarray | None"], Sequence[float]]]
+
+
+def request_inputs(robot: str, claimed_robot: str, instruction: str, observe: Observe, *,
+                   prev: FlatChunk, commit: int | None, action_shape: tuple[int, int],
                    seed: int) -> dict[str, Any]:
     """Validate a ROS-style request against the model and build the engine's inputs.
+
+    The request's own fields are checked first; only a request that passes has its
+    observation picked and decoded (``observe``), so a malformed request costs no image
+    work and is refused for what is wrong with it, not for its observation's age.
 
     Args:
         robot: The robot the request came from (its namespace).
         claimed_robot: The id the request names itself, or "" for none.
-        images: The decoded frames, one per camera, at the model's sizes.
         instruction: The language instruction.
-        positions: The joint positions in the model's order.
+        observe: Picks the observation: the decoded frames, one per camera at the
+            model's sizes, and the joint positions in the model's order. Its own
+            errors pass through.
         prev: The robot's previous chunk (empty values: none).
         commit: Its commit length d, or None for the paper's.
         action_shape: The model's (H, D).
@@ -121,8 +129,10 @@ def request_inputs(robot: str, claimed_robot: str, images: Sequence[np.ndarray |
         raise InputError("robot_id", f"{claimed_robot!r} does not match namespace /{robot}")
     horizon, dim = action_shape
     d = commit_steps(commit, horizon)
-    return engine_inputs(images, instruction, robot_state(positions),
-                         prev_chunk=flat_chunk(prev, horizon, dim), commit=d, seed=seed)
+    prev_chunk = flat_chunk(prev, horizon, dim)
+    images, positions = observe()
+    return engine_inputs(images, instruction, robot_state(positions), prev_chunk=prev_chunk,
+                         commit=d, seed=seed)
 
 
 def commit_steps(value: int | None, horizon: int, *, field: str = "commit_steps") -> int:
