@@ -11,7 +11,8 @@ The paper fixes the baselines' free parameters in simulation before comparing th
 This module enumerates those candidates, turns them into simulator runs and applies
 the two selection rules to the results. It never runs XInfer, so the baselines are
 not chosen against it. The defaults in :mod:`xinfer_ros.core.constants` are what
-``xinfer-sim tune`` selects on the shipped rate table.
+``xinfer-sim tune --seed 0`` selects on the shipped rate table (seeds 0-2 are also the
+comparisons' rounds; see docs/BENCHMARKS.md for the selection on tuning seeds).
 
 Per-workload tuning applies the same rules at one point of the workload being
 compared (:data:`WORKLOAD_TUNING_ROBOTS`), so that a baseline is not judged on a
