@@ -116,17 +116,19 @@ def test_a_robot_switched_away_never_executes_its_old_servers_late_chunks(tmp_pa
 
     from xinfer_ros.fleet.plan import default_config
 
-    # server_1 stalls for 3 s, then wakes up and answers the requests it had: too late.
+    # server_1 stalls for 4 s, then wakes up and answers the requests it had: too late.
     # The manager gives up on it after 1.5 s, so its robots first time out their request
     # (1 s) and resend it to server_1: each has a request there when it wakes up.
     data = yaml.safe_load(default_config().read_text())
     data["fleet_manager"] = {"ros__parameters": {"server_timeout_s": 1.5}}
     config = tmp_path / "fleet.yaml"
     config.write_text(yaml.safe_dump(data))
-    report, stdout = _two_servers(tmp_path, "--fail-mode", "hang", "--hang-s", "3",
+    report, stdout = _two_servers(tmp_path, "--fail-mode", "hang", "--hang-s", "4",
                                   "--config", str(config))
     failover = report["failover"]
-    assert failover["failover_s"] is not None and failover["failover_s"] < 2.0, failover
+    # Its robots are served elsewhere before it wakes up. (How soon is a figure for
+    # docs/BENCHMARKS.md: 1.4 s on an idle machine, 2.9 s once in a loaded CI run.)
+    assert failover["failover_s"] is not None and failover["failover_s"] < 4.0, failover
     assert report["failed_nodes"] == []
     # Its late chunks reached the robots it had lost; their executors dropped every one
     # (an executor applies only its assigned server's answer to its request in flight).
