@@ -19,6 +19,7 @@ from xinfer_ros.sim.tuning import (
     select_slack_gate,
     slack_gate_candidates,
     tuning_points,
+    workload_point,
 )
 from xinfer_ros.sim.workloads import WORKLOADS
 
@@ -62,6 +63,8 @@ def test_per_workload_points_use_that_workload_alone() -> None:
     assert tuning_points("slack_gate", "parcel") == (("parcel", 15),)
     assert tuning_points("edf", "bursty") == (("bursty", 12),)
     assert tuning_points("edf", "multi_budget", 18) == (("multi_budget", 18),)
+    # The per-workload point is the same for every tuned policy.
+    assert workload_point("parcel") == tuning_points("edf", "parcel")[0] == ("parcel", 15)
     # Every named workload but the user's own file has a default count.
     assert set(WORKLOADS) - set(WORKLOAD_TUNING_ROBOTS) == {"custom"}
     with pytest.raises(ValueError, match="custom"):

@@ -571,20 +571,13 @@ def _tune(args: argparse.Namespace, policy: str, points: tuple[tuple[str, int], 
     return _Tuning(policy, points, seeds, tuning.select(policy, scores), ranked)
 
 
-def _tuning_points(args: argparse.Namespace, policy: str) -> tuple[tuple[str, int], ...]:
-    try:
-        return tuning.tuning_points(policy, args.workload, args.robots)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
-
-
 def _cmd_tune(args: argparse.Namespace) -> int:
     from xinfer_ros.sim.runner import round_seeds
 
     thresholds = (tuning.SLACK_GATE_THRESHOLDS if args.thresholds is None
                   else tuple(t / 1000.0 for t in args.thresholds))
-    result = _tune(args, args.policy, _tuning_points(args, args.policy),
-                   round_seeds(args.seed, args.rounds), slots=args.slots,
+    result = _tune(args, args.policy, args.points, round_seeds(args.seed, args.rounds),
+                   slots=args.slots,
                    thresholds=thresholds)
     point_keys = [f"{wl}/{n}" for wl, n in result.points]
     shown = result.ranked[:max(1, args.top)]
@@ -615,8 +608,8 @@ def _tune_baselines(args: argparse.Namespace, policies: Sequence[str]) -> list[_
     from xinfer_ros.sim.runner import round_seeds
 
     seeds = round_seeds(args.tune_seed, args.rounds)
-    points = tuning.tuning_points("edf", args.workload, args.tune_robots)  # checked in main
-    results = [_tune(args, p, points, seeds) for p in policies if p in tuning.TUNED_POLICIES]
+    results = [_tune(args, p, args.points, seeds)
+               for p in policies if p in tuning.TUNED_POLICIES]
     args.tuned = {r.policy: r.chosen.candidate.kwargs for r in results}
     for r in results:
         print(f"{r.policy} tuned on {r.points[0][0]}/{r.points[0][1]} (seeds {seeds[0]}-"
@@ -689,13 +682,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check_tuning(args: argparse.Namespace) -> None:
-    """Refuse tuning flags that would be ignored, and tuning seeds a comparison uses."""
+    """Refuse tuning flags that would be ignored, and tuning seeds a comparison uses.
+
+    Sets ``args.points``, the (workload, robots) points a ``tune`` or a ``compare
+    --tune-baselines`` selects on.
+    """
     from xinfer_ros.sim.runner import round_seeds
 
     if args.command == "tune":
         if args.robots is not None and args.workload is None:
             raise SystemExit("error: tune --robots sets the --workload point; give --workload")
-        _tuning_points(args, args.policy)
+        try:
+            args.points = tuning.tuning_points(args.policy, args.workload, args.robots)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
     elif args.command == "compare":
         if not args.tune_baselines:
             if args.tune_robots is not None or args.tune_seed is not None:
@@ -708,7 +708,7 @@ def _check_tuning(args: argparse.Namespace) -> None:
             raise SystemExit(f"error: --tune-seed {args.tune_seed} gives the comparison's "
                              f"own seeds (--seed {args.seed}); pick another")
         try:
-            tuning.tuning_points("edf", args.workload, args.tune_robots)
+            args.points = (tuning.workload_point(args.workload, args.tune_robots),)
         except ValueError as exc:
             raise SystemExit(f"error: --tune-baselines: {exc}") from None
 
@@ -731,7 +731,7 @@ def _apply_prediction_error(args: argparse.Namespace) -> None:
     if args.command == "tune":
         # The GPU is sized as for a comparison, on XInfer's predictor at the tuning
         # point; no candidate is ever scored against XInfer.
-        workload, robots = _tuning_points(args, args.policy)[0]
+        workload, robots = args.points[0]
         cfg = _config(args, "xinfer", robots, seed, workload=workload)
     else:
         # plan's --robots is the fleet; one server runs the counts its search walks.

@@ -49,6 +49,7 @@ __all__ = [
     "select_slack_gate",
     "slack_gate_candidates",
     "tuning_points",
+    "workload_point",
 ]
 
 #: (workload, robots) the EDF limits are selected on (App. C.4).
@@ -184,6 +185,20 @@ def tuning_points(
     _check_tuned(policy)
     if workload is None:
         return EDF_TUNING_POINTS if policy == "edf" else SLACK_GATE_TUNING_POINTS
+    return (workload_point(workload, robots),)
+
+
+def workload_point(workload: str, robots: int | None = None) -> tuple[str, int]:
+    """The per-workload tuning point of ``workload`` (the same for every tuned policy).
+
+    Args:
+        workload: The workload name.
+        robots: The point's robot count; ``None`` for :data:`WORKLOAD_TUNING_ROBOTS`.
+
+    Raises:
+        ValueError: for a workload without a default count and no ``robots``, or
+            ``robots`` < 1.
+    """
     if robots is None:
         if workload not in WORKLOAD_TUNING_ROBOTS:
             raise ValueError(f"no default tuning count for workload {workload!r}; "
@@ -191,7 +206,7 @@ def tuning_points(
         robots = WORKLOAD_TUNING_ROBOTS[workload]
     if robots < 1:
         raise ValueError(f"a tuning point needs at least one robot, got {robots}")
-    return ((workload, robots),)
+    return (workload, robots)
 
 
 def _check_tuned(policy: str) -> None:
