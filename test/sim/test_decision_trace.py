@@ -1,4 +1,4 @@
-"""The minimal closed-loop driver and the decision-cost benchmark built on it."""
+"""Decision traces on the simulator and the decision-cost benchmark built on them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from xinfer_ros.cli import bench
 from xinfer_ros.core import make_policy
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.sim.decision_trace import trace_decisions
+from xinfer_ros.sim.decisions import DecisionRecorder
+from xinfer_ros.sim.engine_loop import SimConfig, Simulation, simulate
 
 
 def test_deterministic_closed_loop_with_alternating_budgets():
@@ -28,18 +30,18 @@ def test_deterministic_closed_loop_with_alternating_budgets():
 
 def test_send_rule_one_request_in_flight_per_robot():
     p = make_policy("fifo")
-    orig = p.on_arrival
+    orig = p.add_request
     last = {}
 
     def arrival(req, t):
-        # Eq. 1: at most one request in flight, sends at least T_E apart.
+        # Eq. 1: at most one request in flight, arrivals at least T_E apart.
         assert all(r.robot_id != req.robot_id for r in p.requests.values())
         if req.robot_id in last:
-            assert t - last[req.robot_id] >= SEND_PERIOD - 1e-9
-        last[req.robot_id] = t
+            assert req.arrival - last[req.robot_id] >= SEND_PERIOD - 1e-9
+        last[req.robot_id] = req.arrival
         return orig(req, t)
 
-    p.on_arrival = arrival
+    p.add_request = arrival
     trace_decisions(p, 5, 3.0)
     assert len(last) == 5
 
@@ -58,3 +60,21 @@ def test_decision_benchmark_cli(tmp_path, capsys):
     assert 0 < r["median_us"] <= r["p99_us"] <= r["max_us"]
     assert len(r["round_p99s_us"]) == 2
     assert min(r["round_p99s_us"]) <= r["round_p99_us"] <= max(r["round_p99s_us"])
+
+
+def test_recorder_times_each_instant_and_leaves_decisions_alone():
+    cfg = SimConfig(robots=20, duration=4.0, window=(0.0, 4.0), keep_records=True)
+    plain = simulate(cfg)
+    ticks = itertools.count()
+    recorder = DecisionRecorder(lambda: next(ticks), record_from=1.0, until=3.0)
+    timed = Simulation(cfg, decisions=recorder).run()
+    assert [(r.send_time, r.response_time) for r in plain.records] == [
+        (r.send_time, r.response_time) for r in timed.records]
+    samples = recorder.samples
+    assert samples and all(1.0 <= d.t <= 3.0 for d in samples)
+    assert [d.t for d in samples] == sorted(d.t for d in samples)
+    # A unit-step clock: each timed call costs 1, so an instant costs its events + 1.
+    assert {d.kind for d in samples} == {"arrival", "complete", "tick"}
+    assert all(d.cost_ns == 1 for d in samples if d.kind == "tick")
+    assert any(d.cost_ns > 1 for d in samples if d.kind != "tick")
+    assert all(d.launches <= d.queued for d in samples)

@@ -1,15 +1,17 @@
 """``xinfer-bench decision``: CPU cost of one scheduling decision (paper App. C.3).
 
-A deterministic closed-loop fleet (``xinfer_ros.sim.decision_trace``: alternating 90/400 ms
-budgets every 30 responses, staggered phases, the Eq. 1 send rule, execution times from
-the rate table) drives the policy in chronological order. Each arrival, completion and
-periodic tick is one decision; its cost is the wall time of the policy call, i.e. the
-policy update (recording the event, including arrival observation) plus the admission
-check and dispatch (Algorithm 1 with its priority refreshes). Like the paper, only
-decisions in a window late in the run (default 40–45 s) are kept, the run is replayed
-``--rounds`` times (identical decision states, since the driver is deterministic) after
-untimed replays for ``--settle`` seconds, and only *queued* decision states count:
-decisions with at least one ready unit to consider.
+The fleet simulator (``xinfer_ros.sim.decision_trace``: alternating 90/400 ms budgets
+every 30 responses, staggered phases, the Eq. 1 send rule, links, CPU preparation and
+the modelled GPU at the rate table's concurrent rates) drives the policy in
+chronological order, deciding once per instant as the engine does. Each decision
+instant is one sample; its cost is the wall time of the policy's calls at that instant,
+i.e. the policy update (recording the instant's arrivals and completions, including
+arrival observation) plus the admission check and dispatch (Algorithm 1 with its
+priority refreshes). Like the paper, only decisions in a window late in the run
+(default 40–45 s) are kept, the run is replayed ``--rounds`` times (identical decision
+states, since the simulator is seeded) after untimed replays for ``--settle`` seconds,
+and only *queued* decision states count: decisions with at least one ready unit to
+consider.
 
 Three summaries are printed: pooled over all rounds (the paper's protocol); the median
 over rounds of each round's own P99, which a single disturbed round (another process
@@ -54,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed window length in simulated seconds (default: 5)")
     parser.add_argument("--tick", type=float, default=0.005,
                         help="periodic decision interval in seconds (default: 0.005)")
-    parser.add_argument("--seed", type=int, default=0, help="execution-time jitter seed")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the start jitter and execution-time noise")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall: perf_counter (default, the paper's measure); cpu: this "
                              "thread's CPU time, which excludes preemption by other "
@@ -90,6 +93,8 @@ def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: flo
     """
     timer = time.thread_time_ns if clock == "cpu" else time.perf_counter_ns
     per_round: list[list[float]] = []
+    kinds: dict[str, list[float]] = {}
+    ready: list[int] = []
     attainment: list[float] = []
     # Untimed replays first, for at least ``settle`` seconds of busy time: on the shared
     # 2-core machine a cold start (caches, a virtual CPU that has been idle) made the
@@ -103,8 +108,11 @@ def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: flo
         gc.collect()
         res = trace_decisions(make_policy(policy), robots, warmup + window, tick=tick,
                               seed=seed, record_from=warmup, clock=timer)
-        per_round.append([d.cost_ns / 1e3 for d in res.decisions
-                          if all_decisions or d.queued])
+        kept = [d for d in res.decisions if all_decisions or d.queued]
+        per_round.append([d.cost_ns / 1e3 for d in kept])
+        for d in kept:
+            kinds.setdefault(d.kind, []).append(d.cost_ns / 1e3)
+        ready = [d.queued for d in kept]  # the same in every round
         attainment.append(res.attainment())
     pooled = sorted(c for costs in per_round for c in costs)
     round_p99s = [percentile(sorted(costs), 99.0) for costs in per_round]
@@ -126,6 +134,12 @@ def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: flo
         "best_median_us": statistics.median(best) if best else nan,
         "best_p99_us": percentile(best, 99.0),
         "attainment": attainment[0] if attainment else nan,
+        "ready_units_median": statistics.median(ready) if ready else nan,
+        "ready_units_max": max(ready, default=0),
+        "by_kind": {kind: {"decisions_per_round": len(costs) // rounds,
+                           "median_us": statistics.median(costs),
+                           "p99_us": percentile(sorted(costs), 99.0)}
+                    for kind, costs in sorted(kinds.items())},
     }
 
 
@@ -151,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
               f"| best-of-rounds median={r['best_median_us']:6.1f} us  "
               f"P99={r['best_p99_us']:6.1f} us  (decisions/round={r['decisions_per_round']}, "
               f"attainment={100 * r['attainment']:.1f}%)")
+        print(f"           ready units median {r['ready_units_median']:g} (max "
+              f"{r['ready_units_max']}); by event: " + ", ".join(
+                  f"{kind} {k['median_us']:.1f}/{k['p99_us']:.1f} us"
+                  for kind, k in r["by_kind"].items()))
     if args.json is not None:
         meta = {"python": platform.python_version(), "machine": platform.machine(),
                 "processor": platform.processor(), "rounds": args.rounds,

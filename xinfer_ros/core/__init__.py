@@ -25,8 +25,8 @@ defaults, seconds), ``rate_table`` (ρ table + JSON format), ``predictor`` (Eq. 
 ``registry`` (make_policy), ``metrics`` (attainment, goodput, percentiles),
 ``phase_spread`` (release times that keep the robots' send phases apart), ``timing``
 (the deadline, Eq. 1 and the ms boundary), ``errors``. The closed-loop drivers live
-above core: ``xinfer_ros.sim`` (the simulator and ``decision_trace``, which times
-policy decisions) and ``xinfer_ros.engine.closed_loop``.
+above core: ``xinfer_ros.sim`` (the simulator, whose ``decision_trace`` times policy
+decisions) and ``xinfer_ros.engine.closed_loop``.
 """
 
 from xinfer_ros.core.baselines import EDFPolicy, FIFOPolicy, SlackGatePolicy

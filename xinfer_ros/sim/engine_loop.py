@@ -45,6 +45,7 @@ from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES
 from xinfer_ros.core.timing import deadline
+from xinfer_ros.sim.decisions import DecisionRecorder
 from xinfer_ros.sim.gpu import GpuModel
 from xinfer_ros.sim.workloads import Workload, build_workload
 
@@ -205,6 +206,7 @@ class Simulation:
         cfg: Run configuration.
         workload: Prebuilt workload (default: built from ``cfg``).
         policy_factory: Override for building the policy (tests, custom policies).
+        decisions: Times every policy call of the run (the decision-cost benchmark).
     """
 
     def __init__(
@@ -212,8 +214,10 @@ class Simulation:
         cfg: SimConfig,
         workload: Workload | None = None,
         policy_factory: Callable[[SimConfig, RateTable], Policy] | None = None,
+        decisions: DecisionRecorder | None = None,
     ) -> None:
         self.cfg = cfg
+        self.decisions = decisions
         self.table = resolve_rate_table(cfg.rate_table)
         self.workload = workload or build_workload(
             cfg.workload,
@@ -261,7 +265,8 @@ class Simulation:
     def _decide(self, t: float) -> None:
         """Ask the policy for launches at ``t`` and start them on the GPU."""
         self.policy_calls += 1
-        out = self.policy.schedule(t)
+        out = (self.policy.schedule(t) if self.decisions is None
+               else self.decisions.schedule(self.policy, t))
         gpu = self.gpu
         pending = self._pending
         for launch in out.launches:
@@ -281,6 +286,11 @@ class Simulation:
         wall0 = time.perf_counter()
         cfg, gpu, policy, robots = self.cfg, self.gpu, self.policy, self.robots
         heap = self._heap
+        complete: Callable[..., object] = policy.complete
+        add_request: Callable[..., object] = policy.add_request
+        if self.decisions is not None:
+            complete = self.decisions.timed(complete, "complete")
+            add_request = self.decisions.timed(add_request, "arrival")
         # δ is the two links; the deadline takes them off one at a time, the order the
         # simulator has always used (a + b − δ in one step differs in the last bit).
         up, down, prep, h_out = self.link.up, self.link.down, cfg.cpu_prep, self.table.h_out
@@ -309,7 +319,7 @@ class Simulation:
             if t_gpu <= t_heap and t_gpu <= next_tick:
                 unit = gpu.pop_finished(t)
                 rid, s = cast(int, unit.key), unit.stage  # the loop issues request ids
-                policy.complete(rid, s, t)
+                complete(rid, s, t)
                 if self.audit is not None:
                     self.audit.observe_end(rid, STAGES[s], t)
                 if s < 2:
@@ -340,7 +350,7 @@ class Simulation:
                     inflight[rid] = (i, budget, arrival)
                     if spreader is not None:
                         spreader.record_arrival(str(i), arrival, budget)
-                    policy.add_request(req, t)
+                    add_request(req, t)
                     pending[0] += 1
                     dirty = True
                 else:  # _RESPOND
