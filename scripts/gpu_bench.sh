@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Engine benchmark on a lent GPU: build the real-shape pi0 preset on CUDA in bfloat16
-# (random weights; the flow stays float32), calibrate its rate table, and run the
-# closed-loop engine benchmark with the torch backend at 8, 16, 24 and 32 robots, async
-# against serial. Writes under $OUT (at most 3 files): engine_bench.json (every run, the
-# calibration and the environment), rate_table_pi0_cuda.json, gpu_bench.log.
+# (random weights; the flow stays float32), calibrate its rate table (and a second one
+# for batches of up to 4 units per stage), and run the closed-loop engine benchmark
+# with the torch backend at 8, 16, 24 and 32 robots: async, serial, and async with
+# batching. Writes under $OUT (at most 4 files): engine_bench.json (every run, the
+# calibrations and the environment), rate_table_pi0_cuda.json,
+# rate_table_pi0_cuda_batch4.json, gpu_bench.log.
 #
 #   bash scripts/gpu_bench.sh            # on the device machine, repository root
 #   bash scripts/gpu_bench.sh --dry-run  # here and in CI: the same code with the torch
@@ -17,8 +19,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl transformers==5.24.0
 # The script then installs .whl/*.whl into /tmp/site (--no-deps) and puts it first on
 # PYTHONPATH. Environment knobs: MODEL (default pi0), DTYPE (default bfloat16),
-# DURATION (s per run, default 30), WARMUP (default 8), ROBOTS (default "8 16 24 32"),
-# ENGINES (default "async serial"), PYTHON.
+# DURATION (s per run, default 20), WARMUP (default 6), ROBOTS (default "8 16 24 32"),
+# ENGINES (default "async serial"), MAX_BATCH (the batched arm, default 4; 1: off),
+# PYTHON.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,8 +37,9 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-DURATION="${DURATION:-30}"
-WARMUP="${WARMUP:-8}"
+DURATION="${DURATION:-20}"
+WARMUP="${WARMUP:-6}"
+MAX_BATCH="${MAX_BATCH:-4}"
 ROBOTS="${ROBOTS:-8 16 24 32}"
 MODEL="${MODEL:-pi0}"
 DTYPE="${DTYPE:-bfloat16}"
@@ -76,7 +80,7 @@ PY
 if [[ $DRY == 0 ]]; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true; fi
 
 ARGS=(--out "$OUT" --robots $ROBOTS --engines $ENGINES --duration "$DURATION" --warmup "$WARMUP"
-      --dtype "$DTYPE")
+      --dtype "$DTYPE" --max-batch "$MAX_BATCH")
 if [[ $DRY == 1 ]]; then
   ARGS+=(--dry-run)
 else
@@ -93,10 +97,10 @@ assert runs, "no benchmark runs"
 for r in runs:
     assert r["throughput_rps"] > 0, r
 assert all(run["backend"]["backend"] == "torch" for run in rep["runs"]), "a run was not torch"
-print("[gpu_bench] robots engine   qps     p50_ms  p99_ms  attain  pred_mae_ms")
+print("[gpu_bench] robots engine        qps     p50_ms  p99_ms  attain  pred_mae_ms")
 for r in runs:
     mae = r["prediction_mae_ms"]
-    print(f"[gpu_bench] {r['robots']:>6} {r['engine']:<8} {r['throughput_rps']:7.2f} "
+    print(f"[gpu_bench] {r['robots']:>6} {r['engine']:<13} {r['throughput_rps']:7.2f} "
           f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['attainment'] * 100:6.1f}% "
           f"{mae if mae is None else round(mae, 2)}")
 PY

@@ -71,12 +71,16 @@ def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "engine_bench.json").read_text())
     assert report["dry_run"] and report["backend"]["dtype"] == "torch.bfloat16"
     runs = report["runs"]
-    assert [(r["robots"], r["engine"]) for r in runs] == [
-        (2, "async"), (2, "serial"), (4, "async"), (4, "serial")]
+    assert [(r["robots"], r["arm"]) for r in runs] == [
+        (2, "async"), (2, "serial"), (2, "async+batch4"),
+        (4, "async"), (4, "serial"), (4, "async+batch4")]
     for run in runs:
         assert run["backend"]["backend"] == "torch" and not run["emulated"]
         assert run["metrics"]["responses"] > 0 and run["statuses"].get("ERROR", 0) == 0
+    assert [r["config"]["max_batch"] for r in runs] == [1, 1, 4] * 2
     assert (tmp_path / "rate_table_pi0-tiny_cpu.json").is_file()
+    assert (tmp_path / "rate_table_pi0-tiny_cpu_batch4.json").is_file()
+    assert [c["max_batch"] for c in report["calibration"]] == [1, 4]
 
 
 def test_bench_engine_phase_spread_holds_late_responses(tmp_path: Path) -> None:

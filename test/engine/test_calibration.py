@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from xinfer_ros.cli import calibrate as calibrate_cli
 from xinfer_ros.core.rate_table import load_rate_table
+from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.calibration import combinations
 
 
@@ -31,3 +35,29 @@ def test_emulated_calibration_writes_a_loadable_table(tmp_path: Path) -> None:
     shared = [rho for n, rates in table.rates.items() if sum(n) for rho in rates]
     assert shared and max(shared) < 1.1 and min(shared) < 0.9
     assert "xinfer-calibrate" in table.provenance
+
+
+def test_batched_calibration_runs_units_as_the_engine_batches_them(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from xinfer_ros.engine import make_backend
+    from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
+
+    with pytest.raises(ValueError, match="one at a time"):
+        calibrate(make_backend("emulated"), CalibrationSettings(max_batch=2))
+    backend = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
+    sizes: list[int] = []
+    run = backend.run_batch
+
+    def spy(stage: Stage, states: Any, lane: Any) -> None:
+        sizes.append(len(states))
+        run(stage, states, lane)
+
+    backend.run_batch = spy  # type: ignore[method-assign]
+    result = calibrate(backend, CalibrationSettings(
+        bounds=(0, 0, 2), max_units=3, window_s=0.2, warmup_s=0.05, iso_repeats=2,
+        reference_units=1, max_batch=3))
+    assert max(sizes) == 2  # n_A = 2 ran as one batch (on one loop thread)
+    assert result.table.model["settings"]["max_batch"] == 3
+    assert result.measured[(0, 0, 2)]["A"] > 0
+    assert 0 < result.table.rate(2, (0, 0, 1)) <= 1.0

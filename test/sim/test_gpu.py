@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from xinfer_ros.sim.gpu import GpuModel
+from xinfer_ros.sim.gpu import BatchedGpuModel, GpuModel
 
 W = (0.004, 0.009, 0.012)
 H = (0.002, 0.0005, 0.001)
@@ -81,3 +83,63 @@ def test_rate_error_is_one_fixed_factor_per_state_whatever_the_order() -> None:
     assert durations([0, 1, 2], 8) != pytest.approx(first)      # another seed, other errors
     with pytest.raises(ValueError, match="rate_error"):
         GpuModel(_rate, W, H, (1, 1, 1), rate_error=-0.1)
+
+
+def _drain(gpu: GpuModel) -> list[tuple[object, float]]:
+    out = []
+    while gpu.next_finish != float("inf"):
+        t = gpu.next_finish
+        out.append((gpu.pop_finished(t).key, t))
+    return out
+
+
+def test_units_of_one_instant_run_as_one_batch_and_finish_together() -> None:
+    gpu = BatchedGpuModel(_rate, W, H, (4, 4, 4), max_batch=2)
+    assert gpu.lanes == (2, 2, 2)
+    for key in ("a", "b", "c"):
+        gpu.issue(key, 2, 1.0)
+    # a and b share a batch, c starts the second lane: 3 units run, each with 2 others.
+    assert gpu.counts == [0, 0, 3]
+    expected = 1.0 + H[2] + W[2] * (1.0 + 0.5 * 2)
+    assert gpu.next_finish == pytest.approx(expected)
+    done = _drain(gpu)
+    assert sorted(k for k, _ in done) == ["a", "b", "c"]
+    assert [t for _, t in done] == pytest.approx([expected] * 3)
+
+
+def test_a_unit_waits_for_a_lane_and_starts_with_the_waiting_ones() -> None:
+    gpu = BatchedGpuModel(_rate, (0.010, 0.010, 0.010), (0.0, 0.0, 0.0), (4, 4, 4),
+                          max_batch=4)
+    gpu.issue("a", 0, 0.0)
+    gpu.issue("b", 0, 0.002)  # the only ViT lane is busy: b waits, a runs alone
+    gpu.issue("c", 0, 0.003)
+    assert gpu.free(0) == 1 and gpu.next_finish == pytest.approx(0.010)
+    assert gpu.pop_finished(0.010).key == "a"
+    # b and c start together at 10 ms as one batch: 10 ms at rate 1/1.5 -> 25 ms.
+    assert gpu.next_finish == pytest.approx(0.025)
+    assert [k for k, _ in _drain(gpu)] == ["b", "c"]
+    with pytest.raises(ValueError, match="no free slot"):
+        full = BatchedGpuModel(_rate, W, H, (1, 1, 1), max_batch=2)
+        full.issue("x", 1, 0.0)
+        full.issue("y", 1, 0.0)
+
+
+def test_batches_of_one_are_the_plain_gpu() -> None:
+    rng = random.Random(3)
+    plain, batched = (GpuModel(_rate, W, H, (2, 2, 3), noise=0.1, seed=4),
+                      BatchedGpuModel(_rate, W, H, (2, 2, 3), max_batch=1, noise=0.1, seed=4))
+    t, key, finished = 0.0, 0, ([], [])
+    for _ in range(300):
+        t += rng.expovariate(400.0)
+        for gpu, out in zip((plain, batched), finished, strict=True):
+            while gpu.next_finish <= t:
+                out.append((gpu.pop_finished(gpu.next_finish).key, gpu.next_finish))
+        stage = rng.randrange(3)
+        if plain.free(stage):
+            plain.issue(key, stage, t)
+            batched.issue(key, stage, t)
+            key += 1
+    (plain_done, batched_done) = finished
+    assert len(plain_done) > 100
+    assert [k for k, _ in plain_done] == [k for k, _ in batched_done]
+    assert [t for _, t in plain_done] == pytest.approx([t for _, t in batched_done])

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
+from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.clients import Link
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
@@ -100,11 +101,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-ms", type=float, default=2.0,
                         help="uplink and downlink delay each (ms); delta = 2 x this")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-batch", type=int, default=1, metavar="N",
+                        help="most units of a stage run as one batched forward (torch "
+                             "backend; default 1: no batching)")
     parser.add_argument("--pairs", type=int, default=0,
-                        help="run this many alternating pairs of the serial baseline (All-Off, "
-                             "in-process Action, unpinned) and the --engine arm (with "
-                             "--action-processes and any pinning), and report per-pair and "
-                             "median throughput ratios")
+                        help="run this many alternating pairs of a baseline (--baseline) and "
+                             "the --engine arm, and report per-pair and median throughput "
+                             "ratios")
+    parser.add_argument("--baseline", choices=("serial", "unbatched"), default="serial",
+                        help="the pairs' baseline: serial = Table 6 All-Off, in-process "
+                             "Action, unpinned (default); unbatched = this arm with "
+                             "--max-batch 1 and --baseline-slots")
+    parser.add_argument("--baseline-slots", type=stage_counts(), default=None,
+                        help="V,P,A slots of the unbatched baseline (default: as --slots "
+                             "defaults)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
 
 
@@ -129,18 +139,22 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
     on_cpu = args.backend == "torch" and not str(args.device).startswith("cuda")
     slots = args.slots or (CPU_SLOTS if on_cpu else DEFAULT_SLOTS)
     procs = getattr(args, "action_processes", 0)
-    if on_cpu and procs and slots[2] != procs:
-        # An Action slot without its own process queues behind a busy worker while the
-        # predictor counts it as running; fewer slots than processes leave some idle.
-        print(f"note: {slots[2]} Action slots but {procs} Action processes; one process "
-              f"per slot (--action-processes {slots[2]}) serves and predicts best",
+    max_batch = getattr(args, "max_batch", 1)
+    action_lanes = lanes_for(slots[2], max_batch)
+    if on_cpu and procs and action_lanes != procs:
+        # An Action lane without its own process queues behind a busy worker while the
+        # predictor counts its units as running; fewer lanes than processes leave some idle.
+        print(f"note: {action_lanes} Action lanes ({slots[2]} slots, batches of up to "
+              f"{max_batch}) but {procs} Action processes; one process per lane "
+              f"(--action-processes {action_lanes}) serves and predicts best",
               file=sys.stderr)
     max_live = args.max_live or 2 * args.robots + 8
     base = EngineConfig(slots=slots, max_live=max_live, overflow=Overflow(args.overflow),
                         cpu_workers=args.cpu_workers, tick_s=args.tick_ms * 1e-3,
                         rate_correction=getattr(args, "rate_correction", True),
                         delta=2 * args.link_ms * 1e-3,
-                        phase_spread=bool(getattr(args, "phase_spread", False)))
+                        phase_spread=bool(getattr(args, "phase_spread", False)),
+                        max_batch=getattr(args, "max_batch", 1))
     config = (ablation_config(args.ablation, base) if getattr(args, "ablation", None)
               else mode_config(args.engine, base))
     engine = StageEngine(backend, args.policy, config, rate_table=table, clock=clock)
@@ -224,13 +238,13 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
         "dispatcher": {k: engine.stats()[k] for k in ("decisions", "decision_ms_total")},
     }
     if args.compare_sim:
-        report["simulator"] = simulate_same(args, engine.config.effective_slots, window)
+        report["simulator"] = simulate_same(args, engine.config, window)
     return report
 
 
-def simulate_same(args: argparse.Namespace, slots: tuple[int, int, int],
+def simulate_same(args: argparse.Namespace, config: EngineConfig,
                   window: tuple[float, float]) -> dict[str, Any]:
-    """The simulator's metrics for the same policy, workload, seed, table and slots."""
+    """The simulator's metrics for the same policy, workload, seed, table and lanes."""
     from xinfer_ros.sim.engine_loop import SimConfig, simulate
 
     cfg = SimConfig(policy=args.policy, robots=args.robots, workload=args.workload,
@@ -238,7 +252,8 @@ def simulate_same(args: argparse.Namespace, slots: tuple[int, int, int],
                     rate_table=str(args.rate_table) if args.rate_table else None,
                     noise=args.noise, cpu_prep=args.prepare_ms * 1e-3,
                     link_up=args.link_ms * 1e-3, link_down=args.link_ms * 1e-3,
-                    tick=args.tick_ms * 1e-3, slots=slots,
+                    tick=args.tick_ms * 1e-3, slots=config.effective_slots,
+                    max_batch=config.max_batch,
                     budgets_ms=tuple(args.budgets_ms) if args.budgets_ms else None,
                     phase_spread=bool(getattr(args, "phase_spread", False)))
     return {"config": "xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
@@ -286,28 +301,38 @@ def _fmt(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
-    """Alternate the serial baseline and the ``--engine`` arm ``args.pairs`` times.
+def _baseline(args: argparse.Namespace) -> argparse.Namespace:
+    """The pairs' baseline arm: serial (Table 6 All-Off) or the same arm unbatched."""
+    base = copy.copy(args)
+    if args.baseline == "unbatched":
+        base.max_batch, base.slots = 1, args.baseline_slots
+        return base
+    base.engine, base.ablation, base.action_processes, base.max_batch = "serial", None, 0, 1
+    # Serial runs one unit at a time; pinning would only take cores from its robots.
+    base.main_cpus = base.action_cpus = None
+    return base
 
-    The serial arm is the Table 6 All-Off baseline, one unit at a time with Action in
-    process (``--action-processes`` applies to the other arm only); every other option
-    is the same. The order flips every pair (S,A / A,S / ...) so that a drift of the
-    machine's load weighs on both arms alike. Each arm builds its torch backend once.
+
+def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
+    """Alternate a baseline arm and the ``--engine`` arm ``args.pairs`` times.
+
+    The serial baseline is the Table 6 All-Off engine, one unit at a time with Action
+    in process (``--action-processes`` applies to the other arm only); the unbatched
+    baseline is the same arm with ``max_batch`` 1 on ``--baseline-slots``. Every
+    other option is the same. The order flips every pair (B,A / A,B / ...) so that a
+    drift of the machine's load weighs on both arms alike. Each arm builds its torch
+    backend once.
 
     Returns:
-        ``{"pairs": [...], "median": {...}, "runs": [...]}``, JSON-ready.
+        ``{"baseline": ..., "pairs": [...], "median": {...}, "runs": [...]}``.
     """
-    serial = copy.copy(args)
-    serial.engine, serial.ablation, serial.action_processes = "serial", None, 0
-    # Serial runs one unit at a time; pinning would only take cores from its robots.
-    serial.main_cpus = serial.action_cpus = None
-    arms = {"serial": serial, "other": args}
-    backends: dict[str, Backend | None] = {"serial": None, "other": None}
+    arms = {"baseline": _baseline(args), "other": args}
+    backends: dict[str, Backend | None] = {"baseline": None, "other": None}
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     try:
         for i in range(args.pairs):
-            order = ("serial", "other") if i % 2 == 0 else ("other", "serial")
+            order = ("baseline", "other") if i % 2 == 0 else ("other", "baseline")
             got: dict[str, dict[str, Any]] = {}
             for arm in order:
                 a = arms[arm]
@@ -318,17 +343,19 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
                 runs.append(rep)
                 got[arm] = rep
                 print(_fmt(rep), flush=True)
-            ms, mo = got["serial"]["metrics"], got["other"]["metrics"]
+            mb, mo = got["baseline"]["metrics"], got["other"]["metrics"]
             row = {"pair": i + 1, "order": list(order),
-                   "serial_rps": ms["throughput_rps"], "async_rps": mo["throughput_rps"],
-                   "ratio": mo["throughput_rps"] / ms["throughput_rps"]
-                   if ms["throughput_rps"] else math.nan,
-                   "serial_p50_ms": ms["latency_p50_ms"], "async_p50_ms": mo["latency_p50_ms"],
+                   "baseline_rps": mb["throughput_rps"], "arm_rps": mo["throughput_rps"],
+                   "ratio": mo["throughput_rps"] / mb["throughput_rps"]
+                   if mb["throughput_rps"] else math.nan,
+                   "baseline_p50_ms": mb["latency_p50_ms"], "arm_p50_ms": mo["latency_p50_ms"],
+                   "baseline_attainment": mb["attainment"], "arm_attainment": mo["attainment"],
                    "load_average": got[order[-1]]["load_average"][0]}
             rows.append(row)
-            print(f"[pair {i + 1}] serial={row['serial_rps']:.2f} {args.engine}="
-                  f"{row['async_rps']:.2f} req/s ratio={row['ratio']:.2f} P50 "
-                  f"{row['serial_p50_ms']:.0f}/{row['async_p50_ms']:.0f} ms "
+            print(f"[pair {i + 1}] {args.baseline}={row['baseline_rps']:.2f} "
+                  f"{args.engine}={row['arm_rps']:.2f} req/s ratio={row['ratio']:.2f} P50 "
+                  f"{row['baseline_p50_ms']:.0f}/{row['arm_p50_ms']:.0f} ms attainment "
+                  f"{row['baseline_attainment']:.1%}/{row['arm_attainment']:.1%} "
                   f"load={row['load_average']:.1f}", flush=True)
     finally:
         for b in backends.values():
@@ -338,16 +365,19 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
     def med(key: str) -> float:
         return float(np.median([r[key] for r in rows]))
 
-    summary = {"pairs": len(rows), "ratio": med("ratio"), "serial_rps": med("serial_rps"),
-               "async_rps": med("async_rps"), "serial_p50_ms": med("serial_p50_ms"),
-               "async_p50_ms": med("async_p50_ms"),
-               "async_p50_lower": sum(r["async_p50_ms"] < r["serial_p50_ms"] for r in rows)}
-    print(f"[pairs] medians over {len(rows)}: serial={summary['serial_rps']:.2f} "
-          f"{args.engine}={summary['async_rps']:.2f} req/s, ratio={summary['ratio']:.2f} "
-          f"(ratio of medians {summary['async_rps'] / summary['serial_rps']:.2f}); P50 "
-          f"{summary['serial_p50_ms']:.0f}/{summary['async_p50_ms']:.0f} ms, "
-          f"{args.engine} lower in {summary['async_p50_lower']}/{len(rows)}", flush=True)
-    return {"benchmark": "engine-pairs", "pairs": rows, "median": summary, "runs": runs}
+    summary = {"pairs": len(rows), "ratio": med("ratio"), "baseline_rps": med("baseline_rps"),
+               "arm_rps": med("arm_rps"), "baseline_p50_ms": med("baseline_p50_ms"),
+               "arm_p50_ms": med("arm_p50_ms"),
+               "baseline_attainment": med("baseline_attainment"),
+               "arm_attainment": med("arm_attainment"),
+               "arm_p50_lower": sum(r["arm_p50_ms"] < r["baseline_p50_ms"] for r in rows)}
+    print(f"[pairs] medians over {len(rows)}: {args.baseline}={summary['baseline_rps']:.2f} "
+          f"{args.engine}={summary['arm_rps']:.2f} req/s, ratio={summary['ratio']:.2f} "
+          f"(ratio of medians {summary['arm_rps'] / summary['baseline_rps']:.2f}); P50 "
+          f"{summary['baseline_p50_ms']:.0f}/{summary['arm_p50_ms']:.0f} ms, "
+          f"{args.engine} lower in {summary['arm_p50_lower']}/{len(rows)}", flush=True)
+    return {"benchmark": "engine-pairs", "baseline": args.baseline, "pairs": rows,
+            "median": summary, "runs": runs}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iso-repeats", type=int, default=8, help="isolated units per stage")
     p.add_argument("--reference-units", type=int, default=3,
                    help="isolated reference units per stage before each combination (0: off)")
+    p.add_argument("--max-batch", type=int, default=1, metavar="N",
+                   help="calibrate for an engine that runs up to N units of a stage as one "
+                        "batch (its max_batch; default 1)")
     p.add_argument("--json-summary", type=Path, default=None,
                    help="also write the raw measurements here")
     return p
@@ -71,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = CalibrationSettings(bounds=args.bounds, max_units=args.max_units,
                                    window_s=args.window, warmup_s=args.warmup,
                                    repeats=args.repeats, iso_repeats=args.iso_repeats,
-                                   reference_units=args.reference_units)
+                                   reference_units=args.reference_units,
+                                   max_batch=args.max_batch)
     prefix = f"{EMULATION_NOTICE} " if backend.emulated else ""
     result = calibrate(backend, settings, describe=describe,
                        progress=lambda line: print(prefix + line, flush=True))

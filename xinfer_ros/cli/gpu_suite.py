@@ -1,9 +1,10 @@
 """One-process benchmark suite behind ``scripts/gpu_bench.sh``.
 
 Builds the model once (the real-shape ``pi0`` preset in bfloat16 by default), checks
-one request end to end, calibrates a rate table on the same lanes, then runs the
-closed-loop engine benchmark with that torch backend for every (robots, engine) pair,
-and writes one JSON report. Building once matters: ``pi0`` takes far longer to build
+one request end to end, calibrates a rate table on the same lanes (and a second one for
+batches of up to ``--max-batch`` units), then runs the closed-loop engine benchmark
+with that torch backend for every (robots, engine) pair, the batched async arm
+included, and writes one JSON report. Building once matters: ``pi0`` takes far longer to build
 than one benchmark run. ``--dry-run`` runs the same code on the CPU: the torch backend
 with ``pi0-tiny`` in the same dtype, two small fleets, a few seconds each, so that
 everything but the device is exercised before a lent GPU's minutes are spent.
@@ -45,8 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines", nargs="+", default=["async", "serial"])
     p.add_argument("--workload", default="phases")
     p.add_argument("--policy", default="xinfer")
-    p.add_argument("--duration", type=float, default=30.0, help="seconds per benchmark run")
-    p.add_argument("--warmup", type=float, default=8.0)
+    p.add_argument("--duration", type=float, default=20.0, help="seconds per benchmark run")
+    p.add_argument("--warmup", type=float, default=6.0)
+    p.add_argument("--max-batch", type=int, default=4, metavar="N",
+                   help="also run the async engine with batches of up to N units per stage "
+                        "on --batch-slots, with a table calibrated the same way (1: off)")
+    p.add_argument("--batch-slots", default="4,4,8", help="V,P,A slots of the batched arm")
     p.add_argument("--calib-window", type=float, default=0.5)
     p.add_argument("--calib-max-units", type=int, default=4)
     p.add_argument("--out", type=Path, required=True, help="output directory")
@@ -73,7 +78,7 @@ def _smoke(backend: Backend) -> dict[str, Any]:
 
 
 def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
-                backend: str) -> argparse.Namespace:
+                backend: str, *, batched: bool = False) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     bench_engine.add_arguments(parser)
     argv = ["--backend", backend, "--model", ns.model, "--device", ns.device,
@@ -81,7 +86,26 @@ def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
             "--robots", str(robots), "--engine", engine, "--workload", ns.workload,
             "--policy", ns.policy, "--duration", str(ns.duration), "--warmup", str(ns.warmup),
             "--rate-table", str(table)]
+    if batched:
+        argv += ["--max-batch", str(ns.max_batch), "--slots", ns.batch_slots]
     return parser.parse_args(argv)
+
+
+def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int) -> dict[str, Any]:
+    """Calibrate a table for ``max_batch`` and write it under ``ns.out``."""
+    t0 = time.perf_counter()
+    settings = CalibrationSettings(bounds=(1, 1, 1) if ns.dry_run else (2, 2, 2),
+                                   max_units=ns.calib_max_units, window_s=ns.calib_window,
+                                   warmup_s=0.1 if ns.dry_run else 0.2,
+                                   iso_repeats=3 if ns.dry_run else 8, max_batch=max_batch)
+    tag = "" if max_batch == 1 else f"_batch{max_batch}"
+    calib = calibrate(backend, settings, describe=f"model={ns.model} device={ns.device}",
+                      progress=lambda line: print(f"[calibrate{tag}] {line}", flush=True))
+    path = write_rate_table(calib.table, ns.out / f"rate_table_{ns.model}_"
+                            f"{ns.device.replace(':', '')}{tag}.json")
+    return {"table": path, "max_batch": max_batch, "seconds": time.perf_counter() - t0,
+            "isolated_ms": calib.isolated_ms,
+            "measured_ms": {",".join(map(str, n)): row for n, row in calib.measured.items()}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,34 +127,30 @@ def main(argv: Sequence[str] | None = None) -> int:
           flush=True)
     report["smoke"] = _smoke(backend)
     print(f"[suite] smoke ok: {report['smoke']}", flush=True)
-    t1 = time.perf_counter()
-    bounds = (1, 1, 1) if ns.dry_run else (2, 2, 2)
-    settings = CalibrationSettings(bounds=bounds, max_units=ns.calib_max_units,
-                                   window_s=ns.calib_window, warmup_s=0.1 if ns.dry_run else 0.2,
-                                   iso_repeats=3 if ns.dry_run else 8)
-    calib = calibrate(backend, settings, describe=f"model={ns.model} device={ns.device}",
-                      progress=lambda line: print(f"[calibrate] {line}", flush=True))
-    table_path = write_rate_table(calib.table, ns.out / f"rate_table_{ns.model}_"
-                                  f"{ns.device.replace(':', '')}.json")
-    report["steps"]["calibrate_s"] = time.perf_counter() - t1
-    report["calibration"] = {"table": table_path.name, "isolated_ms": calib.isolated_ms,
-                             "measured_ms": {",".join(map(str, n)): row
-                                             for n, row in calib.measured.items()}}
+    calibrations = [_calibrate(backend, ns, 1)]
+    if ns.max_batch > 1:
+        calibrations.append(_calibrate(backend, ns, ns.max_batch))
+    report["steps"]["calibrate_s"] = sum(c["seconds"] for c in calibrations)
+    report["calibration"] = [{**c, "table": c["table"].name} for c in calibrations]
+    arms = [(engine, engine, False) for engine in ns.engines]
+    if ns.max_batch > 1:
+        arms.append((f"async+batch{ns.max_batch}", "async", True))
     runs = []
     for robots in ns.robots:
-        for engine in ns.engines:
-            args = _bench_args(ns, robots, engine, table_path, "torch")
+        for label, engine, batched in arms:
+            table = calibrations[-1 if batched else 0]["table"]
+            args = _bench_args(ns, robots, engine, table, "torch", batched=batched)
             t2 = time.perf_counter()
             rep = bench_engine.run_benchmark(args, backend)
-            rep["wall_s"] = time.perf_counter() - t2
+            rep["wall_s"], rep["arm"] = time.perf_counter() - t2, label
             runs.append(rep)
             m = rep["metrics"]
-            print(f"[bench] robots={robots} engine={engine} qps={m['throughput_rps']:.2f} "
+            print(f"[bench] robots={robots} engine={label} qps={m['throughput_rps']:.2f} "
                   f"p50={m['latency_p50_ms']:.1f} p95={m['latency_p95_ms']:.1f} "
                   f"attain={m['attainment'] * 100:.1f}% pred_mae="
                   f"{rep['prediction'].get('mae_ms', float('nan')):.2f} ms", flush=True)
     report["runs"] = runs
-    report["summary"] = [{"robots": r["robots"], "engine": r["engine"],
+    report["summary"] = [{"robots": r["robots"], "engine": r["arm"],
                           "throughput_rps": r["metrics"]["throughput_rps"],
                           "p50_ms": r["metrics"]["latency_p50_ms"],
                           "p99_ms": r["metrics"]["latency_p99_ms"],
@@ -139,8 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["steps"]["total_s"] = time.perf_counter() - t0
     out = ns.out / "engine_bench.json"
     out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
-    print(f"[suite] wrote {out} and {table_path} in {report['steps']['total_s']:.1f} s",
-          flush=True)
+    print(f"[suite] wrote {out} and {len(calibrations)} table(s) in "
+          f"{report['steps']['total_s']:.1f} s", flush=True)
     backend.close()
     return 0
 

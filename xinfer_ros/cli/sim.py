@@ -90,10 +90,26 @@ def _slots(text: str) -> tuple[int, int, int]:
     return (vals[0], vals[1], vals[2])
 
 
+def _batch(text: str) -> int:
+    """Parse a ``--max-batch`` (an integer >= 1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad batch size {text!r}: need an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"batch size must be >= 1, got {value}")
+    return value
+
+
 def _add_common(p: argparse.ArgumentParser, *, workload: bool = True) -> None:
-    """Flags shared by every simulating sub-command (``tune`` fixes its workloads)."""
+    """Flags shared by every simulating sub-command (``tune``: own workloads, slots)."""
     if workload:
         p.add_argument("--workload", default="phases", choices=WORKLOADS)
+        p.add_argument("--slots", type=_slots, default=None,
+                       help="execution slots V,P,A (default: the policy's)")
+    p.add_argument("--max-batch", type=_batch, default=_SIM.max_batch, metavar="N",
+                   help="model an engine that runs up to N units of a stage as one batch "
+                        "(use a table calibrated with the same --max-batch)")
     p.add_argument("--rounds", type=int, default=3, help="rounds (different seeds)")
     p.add_argument("--seed", type=int, default=0, help="base seed of the rounds")
     p.add_argument("--duration", type=float, default=RUN_DURATION,
@@ -250,6 +266,7 @@ def _config(args: argparse.Namespace, policy: str, robots: int, seed: int, *,
         slots=getattr(args, "slots", None),
         phase_spread=args.phase_spread,
         timeline_bin=2.0 if workload == "bursty" else 0.0,
+        max_batch=args.max_batch,
     )
 
 

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from xinfer_ros.core.batching import batch_sizes
 from xinfer_ros.core.rate_table import RateTable
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.engine.backends.base import Backend, StateFactory
@@ -57,6 +58,7 @@ class CalibrationSettings:
         iso_repeats: isolated units per stage.
         reference_units: isolated units per stage run right before each combination
             as its reference (0: use the global isolated medians).
+        max_batch: most units of a stage run as one batch (the engine's ``max_batch``).
     """
 
     bounds: Vec3 = (2, 2, 2)
@@ -66,6 +68,11 @@ class CalibrationSettings:
     repeats: int = 1
     iso_repeats: int = 8
     reference_units: int = 3
+    max_batch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch!r}")
 
 
 @dataclass
@@ -173,16 +180,20 @@ def _mixed(backend: Backend, n: Vec3, settings: CalibrationSettings) -> dict[int
     spans: dict[int, list[tuple[float, float]]] = {0: [], 1: [], 2: []}
     threads = []
     for stage in STAGES:
-        for k in range(n[stage]):
-            def body(lane: LaneInfo, stage: Stage = stage) -> None:
+        for k, size in enumerate(batch_sizes(n[stage], settings.max_batch)):
+            def body(lane: LaneInfo, stage: Stage = stage, size: int = size) -> None:
                 while not stop.is_set():
-                    state = fresh(stage)
+                    states = [fresh(stage) for _ in range(size)]
                     t0 = time.perf_counter()
-                    backend.run_stage(stage, state, lane)
+                    if size == 1:
+                        backend.run_stage(stage, states[0], lane)
+                    else:
+                        backend.run_batch(stage, states, lane)
                     t1 = time.perf_counter()
-                    backend.release(state)
+                    for state in states:
+                        backend.release(state)
                     with lock:
-                        spans[stage].append((t0, t1))
+                        spans[stage].extend([(t0, t1)] * size)
             threads.append(_lane_thread(backend, stage, k, body))
     start = time.perf_counter()
     for th in threads:
@@ -242,8 +253,14 @@ def calibrate(
 
     Returns:
         The table and the raw measurements.
+
+    Raises:
+        ValueError: batches asked of a backend that runs units one at a time.
     """
     cfg = settings if settings is not None else CalibrationSettings()
+    if cfg.max_batch > 1 and not backend.can_batch:
+        raise ValueError(f"the {backend.name} backend runs units one at a time: "
+                         f"max_batch must be 1, got {cfg.max_batch}")
     say = progress or (lambda line: _LOG.info("%s", line))
     t_start = time.perf_counter()
     work, over, h_out = _isolated(backend, cfg)
@@ -291,7 +308,8 @@ def calibrate(
         f"{cfg.repeats} repeat(s), {cfg.window_s:.2f} s windows). "
         f"{n_measured} entries measured; the rest from the least-squares fit "
         "1/rho_s(m) - 1 = sum_k alpha[s][k] m_k (alpha >= 0). Rates hold for the lane setup "
-        "used (threads per CPU lane / one CUDA stream per lane).")
+        "used (threads per CPU lane / one CUDA stream per lane) and batches of up to "
+        f"{cfg.max_batch} unit(s) per lane.")
     table = RateTable.from_function(
         lambda s, m: rates[s][m], work=work, overhead=over, h_out=h_out, bounds=cfg.bounds,
         provenance=provenance, assumptions=assumptions,
@@ -300,7 +318,7 @@ def calibrate(
                "measured_entries": n_measured,
                "settings": {"bounds": list(cfg.bounds), "max_units": cfg.max_units,
                             "window_s": cfg.window_s, "repeats": cfg.repeats,
-                            "iso_repeats": cfg.iso_repeats}})
+                            "iso_repeats": cfg.iso_repeats, "max_batch": cfg.max_batch}})
     iso = {s.short: w * 1e3 for s, w in zip(STAGES, work, strict=True)}
     iso["out"] = h_out * 1e3
     return CalibrationResult(table, iso, measured, time.perf_counter() - t_start)

@@ -50,6 +50,7 @@ from xinfer_ros.core.timing import MS_PER_S, check_budget, deadline
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.backends.base import Backend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
+from xinfer_ros.engine.batching import BatchQueue
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.delivery import ResultDelivery
 from xinfer_ros.engine.gates import ExecutionGates
@@ -140,12 +141,18 @@ class StageEngine:
         self._gate = SharedExclusiveGate(enabled=not self.config.cpu_overlap)
         # Lanes are sized for the configured slots even when intra-stage concurrency is
         # off, so that set_switches can turn it on at run time.
-        slots = self.config.slots
+        cfg = self.config
+        if cfg.max_batch > 1 and not backend.can_batch:
+            model = f" with {backend.io.name}" if backend.io is not None else ""
+            raise ValueError(f"the {backend.name} backend{model} runs units one at a time: "
+                             f"max_batch must be 1, got {cfg.max_batch}")
+        #: Launched units waiting for a lane; lanes take them in batches.
+        self._waiting = BatchQueue(cfg.max_batch, self._batch_key)
         setup = backend.lane_setup
         self._lanes = {
-            CONTEXT_GROUP: LaneGroup(CONTEXT_GROUP, slots[0] + slots[1], setup),
-            ACTION_GROUP: LaneGroup(ACTION_GROUP, slots[2], setup),
-            CPU_GROUP: LaneGroup(CPU_GROUP, self.config.cpu_workers, setup),
+            CONTEXT_GROUP: LaneGroup(CONTEXT_GROUP, cfg.lanes(0) + cfg.lanes(1), setup),
+            ACTION_GROUP: LaneGroup(ACTION_GROUP, cfg.lanes(2), setup),
+            CPU_GROUP: LaneGroup(CPU_GROUP, cfg.cpu_workers, setup),
         }
         self._thread: threading.Thread | None = None
         #: Policy decisions made and wall seconds spent in them (dispatcher cost).
@@ -348,11 +355,18 @@ class StageEngine:
         live.timings.output_ms = (t2 - t1) * MS_PER_S
         self._events.put(("output", live, actions, error))
 
-    def _unit_task(self, live: LiveRequest, stage: Stage, issued: float) -> None:
+    def _batch_key(self, stage: Stage, live: LiveRequest) -> Any:
+        return self.backend.batch_key(stage, live.state)
+
+    def _unit_task(self, stage: Stage) -> None:
+        """Run the oldest waiting unit of ``stage`` with its batch mates on this lane."""
+        batch = self._waiting.take(stage)
+        if not batch:
+            return  # an earlier task took this task's unit into its batch
         error: BaseException | None = None
         lane = current_lane()
         if lane is not None:
-            lane.issued_at = issued
+            lane.issued_at = batch[0].issued
         with self._gate.shared():
             t0 = self.clock.now()
             try:
@@ -360,11 +374,15 @@ class StageEngine:
                     raise RuntimeError(f"lane {lane.group}/{lane.index} could not start: "
                                        f"{type(lane.setup_error).__name__}: "
                                        f"{lane.setup_error}")
-                self.backend.run_stage(stage, live.state, lane)
-            except Exception as exc:  # a faulty request fails alone
+                if len(batch) == 1:
+                    self.backend.run_stage(stage, batch[0].live.state, lane)
+                else:
+                    self.backend.run_batch(stage, [w.live.state for w in batch], lane)
+            except Exception as exc:  # a faulty unit fails its batch alone
                 error = exc
             t1 = self.clock.now()
-        self._events.put(("unit", live, stage, t0, t1, error))
+        for unit in batch:
+            self._events.put(("unit", unit.live, stage, t0, t1, error))
 
     # -- dispatcher ---------------------------------------------------------------------------
     def _dispatch_loop(self) -> None:
@@ -587,11 +605,17 @@ class StageEngine:
 
     def _launch_all(self, policy: Policy, out: Any, now: float) -> None:
         opening = self._gates.open_round()
+        issued: list[Stage] = []
         for launch in out.launches:
             if self._gates.allows(launch.stage, launch.request_id, opening):
                 self._issue(launch, now, opening)
+                issued.append(launch.stage)
             else:
                 policy.abort(launch.request_id, now)
+        # Lane tasks start once the whole decision is queued, so that units launched
+        # together can run as one batch.
+        for s in issued:
+            self._start_unit(s, now)
 
     def _issue(self, launch: Launch, now: float, opening: bool) -> None:
         live: LiveRequest = launch.request.payload
@@ -600,10 +624,15 @@ class StageEngine:
         live.running = s
         live.model_started = True
         self._gates.issued(s, live.rid, opening)
+        self._waiting.put(s, live, now)
+
+    def _start_unit(self, s: Stage, now: float) -> None:
+        """Hand a lane of ``s`` one task: it runs the oldest waiting unit's batch."""
         try:
-            self._lanes[group_of(s)].submit(self._unit_task, live, s, now)
+            self._lanes[group_of(s)].submit(self._unit_task, s)
         except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
-            self._events.put(("unit", live, s, now, now, exc))
+            for unit in self._waiting.take(s):
+                self._events.put(("unit", unit.live, s, now, now, exc))
 
     # -- results ----------------------------------------------------------------------------------
     def _finish(self, live: LiveRequest, status: Status, reason: str,

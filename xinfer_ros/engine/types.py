@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.constants import DEFAULT_SLOTS, DELTA, MAX_LIVE_REQUESTS, POLICY_TICK
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 
@@ -105,6 +106,11 @@ class EngineConfig:
             its ``release_at``. Off: every result is released when it is ready.
         phase_spread_margin: held results are released at least this long before
             their deadline (s).
+        max_batch: most units of one stage that run as one batched forward. Above 1,
+            each stage gets ``ceil(slots / max_batch)`` lanes and a lane that comes
+            free runs the launched units waiting for it (up to ``max_batch`` of one
+            batch key) as one batch; the rate table should then be calibrated with
+            the same ``max_batch``. 1: one unit per lane, as in the paper.
     """
 
     slots: tuple[int, int, int] = DEFAULT_SLOTS
@@ -123,6 +129,7 @@ class EngineConfig:
     delta: float = DELTA
     phase_spread: bool = False
     phase_spread_margin: float = PHASE_SPREAD_MARGIN
+    max_batch: int = 1
 
     def __post_init__(self) -> None:
         if len(self.slots) != 3 or any(int(s) < 1 for s in self.slots):
@@ -132,6 +139,8 @@ class EngineConfig:
             raise ValueError(f"max_live must be >= 1, got {self.max_live!r}")
         if self.cpu_workers < 1:
             raise ValueError(f"cpu_workers must be >= 1, got {self.cpu_workers!r}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch!r}")
         if not (self.tick_s > 0 and math.isfinite(self.tick_s)):
             raise ValueError(f"tick_s must be > 0, got {self.tick_s!r}")
         for name in ("delta", "phase_spread_margin"):
@@ -144,6 +153,10 @@ class EngineConfig:
     def effective_slots(self) -> tuple[int, int, int]:
         """Slots after the M switch: one per stage without intra-stage concurrency."""
         return self.slots if self.intra_stage else (1, 1, 1)
+
+    def lanes(self, stage: int) -> int:
+        """Lanes that run units of ``stage``: one per slot, one per batch with batching."""
+        return lanes_for(self.slots[stage], self.max_batch)
 
     @property
     def serial_device(self) -> bool:

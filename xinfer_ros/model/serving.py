@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ class StageModel(ABC):
     """
 
     io: ModelIO
+    #: Whether :meth:`run_batch` stacks states of one :meth:`batch_key` into one forward.
+    batches: bool = False
     #: The weights; typed Any so each family reaches its own submodules.
     module: Any
     #: The family's stage functions: ``vit(module, state)``, ``prefill``, ``action``.
@@ -88,6 +90,28 @@ class StageModel(ABC):
     def action(self, state: Any, guidance: bool = True) -> None:
         """Run the Action stage of ``state`` (RTC guidance when it has a previous chunk)."""
         self._stages.action(self.module, state, guidance=guidance)
+
+    def batch_key(self, state: Any) -> Hashable | None:
+        """States of equal keys run a stage as one batch (:meth:`run_batch`).
+
+        None: this family runs one state at a time.
+        """
+        return None
+
+    def run_batch(self, stage: StageProgress, states: Sequence[Any],
+                  guidance: bool = True) -> None:
+        """Run ``stage`` of every state, which are all ready for it.
+
+        Families with a :meth:`batch_key` stack states of one key into one forward;
+        the results equal one-at-a-time runs up to the kernels' rounding.
+        """
+        for state in states:
+            if stage is StageProgress.VIT:
+                self.vit(state)
+            elif stage is StageProgress.PREFILL:
+                self.prefill(state)
+            else:
+                self.action(state, guidance=guidance)
 
     @abstractmethod
     def finish(self, state: Any) -> np.ndarray:
@@ -218,6 +242,7 @@ class Pi0StageModel(StageModel):
     def __init__(self, model: Any, processor: Any) -> None:
         from xinfer_ros.model.pi0 import stages
 
+        self.batches = True
         self.module = model
         self.processor = processor
         self.spec = processor.spec
@@ -239,16 +264,29 @@ class Pi0StageModel(StageModel):
         """See :meth:`StageModel.finish`."""
         return self.processor.postprocess(state.actions, state.prepared.rtc)
 
+    def batch_key(self, state: Any) -> Hashable | None:
+        """See :meth:`StageModel.batch_key`: present cameras and prompt length."""
+        return self._stages.batch_key(state)  # type: ignore[no-any-return]
+
+    def run_batch(self, stage: StageProgress, states: Sequence[Any],
+                  guidance: bool = True) -> None:
+        """See :meth:`StageModel.run_batch`; states of one key run as one batch."""
+        groups: dict[Hashable, list[Any]] = {}
+        for state in states:
+            groups.setdefault(self.batch_key(state), []).append(state)
+        for group in groups.values():
+            if stage is StageProgress.VIT:
+                self._stages.vit_batch(self.module, group)
+            elif stage is StageProgress.PREFILL:
+                self._stages.prefill_batch(self.module, group)
+            else:
+                self._stages.action_batch(self.module, group, guidance=guidance)
+
     def _state_with_prefix(self, prepared: Any, kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
                            ) -> StagedState:
-        from transformers import DynamicCache
-
         # Action appends to its cache and resets it per step: each state needs its own.
-        cache = DynamicCache()
-        for index, (keys, values) in enumerate(kv):
-            cache.update(keys, values, index)
-        return self._stages.Pi0State(prepared, cache=cache, prefix_kv=list(kv),
-                                     progress=StageProgress.ACTION)
+        return self._stages.Pi0State(prepared, cache=self._stages.prefix_cache(list(kv)),
+                                     prefix_kv=list(kv), progress=StageProgress.ACTION)
 
     def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
         """See :meth:`StageModel.copy_at`."""

@@ -238,7 +238,8 @@ class InferenceServer(Node):
                                    action_processes=p["torch.action_processes"],
                                    guidance=p["torch.guidance"])
         config = EngineConfig(max_live=p["max_live_requests"], phase_spread=p["phase_spread"],
-                              phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S)
+                              phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S,
+                              max_batch=p["torch.max_batch"] if p["backend"] == "torch" else 1)
         if slots != [0]:
             config = replace(config, slots=(slots[0], slots[1], slots[2]))
         return StageEngine(backend, p["policy"], config, rate_table=table)

@@ -71,6 +71,9 @@ PARAMS = [
     ParamSpec("torch.action_processes", 0,
               "CPU only: run Action units in this many worker processes (0: threads)", 0, 16),
     ParamSpec("torch.guidance", True, "real-time-chunking guidance in the Action stage"),
+    ParamSpec("torch.max_batch", 1, "most units of a stage run as one batched forward "
+              "(models that batch: the π0 family; calibrate the rate table with the same "
+              "--max-batch)", 1, 64),
     ParamSpec("image_transports", ["raw"], "per camera (or one for all): raw "
               "(camera_i/image_raw, sensor_msgs/Image) or compressed (camera_i/image_raw/"
               "compressed, sensor_msgs/CompressedImage, JPEG or PNG)",

@@ -46,7 +46,7 @@ from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES
 from xinfer_ros.core.timing import deadline
 from xinfer_ros.sim.decisions import DecisionRecorder
-from xinfer_ros.sim.gpu import GpuModel
+from xinfer_ros.sim.gpu import BatchedGpuModel, GpuModel
 from xinfer_ros.sim.workloads import Workload, build_workload
 
 __all__ = [
@@ -107,6 +107,9 @@ class SimConfig:
         parcel_traces: Parcel trace file (``None``: the shipped set).
         keep_records: Return the raw records in the result.
         timeline_bin: Bin (s) of the attainment-over-time series (0 disables it).
+        max_batch: Units of a stage run in batches of up to this many on
+            ``ceil(slots / max_batch)`` lanes (:class:`~xinfer_ros.sim.gpu.BatchedGpuModel`;
+            use a table calibrated with the same ``max_batch``); 1 is the paper's GPU.
     """
 
     policy: str = "xinfer"
@@ -135,6 +138,7 @@ class SimConfig:
     parcel_traces: str | None = None
     keep_records: bool = False
     timeline_bin: float = 0.0
+    max_batch: int = 1
 
     def with_(self, **changes: Any) -> SimConfig:
         """Return a copy with ``changes`` applied."""
@@ -233,15 +237,13 @@ class Simulation:
         )
         self.policy = (policy_factory or make_sim_policy)(cfg, self.table)
         self.link = Link(cfg.link_up, cfg.link_down)
-        self.gpu = GpuModel(
-            rate=self.table.rate,
-            work=self.table.work,
-            overhead=self.table.overhead,
-            slots=self.policy.slots,
-            noise=cfg.noise,
-            seed=cfg.seed,
-            rate_error=cfg.rate_error,
-        )
+        self.gpu = (GpuModel(self.table.rate, self.table.work, self.table.overhead,
+                             self.policy.slots, noise=cfg.noise, seed=cfg.seed,
+                             rate_error=cfg.rate_error)
+                    if cfg.max_batch == 1 else
+                    BatchedGpuModel(self.table.rate, self.table.work, self.table.overhead,
+                                    self.policy.slots, max_batch=cfg.max_batch,
+                                    noise=cfg.noise, seed=cfg.seed, rate_error=cfg.rate_error))
         self.audit = PredictionAudit(keep_from=cfg.window[0]) if cfg.audit else None
         self.robots = [Robot(spec, cfg.period) for spec in self.workload.robots]
         self._heap: list[tuple[float, int, int, int, Any]] = []

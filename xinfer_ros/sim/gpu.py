@@ -11,19 +11,29 @@ scheduler's predictor (which assumes exactly ``W_s``) is good but not exact. A r
 error multiplies the rate of each (stage, concurrency) state by a seeded log-normal
 factor fixed for the run: the rate table misjudges some states consistently, as a
 table calibrated on another machine or driver would.
+
+:class:`BatchedGpuModel` models an engine that batches (issue 16, item 3): a stage's
+units run in batches of at most ``max_batch`` on ``ceil(slots / max_batch)`` lanes, as
+:mod:`xinfer_ros.engine.batching` runs them. A unit issued at the instant a batch of
+its stage started joins it; otherwise it starts a batch on a free lane or waits for
+one. A batch progresses like one unit, at the rate of a unit with the others in
+running batches around it (a table calibrated with the same ``max_batch`` measures
+exactly that), and all its units finish together.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.progress import finish_time, progress
 
-__all__ = ["GpuModel", "RateFn", "Unit"]
+__all__ = ["BatchedGpuModel", "GpuModel", "RateFn", "Unit"]
 
 #: ``rate(stage, (n_V, n_P, n_A) of the other units) -> ρ`` (dimensionless, > 0).
 RateFn = Callable[[int, tuple[int, int, int]], float]
@@ -194,3 +204,125 @@ class GpuModel:
         """Fraction of ``[0, t]`` with at least one unit issued."""
         busy = self.busy_time + (t - self._busy_since if self._busy_since is not None else 0.0)
         return busy / t if t > 0 else 0.0
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Units of one stage running together on one lane (their progress is shared)."""
+
+    stage: int
+    started: float
+    compute_start: float
+    work: float
+    members: list[Unit] = field(default_factory=list)
+    rate: float = 1.0
+    last: float = 0.0
+    finish: float = math.inf
+
+
+class BatchedGpuModel(GpuModel):
+    """:class:`GpuModel` whose units run in batches of up to ``max_batch`` per lane.
+
+    Args:
+        rate, work, overhead, slots, noise, seed, rate_error: as :class:`GpuModel`.
+        max_batch: most units of a stage per batch (>= 1).
+
+    ``counts`` and :meth:`free` count every issued unit, waiting ones included, as the
+    policy's slots do; rates count the units in running batches.
+    """
+
+    def __init__(
+        self,
+        rate: RateFn,
+        work: tuple[float, float, float],
+        overhead: tuple[float, float, float],
+        slots: tuple[int, int, int],
+        *,
+        max_batch: int,
+        noise: float = 0.0,
+        seed: int = 0,
+        rate_error: float = 0.0,
+    ) -> None:
+        super().__init__(rate, work, overhead, slots, noise=noise, seed=seed,
+                         rate_error=rate_error)
+        self.max_batch = max_batch
+        self.lanes = tuple(lanes_for(n, max_batch) for n in self.slots)
+        self._batches: list[_Batch] = []
+        self._waiting: list[deque[Unit]] = [deque(), deque(), deque()]
+        self._running = [0, 0, 0]
+        #: Units of a batch that finished, handed out one per :meth:`pop_finished`.
+        self._done: deque[Unit] = deque()
+
+    def _advance(self, t: float) -> None:
+        for b in self._batches:
+            b.work -= progress(b.rate, b.compute_start, b.last, t)
+            b.last = t
+
+    def _rerate(self, t: float) -> None:
+        nv, np_, na = self._running
+        nxt = t if self._done else math.inf
+        for b in self._batches:
+            s = b.stage
+            b.rate = self._lookup(s, nv - (s == 0), np_ - (s == 1), na - (s == 2))
+            b.finish = finish_time(b.rate, b.compute_start, b.work, t)
+            nxt = min(nxt, b.finish)
+        self.next_finish = nxt
+        busy = bool(self._batches)
+        if busy and self._busy_since is None:
+            self._busy_since = t
+        elif not busy and self._busy_since is not None:
+            self.busy_time += t - self._busy_since
+            self._busy_since = None
+
+    def _start(self, stage: int, units: list[Unit], t: float) -> None:
+        for u in units:
+            u.compute_start = t + self._overhead[stage]
+        # One noise draw per batch: the batch is one forward.
+        batch = _Batch(stage, t, t + self._overhead[stage], units[0].work, list(units), last=t)
+        self._batches.append(batch)
+        self._running[stage] += len(units)
+
+    def issue(self, key: object, stage: int, t: float) -> Unit:
+        """Start (or queue) a unit of ``stage`` for ``key`` at ``t``.
+
+        Raises:
+            ValueError: If the stage has no free slot or ``key`` already runs.
+        """
+        if self.counts[stage] >= self.slots[stage]:
+            raise ValueError(f"stage {stage} has no free slot ({self.slots[stage]} in use)")
+        if key in self.units:
+            raise ValueError(f"unit {key!r} is already running")
+        self._advance(t)
+        unit = Unit(key, stage, t, t + self._overhead[stage], self._work[stage] * self._factor(),
+                    1.0, t, math.inf)
+        self.units[key] = unit
+        self.counts[stage] += 1
+        joined = next((b for b in self._batches if b.stage == stage and b.started == t
+                       and len(b.members) < self.max_batch), None)
+        if joined is not None:
+            joined.members.append(unit)
+            self._running[stage] += 1
+        elif sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
+            self._start(stage, [unit], t)
+        else:
+            self._waiting[stage].append(unit)
+        self._rerate(t)
+        return unit
+
+    def pop_finished(self, t: float) -> Unit:
+        """Retire one unit finishing at ``t``; a batch's units come out one per call."""
+        if not self._done:
+            self._advance(t)
+            batch = min(self._batches, key=lambda b: b.finish)
+            self._batches.remove(batch)
+            self._running[batch.stage] -= len(batch.members)
+            self._done.extend(batch.members)
+            waiting = self._waiting[batch.stage]
+            if waiting:
+                self._start(batch.stage, [waiting.popleft()
+                                          for _ in range(min(self.max_batch, len(waiting)))], t)
+        done = self._done.popleft()
+        del self.units[done.key]
+        self.counts[done.stage] -= 1
+        self._rerate(t)
+        return done

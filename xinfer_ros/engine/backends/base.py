@@ -17,7 +17,7 @@ state private and weights read-only.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,6 +54,7 @@ class Backend(ABC):
     Attributes:
         name: backend name (``torch``, ``emulated``).
         emulated: True when outputs are placeholders and timings come from a table.
+        can_batch: whether :meth:`run_batch` stacks states into one forward.
         action_shape: ``(H, D)`` of a returned chunk.
         device: device string (``cpu``, ``cuda``, ``emulated``).
         io: what the served (or emulated) model takes and returns; None for an
@@ -65,6 +66,8 @@ class Backend(ABC):
     action_shape: tuple[int, int] = (HORIZON, ACTION_DIM)
     device: str = "cpu"
     io: ModelIO | None = None
+    #: Whether :meth:`run_batch` stacks states into one forward (``max_batch`` > 1).
+    can_batch: bool = False
 
     def lane_setup(self, lane: LaneInfo) -> None:  # noqa: B027 - optional hook
         """Per-lane-thread initialisation (CUDA streams, intra-op thread counts)."""
@@ -80,6 +83,22 @@ class Backend(ABC):
     @abstractmethod
     def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
         """Run one non-preemptive stage unit to completion (blocking the lane)."""
+
+    def batch_key(self, stage: Stage, state: Any) -> Hashable | None:
+        """Units of ``stage`` whose states have equal keys may run as one batch.
+
+        None (the default): the state's units run one at a time.
+        """
+        return None
+
+    def run_batch(self, stage: Stage, states: Sequence[Any], lane: LaneInfo | None) -> None:
+        """Run ``stage`` of every state (one batch key) to completion on one lane.
+
+        The default runs them one after the other; a batching backend stacks them
+        into one forward with the results each gets alone, up to rounding.
+        """
+        for state in states:
+            self.run_stage(stage, state, lane)
 
     @abstractmethod
     def finish(self, state: Any) -> np.ndarray:

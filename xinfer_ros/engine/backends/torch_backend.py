@@ -28,7 +28,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -45,6 +45,9 @@ from xinfer_ros.model.serving import StageModel, load_stage_model
 __all__ = ["INPUT_KEYS", "TorchBackend"]
 
 _LOG = logging.getLogger("xinfer_ros.engine.torch")
+
+_PROGRESS = {Stage.VIT: StageProgress.VIT, Stage.PREFILL: StageProgress.PREFILL,
+             Stage.ACTION: StageProgress.ACTION}
 
 #: Keys a torch request's inputs mapping may carry (``images``, ``instruction`` and
 #: ``state`` are required; π0 accepts ``None`` images for missing cameras).
@@ -102,6 +105,7 @@ class TorchBackend(Backend):
         source = _ModelSource(model, model_path or None, seed, dtype)
         self.model: StageModel = source.load(self.device)
         self.io = self.model.io
+        self.can_batch = self.model.batches
         self.action_shape = self.io.action_shape
         self.model_name = self.io.name
         self._examples: dict[int, dict[str, Any]] = {}
@@ -149,24 +153,27 @@ class TorchBackend(Backend):
             seed=int(inputs.get("seed", request_id)), request_id=f"{robot_id}/{request_id}")
 
     def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
-        """Run one stage function; on CUDA on the lane's stream, synchronised at the end."""
-        stream = lane.stream if lane is not None else None
-        if stream is not None:
-            with torch.cuda.stream(stream):
-                self._call(stage, state)
-            stream.synchronize()
-        else:
-            self._call(stage, state)
+        """Run one stage unit (a batch of one)."""
+        self.run_batch(stage, [state], lane)
 
-    def _call(self, stage: Stage, state: Any) -> None:
-        if stage is Stage.VIT:
-            self.model.vit(state)
-        elif stage is Stage.PREFILL:
-            self.model.prefill(state)
-        elif self._workers is not None:
-            self._workers.run(self.model, state)
-        else:
-            self.model.action(state, guidance=self.guidance)
+    def batch_key(self, stage: Stage, state: Any) -> Hashable | None:
+        """The model's batch key: states of one key stack into one forward."""
+        return self.model.batch_key(state)
+
+    def run_batch(self, stage: Stage, states: Sequence[Any], lane: LaneInfo | None) -> None:
+        """Run one (batched) stage forward; on CUDA on the lane's stream, synchronised.
+
+        Synchronising the lane's own stream before reporting completion also orders
+        the hand-off of the states' tensors to the next stage's lane.
+        """
+        stream = lane.stream if lane is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if stage is Stage.ACTION and self._workers is not None:
+                self._workers.run(self.model, states)
+            else:
+                self.model.run_batch(_PROGRESS[stage], states, guidance=self.guidance)
+        if stream is not None:
+            stream.synchronize()
 
     def finish(self, state: Any) -> np.ndarray:
         """Unnormalise the chunk and copy the committed prefix (model postprocessing)."""
@@ -259,8 +266,8 @@ class _WorkerSpec:
 class _ActionWorkers:
     """A pool of processes that run Action units (CPU).
 
-    Every unit checks a worker out, so at most ``size`` Action units run in processes
-    at once; the engine's Action slots should not exceed ``size``.
+    Every Action unit or batch checks a worker out, so at most ``size`` of them run in
+    processes at once; the engine's Action lanes should not exceed ``size``.
     """
 
     def __init__(self, size: int, spec: _WorkerSpec) -> None:
@@ -294,22 +301,24 @@ class _ActionWorkers:
         """The workers' process ids."""
         return tuple(p.pid for p in self._procs if p.pid is not None)
 
-    def run(self, model: StageModel, state: Any) -> None:
-        """Run ``state``'s Action unit in a free worker; sets ``state.actions``."""
-        state.expect(StageProgress.ACTION)
-        if state.cache is None:
-            raise RuntimeError("prefix cache was released before action")
-        payload = model.action_payload(state)
+    def run(self, model: StageModel, states: Sequence[Any]) -> None:
+        """Run the states' Action units as one batch in a free worker; sets their actions."""
+        for state in states:
+            state.expect(StageProgress.ACTION)
+            if state.cache is None:
+                raise RuntimeError("prefix cache was released before action")
+        payloads = [model.action_payload(state) for state in states]
         proc, conn = self._idle.get()
         try:
-            conn.send(payload)
+            conn.send(payloads)
             kind, result = conn.recv()
         finally:
             self._idle.put((proc, conn))
         if kind != "ok":
             raise RuntimeError(result)
-        state.actions = torch.from_numpy(result)
-        state.progress = StageProgress.DONE
+        for state, actions in zip(states, result, strict=True):
+            state.actions = torch.from_numpy(actions)
+            state.progress = StageProgress.DONE
 
     def close(self) -> None:
         """Ask every worker to exit and reap it."""
@@ -341,8 +350,8 @@ def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
         if msg is None:
             return
         try:
-            state: Any = model.action_state(msg)
-            model.action(state, guidance=spec.guidance)
-            conn.send(("ok", state.actions.detach().numpy()))
-        except Exception as exc:  # a faulty unit fails alone
+            states: list[Any] = [model.action_state(payload) for payload in msg]
+            model.run_batch(StageProgress.ACTION, states, guidance=spec.guidance)
+            conn.send(("ok", [state.actions.detach().numpy() for state in states]))
+        except Exception as exc:  # a faulty batch fails alone
             conn.send(("error", f"{type(exc).__name__}: {exc}"))

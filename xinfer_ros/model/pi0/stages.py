@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PI0ForConditionalGeneration
 
 from xinfer_ros.model.pi0.processing import Pi0Prepared
 from xinfer_ros.model.request import StagedState, StageOrderError, StageProgress, cache_kv
 
-__all__ = ["ModelInputs", "Pi0State", "action", "model_inputs", "prefill", "run_request",
-           "sample_noise", "vit"]
+__all__ = ["ModelInputs", "Pi0State", "action", "action_batch", "batch_key", "model_inputs",
+           "prefill", "prefill_batch", "prefix_cache", "run_request", "sample_noise", "vit",
+           "vit_batch"]
 
 #: A layer's cached prefix keys and values.
 PrefixKV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -93,24 +95,71 @@ def model_inputs(model: PI0ForConditionalGeneration, prepared: Pi0Prepared) -> M
     )
 
 
-@torch.no_grad()
+def batch_key(req: Pi0State) -> tuple[int, int]:
+    """Requests with equal keys stack into one batch: present cameras, prompt length.
+
+    The prompt is padded to the preset's length, so with the same cameras present
+    every stage's tensors of two requests differ only in their values.
+    """
+    return int(req.prepared.pixels.shape[0]), int(req.prepared.input_ids.shape[0])
+
+
+def _check_batch(reqs: list[Pi0State], stage: StageProgress) -> None:
+    if not reqs:
+        raise ValueError("a batch needs at least one request")
+    for req in reqs:
+        req.expect(stage)
+    if len({batch_key(r) for r in reqs}) > 1:
+        raise ValueError("requests of one batch need the same cameras and prompt length")
+
+
+def _stack(arrays: list[np.ndarray], device: torch.device, dtype: torch.dtype | None = None,
+           ) -> torch.Tensor:
+    return torch.from_numpy(np.stack(arrays)).to(device=device, dtype=dtype)
+
+
 def vit(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
-    """ViT stage: ``embed_prefix`` (vision tower, projector, token embeddings)."""
-    req.expect(StageProgress.VIT)
-    inputs = model_inputs(model, req.prepared)
-    req.prefix_embeds = model.model.embed_prefix(inputs.input_ids, inputs.pixel_values,
-                                                 inputs.pixel_attention_mask)
-    req.progress = StageProgress.PREFILL
+    """ViT stage of one request (:func:`vit_batch` of one)."""
+    vit_batch(model, [req])
 
 
 @torch.no_grad()
+def vit_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> None:
+    """ViT stage: ``embed_prefix`` (vision tower, projector, token embeddings) at once.
+
+    Raises:
+        ValueError: on an empty batch or requests with different :func:`batch_key`.
+    """
+    _check_batch(reqs, StageProgress.VIT)
+    device, dtype = model.device, model.dtype
+    pixels = _stack([r.prepared.pixels for r in reqs], device, dtype)
+    embeds = model.model.embed_prefix(
+        _stack([r.prepared.input_ids for r in reqs], device), pixels,
+        torch.ones(pixels.shape[:2], dtype=torch.bool, device=device))
+    for row, req in enumerate(reqs):
+        req.prefix_embeds = embeds[row:row + 1]
+        req.progress = StageProgress.PREFILL
+
+
 def prefill(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
-    """Prefill stage: the PaliGemma language model over the prefix, with a cache."""
-    req.expect(StageProgress.PREFILL)
-    if req.prefix_embeds is None:
+    """Prefill stage of one request (:func:`prefill_batch` of one)."""
+    prefill_batch(model, [req])
+
+
+@torch.no_grad()
+def prefill_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> None:
+    """Prefill stage: the PaliGemma language model over the prefixes, with a cache.
+
+    Each request keeps its own rows of every layer's keys and values.
+
+    Raises:
+        ValueError: on an empty batch or requests with different :func:`batch_key`.
+    """
+    _check_batch(reqs, StageProgress.PREFILL)
+    if any(r.prefix_embeds is None for r in reqs):
         raise RuntimeError("prefix embeddings were released before prefill")
-    mask = torch.from_numpy(req.prepared.attention_mask).to(model.device).unsqueeze(0)
-    embeds = req.prefix_embeds
+    mask = _stack([r.prepared.attention_mask for r in reqs], model.device)
+    embeds = torch.cat([r.prefix_embeds for r in reqs if r.prefix_embeds is not None])
     cache = model.model.vlm(
         inputs_embeds=embeds,
         attention_mask=mask,
@@ -118,10 +167,20 @@ def prefill(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
         token_type_ids=torch.zeros_like(embeds)[:, :, 0],
         use_cache=True,
     ).cache
-    req.cache = cache
-    req.prefix_kv = cache_kv(cache)
-    req.prefix_embeds = None
-    req.progress = StageProgress.ACTION
+    kv = cache_kv(cache)
+    for row, req in enumerate(reqs):
+        req.prefix_kv = [(k[row:row + 1], v[row:row + 1]) for k, v in kv]
+        req.cache = prefix_cache(req.prefix_kv)
+        req.prefix_embeds = None
+        req.progress = StageProgress.ACTION
+
+
+def prefix_cache(prefix_kv: PrefixKV) -> DynamicCache:
+    """A cache holding ``prefix_kv``, for the Action stage to append to and reset."""
+    cache = DynamicCache()
+    for index, (keys, values) in enumerate(prefix_kv):
+        cache.update(keys, values, index)
+    return cache
 
 
 def sample_noise(model: PI0ForConditionalGeneration, seed: int) -> torch.Tensor:
@@ -150,7 +209,7 @@ def _restore_prefix(cache: DynamicCache, prefix_kv: PrefixKV) -> None:
 
 @dataclasses.dataclass
 class _Denoiser:
-    """The action expert's velocity for one request, over its cached prefix."""
+    """The action expert's velocity for a batch of requests, over their cached prefixes."""
 
     model: PI0ForConditionalGeneration
     cache: DynamicCache
@@ -168,8 +227,12 @@ class _Denoiser:
             _restore_prefix(self.cache, self.prefix_kv)
 
     def guided(self, x: torch.Tensor, time: float, *, target: torch.Tensor,
-               weights: torch.Tensor, weight: float) -> torch.Tensor:
-        """RTC's guided velocity (see the module docstring), detached."""
+               weights: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """RTC's guided velocity (see the module docstring), detached.
+
+        ``weight`` is each row's guidance weight, ``(B, 1, 1)``; rows of zero weight
+        and zero ``weights`` get the plain velocity.
+        """
         with torch.enable_grad():
             xg = x.detach().requires_grad_(True)
             velocity = self.velocity(xg, time)
@@ -179,55 +242,103 @@ class _Denoiser:
         return velocity.detach() - weight * vjp
 
 
-@torch.no_grad()
+@dataclasses.dataclass
+class _Guidance:
+    """The rows' real-time-chunking inputs as batch tensors (zero on rows without)."""
+
+    target: torch.Tensor
+    weights: torch.Tensor
+    step_weights: torch.Tensor
+    frozen: list[tuple[int, int]]
+
+    @classmethod
+    def of(cls, reqs: list[Pi0State], noise: torch.Tensor, steps: int) -> _Guidance | None:
+        if all(r.prepared.rtc is None for r in reqs):
+            return None
+        target, weights = torch.zeros_like(noise), torch.zeros_like(noise)
+        step_weights = torch.zeros((steps, len(reqs), 1, 1), dtype=noise.dtype,
+                                   device=noise.device)
+        frozen = []
+        for row, req in enumerate(reqs):
+            rtc = req.prepared.rtc
+            if rtc is None:
+                frozen.append((0, 0))
+                continue
+            dim = rtc.aligned_norm.shape[1]
+            target[row, :, :dim] = torch.from_numpy(rtc.aligned_norm).to(noise.device)
+            weights[row, :, :dim] = torch.from_numpy(rtc.weights).to(noise.device)[:, None]
+            step_weights[:, row, 0, 0] = torch.as_tensor(
+                np.asarray(rtc.step_weights[:steps], dtype=np.float64), dtype=noise.dtype)
+            frozen.append((rtc.frozen, dim))
+        return cls(target, weights, step_weights, frozen)
+
+    def pin(self, x: torch.Tensor, noise: torch.Tensor, time: float) -> torch.Tensor:
+        """``x`` with each row's first ``d`` keyframes on their straight path at ``time``."""
+        if not any(f for f, _ in self.frozen):
+            return x
+        x = x.clone()
+        for row, (f, dim) in enumerate(self.frozen):
+            if f:
+                x[row, :f, :dim] = (time * noise[row, :f, :dim]
+                                    + (1.0 - time) * self.target[row, :f, :dim])
+        return x
+
+
 def action(model: PI0ForConditionalGeneration, req: Pi0State, guidance: bool = True) -> None:
-    """Action stage: K Euler steps of the action expert over the cached prefix.
+    """Action stage of one request (:func:`action_batch` of one)."""
+    action_batch(model, [req], guidance)
+
+
+@torch.no_grad()
+def action_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State],
+                 guidance: bool = True) -> None:
+    """Action stage: K Euler steps of the action expert over the cached prefixes.
+
+    Rows are independent (the expert attends within its own row), so a batch gives
+    each request the chunk it gets alone, up to the kernels' rounding.
 
     Args:
         model: The model.
-        req: Request state after prefill.
-        guidance: Apply RTC guidance when the request has a previous chunk (switch off
+        reqs: Request states after prefill, of one :func:`batch_key`.
+        guidance: Apply RTC guidance to requests with a previous chunk (switch off
             only to compare against unguided sampling).
+
+    Raises:
+        ValueError: on an empty batch or requests with different :func:`batch_key`.
     """
-    req.expect(StageProgress.ACTION)
-    if req.cache is None or req.prefix_kv is None:
+    _check_batch(reqs, StageProgress.ACTION)
+    kvs = [r.prefix_kv for r in reqs]
+    if any(r.cache is None for r in reqs) or any(kv is None for kv in kvs):
         raise RuntimeError("prefix cache was released before action")
-    prepared = req.prepared
     device, dtype = model.device, model.dtype
+    prefix_kv = [(torch.cat([kv[i][0] for kv in kvs if kv is not None]),
+                  torch.cat([kv[i][1] for kv in kvs if kv is not None]))
+                 for i in range(len(kvs[0] or ()))]
     denoiser = _Denoiser(
-        model, req.cache, req.prefix_kv,
-        state=torch.from_numpy(prepared.state).to(device=device, dtype=dtype).unsqueeze(0),
-        mask=torch.from_numpy(prepared.attention_mask).to(device).unsqueeze(0))
-    noise = sample_noise(model, prepared.seed)
-    rtc = prepared.rtc
-    frozen = rtc.frozen if rtc is not None else 0
-    dim = rtc.aligned_norm.shape[1] if rtc is not None else 0
-    target = weights = None
-    if rtc is not None:
-        target = torch.zeros_like(noise)
-        target[0, :, :dim] = torch.from_numpy(rtc.aligned_norm).to(device)
-        weights = torch.zeros_like(noise)
-        weights[0, :, :dim] = torch.from_numpy(rtc.weights).to(device)[:, None]
+        model, prefix_cache(prefix_kv), prefix_kv,
+        state=_stack([r.prepared.state for r in reqs], device, dtype),
+        mask=_stack([r.prepared.attention_mask for r in reqs], device))
+    noise = torch.cat([sample_noise(model, r.prepared.seed) for r in reqs])
     steps = model.config.num_inference_steps
+    rtc = _Guidance.of(reqs, noise, steps)
     dt = -1.0 / steps
     x = noise
     for step in range(steps):
         time = 1.0 + step * dt
-        if frozen and target is not None:
-            x = x.clone()
-            x[:, :frozen, :dim] = (time * noise[:, :frozen, :dim]
-                                   + (1.0 - time) * target[:, :frozen, :dim])
-        if guidance and rtc is not None and target is not None and weights is not None:
-            velocity = denoiser.guided(x, time, target=target, weights=weights,
-                                       weight=float(rtc.step_weights[step]))
+        if rtc is not None:
+            x = rtc.pin(x, noise, time)
+        if guidance and rtc is not None:
+            velocity = denoiser.guided(x, time, target=rtc.target, weights=rtc.weights,
+                                       weight=rtc.step_weights[step])
         else:
             velocity = denoiser.velocity(x, time)
         x = x + dt * velocity
-    if frozen and target is not None:
-        x = x.clone()
-        x[:, :frozen, :dim] = target[:, :frozen, :dim]
-    req.actions = x.float()
-    req.progress = StageProgress.DONE
+    if rtc is not None:
+        x = rtc.pin(x, noise, 0.0)
+    x = x.float()
+    for row, req in enumerate(reqs):
+        req.actions = x[row:row + 1]
+        req.progress = StageProgress.DONE
 
 
 def run_request(model: PI0ForConditionalGeneration, req: Pi0State,

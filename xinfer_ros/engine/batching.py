@@ -1,0 +1,87 @@
+"""Launched units waiting for a lane, taken by the lanes in batches (issue 16, item 3).
+
+The dispatcher puts every unit the policy launched here and hands its lane group one
+task per unit. A lane task takes the oldest waiting unit of its stage and, when the
+backend can stack states, up to ``max_batch − 1`` more of the same batch key, and runs
+them as one forward. Units launched in the same decision thus run together, and so do
+units that waited behind busy lanes (with batching each stage has fewer lanes than
+slots). With ``max_batch = 1`` each task takes one unit, the paper's engine.
+
+Every task finds either work or an empty queue: there are as many tasks as units, and
+a task never takes fewer than one waiting unit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from xinfer_ros.core.stages import STAGES, Stage
+
+__all__ = ["BatchQueue", "Waiting"]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """One launched unit waiting for a lane.
+
+    Attributes:
+        live: the engine's request record.
+        issued: engine time the policy launched the unit.
+    """
+
+    live: Any
+    issued: float
+
+
+class BatchQueue:
+    """Launched units per stage, in launch order; thread-safe.
+
+    Args:
+        max_batch: most units one lane task takes (>= 1).
+        key: ``key(stage, live)``: the unit's batch key, None when it runs alone.
+    """
+
+    def __init__(self, max_batch: int, key: Callable[[Stage, Any], Hashable | None]) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
+        self.max_batch = max_batch
+        self._key = key
+        self._lock = threading.Lock()
+        self._waiting: dict[Stage, deque[Waiting]] = {s: deque() for s in STAGES}
+
+    def put(self, stage: Stage, live: Any, issued: float) -> None:
+        """Queue a launched unit."""
+        with self._lock:
+            self._waiting[stage].append(Waiting(live, issued))
+
+    def take(self, stage: Stage) -> list[Waiting]:
+        """The oldest waiting unit of ``stage`` and its batch mates (empty if none wait).
+
+        Mates share the oldest unit's batch key; units of other keys keep their place.
+        """
+        with self._lock:
+            waiting = self._waiting[stage]
+            if not waiting:
+                return []
+            first = waiting.popleft()
+            batch = [first]
+            if self.max_batch == 1:
+                return batch
+            key = self._key(stage, first.live)
+            if key is None:
+                return batch
+            kept: deque[Waiting] = deque()
+            while waiting and len(batch) < self.max_batch:
+                unit = waiting.popleft()
+                (batch if self._key(stage, unit.live) == key else kept).append(unit)
+            kept.extend(waiting)
+            self._waiting[stage] = kept
+            return batch
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(q) for q in self._waiting.values())
