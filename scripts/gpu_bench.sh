@@ -2,10 +2,11 @@
 # Engine benchmark on a lent GPU: build the real-shape pi0 preset on CUDA in bfloat16
 # (random weights; the flow stays float32), calibrate its rate table (and a second one
 # for batches of up to 4 units per stage), and run the closed-loop engine benchmark
-# with the torch backend at 8, 16, 24 and 32 robots: async, serial, and async with
-# batching. Writes under $OUT (at most 4 files): engine_bench.json (every run, the
-# calibrations and the environment), rate_table_pi0_cuda.json,
-# rate_table_pi0_cuda_batch4.json, gpu_bench.log.
+# with the torch backend at 8, 16, 24 and 32 robots, async against serial, then at 16
+# and 32 robots async with batching and async with the Action loop compiled. Writes
+# under $OUT (at most 4 files): engine_bench.json (every run so far, the calibrations
+# and the environment), rate_table_pi0_cuda.json, rate_table_pi0_cuda_batch4.json,
+# gpu_bench.log.
 #
 #   bash scripts/gpu_bench.sh            # on the device machine, repository root
 #   bash scripts/gpu_bench.sh --dry-run  # here and in CI: the same code with the torch
@@ -19,9 +20,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl transformers==5.24.0
 # The script then installs .whl/*.whl into /tmp/site (--no-deps) and puts it first on
 # PYTHONPATH. Environment knobs: MODEL (default pi0), DTYPE (default bfloat16),
-# DURATION (s per run, default 20), WARMUP (default 6), ROBOTS (default "8 16 24 32"),
+# DURATION (s per run, default 15), WARMUP (default 5), ROBOTS (default "8 16 24 32"),
 # ENGINES (default "async serial"), MAX_BATCH (the batched arm, default 4; 1: off),
-# PYTHON.
+# COMPILE (the compiled arm: on, cudagraphs or off; default on), PYTHON.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -37,9 +38,10 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-DURATION="${DURATION:-20}"
-WARMUP="${WARMUP:-6}"
+DURATION="${DURATION:-15}"
+WARMUP="${WARMUP:-5}"
 MAX_BATCH="${MAX_BATCH:-4}"
+COMPILE="${COMPILE:-on}"
 ROBOTS="${ROBOTS:-8 16 24 32}"
 MODEL="${MODEL:-pi0}"
 DTYPE="${DTYPE:-bfloat16}"
@@ -80,7 +82,7 @@ PY
 if [[ $DRY == 0 ]]; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true; fi
 
 ARGS=(--out "$OUT" --robots $ROBOTS --engines $ENGINES --duration "$DURATION" --warmup "$WARMUP"
-      --dtype "$DTYPE" --max-batch "$MAX_BATCH")
+      --dtype "$DTYPE" --max-batch "$MAX_BATCH" --compile "$COMPILE")
 if [[ $DRY == 1 ]]; then
   ARGS+=(--dry-run)
 else
@@ -97,10 +99,12 @@ assert runs, "no benchmark runs"
 for r in runs:
     assert r["throughput_rps"] > 0, r
 assert all(run["backend"]["backend"] == "torch" for run in rep["runs"]), "a run was not torch"
-print("[gpu_bench] robots engine        qps     p50_ms  p99_ms  attain  pred_mae_ms")
+if "compile_error" in rep:
+    print(f"[gpu_bench] compiled arm skipped: {rep['compile_error']}")
+print("[gpu_bench] robots engine            qps     p50_ms  p99_ms  attain  pred_mae_ms")
 for r in runs:
     mae = r["prediction_mae_ms"]
-    print(f"[gpu_bench] {r['robots']:>6} {r['engine']:<13} {r['throughput_rps']:7.2f} "
+    print(f"[gpu_bench] {r['robots']:>6} {r['engine']:<17} {r['throughput_rps']:7.2f} "
           f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['attainment'] * 100:6.1f}% "
           f"{mae if mae is None else round(mae, 2)}")
 PY

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -59,70 +58,78 @@ def pi0_backend() -> Any:
     return make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
 
 
-class _HeldBatches:
-    """Records batch sizes; holds the first unit until released, so others queue."""
+class _Batches:
+    """Records the batch sizes a backend runs; fails one robot's unit of one stage."""
 
     def __init__(self, backend: Any) -> None:
         self.sizes: list[tuple[Stage, int]] = []
-        self.release = threading.Event()
-        self.fail: Stage | None = None
+        self.fail: tuple[Stage, str] | None = None
         self._run = backend.run_batch
 
     def __call__(self, stage: Stage, states: Any, lane: Any) -> None:
         self.sizes.append((stage, len(states)))
-        self.release.wait(10.0)
-        if stage is self.fail:
-            raise RuntimeError("injected batch fault")
+        if self.fail is not None and stage is self.fail[0] and any(
+                s.prepared.request_id.startswith(f"{self.fail[1]}/") for s in states):
+            raise RuntimeError("injected fault")
         self._run(stage, states, lane)
 
 
-def _serve(backend: Any, config: EngineConfig, spy: _HeldBatches | None,
-           previous: list[Any] | None = None) -> list[Any]:
-    with StageEngine(backend, "fifo", config) as engine:
+def _serve(backend: Any, config: EngineConfig, previous: list[Any] | None = None) -> list[Any]:
+    """Four requests prepared before the dispatcher starts: its first decision sees all."""
+    engine = StageEngine(backend, "fifo", config)
+    try:
         futures = [engine.submit(backend.example_inputs(i, None if previous is None
                                                         else previous[i]), 5.0, f"r{i}")
                    for i in range(4)]
-        if spy is not None:
-            time.sleep(0.3)  # every request prepared and launched behind the held unit
-            spy.release.set()
+        deadline = time.monotonic() + 30.0
+        while engine._events.qsize() < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the four preparations have reported
+        engine.start()
         return [f.result(60) for f in futures]
+    finally:
+        engine.close()
 
 
 @torch_only
 def test_batched_engine_matches_one_at_a_time(pi0_backend: Any,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    alone = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4)), None)
-    alone_rtc = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4)), None,
-                       [r.actions for r in alone])
-    spy = _HeldBatches(pi0_backend)
+    alone = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4)))
+    alone_rtc = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4)), [r.actions for r in alone])
+    spy = _Batches(pi0_backend)
     monkeypatch.setattr(pi0_backend, "run_batch", spy)
-    batched = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4), spy)
-    assert max(n for _, n in spy.sizes) >= 3, spy.sizes  # the held unit's followers
+    batched = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4))
+    # One decision launched the four ViT units; one lane task took them as one batch.
+    assert spy.sizes[0] == (Stage.VIT, 4), spy.sizes
     assert all(n <= 4 for _, n in spy.sizes)
-    spy.sizes.clear()
-    spy.release.clear()
-    batched_rtc = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4), spy,
+    batched_rtc = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4),
                          [r.actions for r in batched])
-    assert max(n for s, n in spy.sizes if s is Stage.ACTION) >= 2, spy.sizes
     for one, many in zip(alone + alone_rtc, batched + batched_rtc, strict=True):
         assert one.ok and many.ok, (one.reason, many.reason)
         np.testing.assert_allclose(many.actions, one.actions, atol=1e-4, rtol=1e-4)
 
 
 @torch_only
-def test_a_failing_batch_fails_its_requests_and_the_engine_serves_on(
+def test_a_faulty_request_fails_alone_and_its_batch_mates_are_served(
         pi0_backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = _HeldBatches(pi0_backend)
-    spy.fail = Stage.PREFILL
+    spy = _Batches(pi0_backend)
+    spy.fail = (Stage.PREFILL, "r2")
     monkeypatch.setattr(pi0_backend, "run_batch", spy)
-    config = EngineConfig(slots=(4, 4, 4), max_batch=4)
-    results = _serve(pi0_backend, config, spy)
-    assert all(r.status is Status.ERROR and "injected batch fault" in r.reason
-               for r in results)
-    spy.fail = None
-    with StageEngine(pi0_backend, "fifo", config) as engine:
-        after = engine.submit(pi0_backend.example_inputs(0, None), 5.0, "r0").result(60)
-    assert after.ok, after.reason
+    results = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4))
+    assert (Stage.PREFILL, 4) in spy.sizes  # the batch raised; its units were rerun alone
+    assert results[2].status is Status.ERROR and "injected fault" in results[2].reason
+    assert all(r.ok for i, r in enumerate(results) if i != 2), [r.reason for r in results]
+
+
+def _prefilled(backend: Any, robots: range) -> list[Any]:
+    """Distinct requests (own images, state and noise; RTC for odd robots) after Prefill."""
+    states = []
+    for i in robots:
+        state = backend.prepare(backend.example_inputs(
+            i, np.full(backend.action_shape, 0.1 * i) if i % 2 else None), i, f"r{i}")
+        backend.run_stage(Stage.VIT, state, None)
+        backend.run_stage(Stage.PREFILL, state, None)
+        states.append(state)
+    return states
 
 
 @torch_only
@@ -130,13 +137,13 @@ def test_action_worker_runs_a_batch_as_the_lanes_do(pi0_backend: Any) -> None:
     workers = make_backend("torch", model="pi0-tiny", device="cpu", threads=1,
                            action_processes=1)
     try:
-        fresh = workers.state_factory()
-        in_worker = [fresh(Stage.ACTION) for _ in range(3)]
+        in_worker, in_lane = _prefilled(workers, range(3)), _prefilled(pi0_backend, range(3))
         workers.run_batch(Stage.ACTION, in_worker, None)
-        in_lane = [fresh(Stage.ACTION) for _ in range(3)]
         pi0_backend.run_batch(Stage.ACTION, in_lane, None)
-        for a, b in zip(in_worker, in_lane, strict=True):
-            np.testing.assert_allclose(a.actions.numpy(), b.actions.numpy(), atol=1e-5)
+        chunks = [pi0_backend.finish(s) for s in in_lane]
+        assert not np.allclose(chunks[0], chunks[1])  # rows differ: a mix-up would show
+        for state, chunk in zip(in_worker, chunks, strict=True):
+            np.testing.assert_allclose(workers.finish(state), chunk, atol=1e-5)
     finally:
         workers.close()
 

@@ -55,7 +55,7 @@ def test_gpu_bench_script_parses() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
     # What a lent GPU will run, on the CPU: pi0-tiny in bfloat16 through the torch
     # backend for the check, the calibration and every benchmark run.
@@ -65,19 +65,22 @@ def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(["bash", str(root / "scripts" / "gpu_bench.sh"), "--dry-run"],
                           cwd=root, env={**os.environ, "OUT": str(tmp_path)},
-                          capture_output=True, text=True, timeout=280, check=False)
+                          capture_output=True, text=True, timeout=580, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "[check] pi0-tiny request ok on cpu in bfloat16" in proc.stdout
     report = json.loads((tmp_path / "engine_bench.json").read_text())
     assert report["dry_run"] and report["backend"]["dtype"] == "torch.bfloat16"
     runs = report["runs"]
     assert [(r["robots"], r["arm"]) for r in runs] == [
-        (2, "async"), (2, "serial"), (2, "async+batch4"),
-        (4, "async"), (4, "serial"), (4, "async+batch4")]
+        (2, "async"), (2, "serial"), (4, "async"), (4, "serial"),
+        (2, "async+batch4"), (4, "async+batch4"),
+        (2, "async+compile-on"), (4, "async+compile-on")]
     for run in runs:
         assert run["backend"]["backend"] == "torch" and not run["emulated"]
         assert run["metrics"]["responses"] > 0 and run["statuses"].get("ERROR", 0) == 0
-    assert [r["config"]["max_batch"] for r in runs] == [1, 1, 4] * 2
+    assert [r["config"]["max_batch"] for r in runs] == [1, 1, 1, 1, 4, 4, 1, 1]
+    assert [r["backend"]["compile"] for r in runs[-2:]] == ["on", "on"]
+    assert "compile_error" not in report and report["steps"]["compile_s"] > 0
     assert (tmp_path / "rate_table_pi0-tiny_cpu.json").is_file()
     assert (tmp_path / "rate_table_pi0-tiny_cpu_batch4.json").is_file()
     assert [c["max_batch"] for c in report["calibration"]] == [1, 4]

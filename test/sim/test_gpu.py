@@ -117,7 +117,11 @@ def test_a_unit_waits_for_a_lane_and_starts_with_the_waiting_ones() -> None:
     assert gpu.pop_finished(0.010).key == "a"
     # b and c start together at 10 ms as one batch: 10 ms at rate 1/1.5 -> 25 ms.
     assert gpu.next_finish == pytest.approx(0.025)
-    assert [k for k, _ in _drain(gpu)] == ["b", "c"]
+    # A unit launched at that instant finds the lane taken (as the engine's lane took
+    # b and c before the dispatcher heard of a's end): it waits for the next batch.
+    gpu.issue("d", 0, 0.010)
+    assert gpu.next_finish == pytest.approx(0.025)
+    assert [k for k, _ in _drain(gpu)] == ["b", "c", "d"]
     with pytest.raises(ValueError, match="no free slot"):
         full = BatchedGpuModel(_rate, W, H, (1, 1, 1), max_batch=2)
         full.issue("x", 1, 0.0)
@@ -133,7 +137,8 @@ def test_batches_of_one_are_the_plain_gpu() -> None:
         t += rng.expovariate(400.0)
         for gpu, out in zip((plain, batched), finished, strict=True):
             while gpu.next_finish <= t:
-                out.append((gpu.pop_finished(gpu.next_finish).key, gpu.next_finish))
+                done = gpu.next_finish
+                out.append((gpu.pop_finished(done).key, done))
         stage = rng.randrange(3)
         if plain.free(stage):
             plain.issue(key, stage, t)

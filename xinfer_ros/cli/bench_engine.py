@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
-from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.clients import Link
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import summarize
@@ -115,6 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline-slots", type=stage_counts(), default=None,
                         help="V,P,A slots of the unbatched baseline (default: as --slots "
                              "defaults)")
+    parser.add_argument("--baseline-rate-table", type=Path, default=None,
+                        help="rate table of the unbatched baseline (default: --rate-table)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
 
 
@@ -138,16 +139,6 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
         backend = make_torch_backend(args)
     on_cpu = args.backend == "torch" and not str(args.device).startswith("cuda")
     slots = args.slots or (CPU_SLOTS if on_cpu else DEFAULT_SLOTS)
-    procs = getattr(args, "action_processes", 0)
-    max_batch = getattr(args, "max_batch", 1)
-    action_lanes = lanes_for(slots[2], max_batch)
-    if on_cpu and procs and action_lanes != procs:
-        # An Action lane without its own process queues behind a busy worker while the
-        # predictor counts its units as running; fewer lanes than processes leave some idle.
-        print(f"note: {action_lanes} Action lanes ({slots[2]} slots, batches of up to "
-              f"{max_batch}) but {procs} Action processes; one process per lane "
-              f"(--action-processes {action_lanes}) serves and predicts best",
-              file=sys.stderr)
     max_live = args.max_live or 2 * args.robots + 8
     base = EngineConfig(slots=slots, max_live=max_live, overflow=Overflow(args.overflow),
                         cpu_workers=args.cpu_workers, tick_s=args.tick_ms * 1e-3,
@@ -157,6 +148,9 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
                         max_batch=getattr(args, "max_batch", 1))
     config = (ablation_config(args.ablation, base) if getattr(args, "ablation", None)
               else mode_config(args.engine, base))
+    note = config.action_worker_note(getattr(args, "action_processes", 0)) if on_cpu else None
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     engine = StageEngine(backend, args.policy, config, rate_table=table, clock=clock)
     return engine, backend, table
 
@@ -306,6 +300,7 @@ def _baseline(args: argparse.Namespace) -> argparse.Namespace:
     base = copy.copy(args)
     if args.baseline == "unbatched":
         base.max_batch, base.slots = 1, args.baseline_slots
+        base.rate_table = args.baseline_rate_table or args.rate_table
         return base
     base.engine, base.ablation, base.action_processes, base.max_batch = "serial", None, 0, 1
     # Serial runs one unit at a time; pinning would only take cores from its robots.

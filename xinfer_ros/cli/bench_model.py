@@ -6,6 +6,11 @@ FLOPs of each stage on the meta device. Works for every preset family (π0's ``p
 ``pi0-tiny`` or a checkpoint directory; the reference ``tiny``, ``vla-2b``, ``pi05``).
 On CUDA every stage is synchronised before its clock stops.
 
+``--compile on`` (π0 only) runs the Action loop compiled (``torch.compile``; compiled
+during the warm-up requests) and also times, in the same iteration and in alternating
+order, an eager Action unit on a copy of the same state: ``action_eager`` beside
+``action``, and their ratio.
+
 ``--parity`` (π0 only) instead compares the stage split with transformers' own
 ``PI0ForConditionalGeneration.sample_actions`` on identical tensors and weights, for
 ``--iters`` requests with different inputs and noise, and reports ``max_abs_diff``;
@@ -29,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from xinfer_ros.model.presets import COMPILE_MODES
 
 __all__ = ["STAGES", "add_arguments", "run"]
 
@@ -55,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="count FLOPs on the meta device without building weights or timing",
     )
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="off",
+                        help="π0: compiled Action loop, timed against eager side by side")
     parser.add_argument("--parity", action="store_true",
                         help="π0: compare the stage split with transformers' sample_actions")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write results here")
@@ -85,7 +94,7 @@ def _load(args: argparse.Namespace) -> Any:
 
     torch.set_num_threads(max(1, args.threads))
     return load_stage_model(args.model, model_path=args.model_path, device=args.device,
-                            dtype=args.dtype)
+                            dtype=args.dtype, compile_mode=getattr(args, "compile", "off"))
 
 
 def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,34 +107,47 @@ def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
     sync = _sync(args.device)
     times: dict[str, list[float]] = {name: [] for name in (*STAGES, "request")}
     cpu_times: dict[str, list[float]] = {name: [] for name in (*STAGES, "request")}
+    eager: list[float] = []
     prefix_len = 0
+    compared = model.compile_mode != "off"
     for i in range(args.warmup + args.iters):
-        t0 = time.perf_counter()
-        c0 = time.thread_time()
-        state = model.prepare(
-            inputs.images, inputs.instruction, inputs.state,
-            prev_chunk=None if args.no_rtc else inputs.prev_chunk,
-            d=0 if args.no_rtc else args.d, seed=i)
-        marks = [t0, time.perf_counter()]
-        cpu_marks = [c0, time.thread_time()]
-        for stage in (model.vit, model.prefill, model.action):
-            stage(state)
+        wall: dict[str, float] = {}
+        cpu: dict[str, float] = {}
+
+        def timed(name: str, call: Callable[..., Any], *call_args: Any,
+                  wall: dict[str, float] = wall, cpu: dict[str, float] = cpu,
+                  **call_kwargs: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            out = call(*call_args, **call_kwargs)
             sync()
-            marks.append(time.perf_counter())
-            cpu_marks.append(time.thread_time())
-        model.finish(state)
-        marks.append(time.perf_counter())
-        cpu_marks.append(time.thread_time())
+            wall[name] = (time.perf_counter() - t0) * 1e3
+            cpu[name] = (time.thread_time() - c0) * 1e3
+            return out
+
+        state = timed("prepare", model.prepare, inputs.images, inputs.instruction,
+                      inputs.state, prev_chunk=None if args.no_rtc else inputs.prev_chunk,
+                      d=0 if args.no_rtc else args.d, seed=i)
+        timed("vit", model.vit, state)
+        timed("prefill", model.prefill, state)
+        # The eager twin runs before the compiled unit in odd iterations, after it in
+        # even ones, so that neither always finds the caches warm.
+        if compared and i % 2:
+            eager.append(_eager_action_ms(model, state, sync))
+        timed("action", model.action, state)
+        if compared and not i % 2:
+            eager.append(_eager_action_ms(model, state, sync))
+        timed("output", model.finish, state)
         prefix_len = model.prefix_length(state)
         model.release(state)
         if i < args.warmup:
             continue
-        for name, start, end in zip(STAGES, marks[:-1], marks[1:], strict=True):
-            times[name].append((end - start) * 1e3)
-        times["request"].append((marks[-1] - marks[0]) * 1e3)
-        for name, start, end in zip(STAGES, cpu_marks[:-1], cpu_marks[1:], strict=True):
-            cpu_times[name].append((end - start) * 1e3)
-        cpu_times["request"].append((cpu_marks[-1] - cpu_marks[0]) * 1e3)
+        for name in STAGES:
+            times[name].append(wall[name])
+            cpu_times[name].append(cpu[name])
+        times["request"].append(sum(wall.values()))
+        cpu_times["request"].append(sum(cpu.values()))
+    if eager:
+        times["action_eager"] = eager[args.warmup:]
     return {
         "model": model.io.name,
         "horizon": model.io.horizon,
@@ -138,6 +160,23 @@ def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_timings": {name: _summary(vals) for name, vals in cpu_times.items()},
         "threads": torch.get_num_threads(),
     }
+
+
+def _eager_action_ms(model: Any, state: Any, sync: Callable[[], None]) -> float:
+    """Time one eager Action unit on a copy of ``state`` (before or after its own)."""
+    from xinfer_ros.model.request import StageProgress
+
+    mode = model.compile_mode
+    copy = model.copy_at(state, StageProgress.ACTION)
+    model.set_compile("off")
+    try:
+        t0 = time.perf_counter()
+        model.action(copy)
+        sync()
+        return (time.perf_counter() - t0) * 1e3
+    finally:
+        model.set_compile(mode)
+        model.release(copy)
 
 
 def _write(path: str | None, payload: dict[str, Any]) -> None:
@@ -226,9 +265,9 @@ def run(args: argparse.Namespace) -> int:
         f"{'stage':<10}{'median ms':>11}{'p99 ms':>10}{'cpu med':>9}{'share':>8}"
         f"{'GFLOP':>11}{'params M':>10}"
     )
-    for name in (*STAGES, "request"):
+    for name in (*STAGES, "request", *(["action_eager"] if "action_eager" in timings else [])):
         row = timings[name]
-        cpu_med = result["cpu_timings"][name]["median_ms"]
+        cpu_med = result["cpu_timings"].get(name, {}).get("median_ms", float("nan"))
         share = (
             f"{100.0 * row['median_ms'] / gpu_total:6.1f}%"
             if name in ("vit", "prefill", "action")
@@ -240,7 +279,14 @@ def run(args: argparse.Namespace) -> int:
             f"{name:<10}{row['median_ms']:11.2f}{row['p99_ms']:10.2f}{cpu_med:9.2f}{share:>8}"
             f"{gflop:>11}{params:>10}"
         )
+    speedup = None
+    if "action_eager" in timings:
+        speedup = timings["action_eager"]["median_ms"] / timings["action"]["median_ms"]
+        print(f"Action compiled ({args.compile}) against eager, same states, alternating: "
+              f"{speedup:.2f}x faster (medians)")
     _write(args.json, {
+        "compile": args.compile,
+        "compile_speedup": speedup,
         "model": result["model"],
         "model_path": args.model_path,
         "device": args.device,

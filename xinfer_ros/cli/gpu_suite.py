@@ -3,11 +3,13 @@
 Builds the model once (the real-shape ``pi0`` preset in bfloat16 by default), checks
 one request end to end, calibrates a rate table on the same lanes (and a second one for
 batches of up to ``--max-batch`` units), then runs the closed-loop engine benchmark
-with that torch backend for every (robots, engine) pair, the batched async arm
-included, and writes one JSON report. Building once matters: ``pi0`` takes far longer to build
-than one benchmark run. ``--dry-run`` runs the same code on the CPU: the torch backend
-with ``pi0-tiny`` in the same dtype, two small fleets, a few seconds each, so that
-everything but the device is exercised before a lent GPU's minutes are spent.
+with that torch backend for every (robots, engine) pair, then the batched async arm
+and, once the Action loop is compiled, the compiled async arm at ``--arm-robots``.
+The JSON report is rewritten after every run, so a suite cut short keeps its runs.
+Building once matters: ``pi0`` takes far longer to build than one benchmark run.
+``--dry-run`` runs the same code on the CPU: the torch backend with ``pi0-tiny`` in the
+same dtype, two small fleets, a few seconds each, so that everything but the device is
+exercised before a lent GPU's minutes are spent.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from xinfer_ros.engine.backends import Backend, make_backend
 from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineConfig
+from xinfer_ros.model.presets import COMPILE_MODES
 
 __all__ = ["DRY_RUN_ROBOTS", "build_parser", "main"]
 
@@ -46,12 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines", nargs="+", default=["async", "serial"])
     p.add_argument("--workload", default="phases")
     p.add_argument("--policy", default="xinfer")
-    p.add_argument("--duration", type=float, default=20.0, help="seconds per benchmark run")
-    p.add_argument("--warmup", type=float, default=6.0)
+    p.add_argument("--duration", type=float, default=15.0, help="seconds per benchmark run")
+    p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--max-batch", type=int, default=4, metavar="N",
                    help="also run the async engine with batches of up to N units per stage "
                         "on --batch-slots, with a table calibrated the same way (1: off)")
     p.add_argument("--batch-slots", default="4,4,8", help="V,P,A slots of the batched arm")
+    p.add_argument("--compile", choices=COMPILE_MODES, default="on",
+                   help="also run the async engine with the Action loop compiled this way, "
+                        "on the eager table (its rate correction learns the speed-up); off: "
+                        "no such arm")
+    p.add_argument("--arm-robots", type=int, nargs="+", default=[16, 32],
+                   help="robot counts of the batched and compiled arms")
     p.add_argument("--calib-window", type=float, default=0.5)
     p.add_argument("--calib-max-units", type=int, default=4)
     p.add_argument("--out", type=Path, required=True, help="output directory")
@@ -94,8 +103,13 @@ def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
 def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int) -> dict[str, Any]:
     """Calibrate a table for ``max_batch`` and write it under ``ns.out``."""
     t0 = time.perf_counter()
-    settings = CalibrationSettings(bounds=(1, 1, 1) if ns.dry_run else (2, 2, 2),
-                                   max_units=ns.calib_max_units, window_s=ns.calib_window,
+    # With batches, one more same-stage unit measures a batch of max_batch on Action
+    # (the dry run's one lane per stage would otherwise never batch).
+    bounds = (1, 1, 1) if ns.dry_run else (2, 2, 2)
+    extra = 1 if max_batch > 1 else 0
+    settings = CalibrationSettings(bounds=(bounds[0], bounds[1], bounds[2] + extra),
+                                   max_units=ns.calib_max_units + extra,
+                                   window_s=ns.calib_window,
                                    warmup_s=0.1 if ns.dry_run else 0.2,
                                    iso_repeats=3 if ns.dry_run else 8, max_batch=max_batch)
     tag = "" if max_batch == 1 else f"_batch{max_batch}"
@@ -113,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.dry_run:
         ns.model, ns.device = "pi0-tiny", "cpu"
-        ns.robots = list(DRY_RUN_ROBOTS)
+        ns.robots = ns.arm_robots = list(DRY_RUN_ROBOTS)
         ns.duration, ns.warmup = min(ns.duration, 4.0), min(ns.warmup, 1.0)
         ns.calib_window, ns.calib_max_units = min(ns.calib_window, 0.1), min(ns.calib_max_units, 2)
     ns.out.mkdir(parents=True, exist_ok=True)
@@ -132,23 +146,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibrations.append(_calibrate(backend, ns, ns.max_batch))
     report["steps"]["calibrate_s"] = sum(c["seconds"] for c in calibrations)
     report["calibration"] = [{**c, "table": c["table"].name} for c in calibrations]
-    arms = [(engine, engine, False) for engine in ns.engines]
-    if ns.max_batch > 1:
-        arms.append((f"async+batch{ns.max_batch}", "async", True))
-    runs = []
+    runs: list[dict[str, Any]] = []
+    out = ns.out / "engine_bench.json"
+
+    def bench(robots: int, label: str, engine: str, table: Path, batched: bool) -> None:
+        args = _bench_args(ns, robots, engine, table, "torch", batched=batched)
+        t2 = time.perf_counter()
+        rep = bench_engine.run_benchmark(args, backend)
+        rep["wall_s"], rep["arm"] = time.perf_counter() - t2, label
+        runs.append(rep)
+        m = rep["metrics"]
+        print(f"[bench] robots={robots} engine={label} qps={m['throughput_rps']:.2f} "
+              f"p50={m['latency_p50_ms']:.1f} p95={m['latency_p95_ms']:.1f} "
+              f"attain={m['attainment'] * 100:.1f}% pred_mae="
+              f"{rep['prediction'].get('mae_ms', float('nan')):.2f} ms", flush=True)
+        _write(out, report, runs)  # a suite cut short by its timeout keeps what it ran
+
+    eager_table = calibrations[0]["table"]
     for robots in ns.robots:
-        for label, engine, batched in arms:
-            table = calibrations[-1 if batched else 0]["table"]
-            args = _bench_args(ns, robots, engine, table, "torch", batched=batched)
-            t2 = time.perf_counter()
-            rep = bench_engine.run_benchmark(args, backend)
-            rep["wall_s"], rep["arm"] = time.perf_counter() - t2, label
-            runs.append(rep)
-            m = rep["metrics"]
-            print(f"[bench] robots={robots} engine={label} qps={m['throughput_rps']:.2f} "
-                  f"p50={m['latency_p50_ms']:.1f} p95={m['latency_p95_ms']:.1f} "
-                  f"attain={m['attainment'] * 100:.1f}% pred_mae="
-                  f"{rep['prediction'].get('mae_ms', float('nan')):.2f} ms", flush=True)
+        for engine in ns.engines:
+            bench(robots, engine, engine, eager_table, False)
+    if ns.max_batch > 1:
+        for robots in ns.arm_robots:
+            bench(robots, f"async+batch{ns.max_batch}", "async", calibrations[-1]["table"], True)
+    if ns.compile != "off":
+        try:
+            report["steps"]["compile_s"] = backend.set_compile(ns.compile)
+        except Exception as exc:  # a compiler failure must not cost the other arms
+            report["compile_error"] = f"{type(exc).__name__}: {exc}"
+            print(f"[suite] compile {ns.compile} failed: {report['compile_error']}", flush=True)
+        else:
+            print(f"[suite] Action loop compiled ({ns.compile}) in "
+                  f"{report['steps']['compile_s']:.1f} s", flush=True)
+            for robots in ns.arm_robots:
+                bench(robots, f"async+compile-{ns.compile}", "async", eager_table, False)
+    report["steps"]["total_s"] = time.perf_counter() - t0
+    _write(out, report, runs)
+    print(f"[suite] wrote {out} and {len(calibrations)} table(s) in "
+          f"{report['steps']['total_s']:.1f} s", flush=True)
+    backend.close()
+    return 0
+
+
+def _write(out: Path, report: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    """Write the report with every run so far and its summary."""
     report["runs"] = runs
     report["summary"] = [{"robots": r["robots"], "engine": r["arm"],
                           "throughput_rps": r["metrics"]["throughput_rps"],
@@ -156,13 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "p99_ms": r["metrics"]["latency_p99_ms"],
                           "attainment": r["metrics"]["attainment"],
                           "prediction_mae_ms": r["prediction"].get("mae_ms")} for r in runs]
-    report["steps"]["total_s"] = time.perf_counter() - t0
-    out = ns.out / "engine_bench.json"
     out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
-    print(f"[suite] wrote {out} and {len(calibrations)} table(s) in "
-          f"{report['steps']['total_s']:.1f} s", flush=True)
-    backend.close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -106,7 +106,8 @@ def _add_common(p: argparse.ArgumentParser, *, workload: bool = True) -> None:
     if workload:
         p.add_argument("--workload", default="phases", choices=WORKLOADS)
         p.add_argument("--slots", type=_slots, default=None,
-                       help="execution slots V,P,A (default: the policy's)")
+                       help="execution slots V,P,A (default: the policy's; a slots "
+                            "--policy-arg or a tuned setting wins)")
     p.add_argument("--max-batch", type=_batch, default=_SIM.max_batch, metavar="N",
                    help="model an engine that runs up to N units of a stage as one batch "
                         "(use a table calibrated with the same --max-batch)")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from xinfer_ros.engine.affinity import cpu_list
 from xinfer_ros.engine.backends import Backend, make_backend
+from xinfer_ros.model.presets import COMPILE_MODES
 
 __all__ = ["add_torch_arguments", "make_torch_backend", "stage_counts"]
 
@@ -50,6 +51,9 @@ def add_torch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--action-cpus", type=cpu_list, default=None, metavar="LIST",
                         help="torch on CPU: pin the Action worker processes to these CPUs, "
                              "e.g. 1 (needs --action-processes)")
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="off",
+                        help="π0 Action loop: eager (off), torch.compile (on) or CUDA graphs "
+                             "(cudagraphs); compiled before serving")
 
 
 def make_torch_backend(args: argparse.Namespace) -> Backend:
@@ -61,4 +65,5 @@ def make_torch_backend(args: argparse.Namespace) -> Backend:
     return make_backend("torch", model=args.model, device=args.device, dtype=args.dtype,
                         threads=args.threads, model_path=getattr(args, "model_path", None),
                         action_processes=getattr(args, "action_processes", 0),
-                        action_cpus=getattr(args, "action_cpus", None))
+                        action_cpus=getattr(args, "action_cpus", None),
+                        compile=getattr(args, "compile", "off"))

@@ -5,7 +5,9 @@ task per unit. A lane task takes the oldest waiting unit of its stage and, when 
 backend can stack states, up to ``max_batch − 1`` more of the same batch key, and runs
 them as one forward. Units launched in the same decision thus run together, and so do
 units that waited behind busy lanes (with batching each stage has fewer lanes than
-slots). With ``max_batch = 1`` each task takes one unit, the paper's engine.
+slots). With ``max_batch = 1`` each task takes one unit, the paper's engine. Units of
+different keys (a robot with a camera missing, say) run in separate batches: they queue
+for the stage's ``ceil(slots / max_batch)`` lanes while the policy counts them running.
 
 Every task finds either work or an empty queue: there are as many tasks as units, and
 a task never takes fewer than one waiting unit.
@@ -31,10 +33,12 @@ class Waiting:
     Attributes:
         live: the engine's request record.
         issued: engine time the policy launched the unit.
+        key: its batch key (None: it runs alone).
     """
 
     live: Any
     issued: float
+    key: Hashable | None = None
 
 
 class BatchQueue:
@@ -54,9 +58,15 @@ class BatchQueue:
         self._waiting: dict[Stage, deque[Waiting]] = {s: deque() for s in STAGES}
 
     def put(self, stage: Stage, live: Any, issued: float) -> None:
-        """Queue a launched unit."""
+        """Queue a launched unit, with its batch key (the caller's thread computes it)."""
+        key = None
+        if self.max_batch > 1:
+            try:
+                key = self._key(stage, live)
+            except Exception:  # a state the backend cannot key runs alone (and fails there)
+                key = None
         with self._lock:
-            self._waiting[stage].append(Waiting(live, issued))
+            self._waiting[stage].append(Waiting(live, issued, key))
 
     def take(self, stage: Stage) -> list[Waiting]:
         """The oldest waiting unit of ``stage`` and its batch mates (empty if none wait).
@@ -69,15 +79,12 @@ class BatchQueue:
                 return []
             first = waiting.popleft()
             batch = [first]
-            if self.max_batch == 1:
-                return batch
-            key = self._key(stage, first.live)
-            if key is None:
+            if first.key is None:
                 return batch
             kept: deque[Waiting] = deque()
             while waiting and len(batch) < self.max_batch:
                 unit = waiting.popleft()
-                (batch if self._key(stage, unit.live) == key else kept).append(unit)
+                (batch if unit.key == first.key else kept).append(unit)
             kept.extend(waiting)
             self._waiting[stage] = kept
             return batch

@@ -11,7 +11,8 @@ for one.
 Bounds: at most ``max_live`` requests hold state at any time (``submit`` refuses or
 sheds beyond it, there is no unbounded queue), and at most ``slots[s]`` units of
 stage ``s`` run. Failures stay local: a request whose inputs fail validation is
-rejected, a request whose stage raises fails with the exception text, and its slot is
+rejected, a request whose stage raises fails with the exception text (a batch that
+raises is rerun unit by unit, so only the faulty request fails), and its slot is
 released for the others.
 
 Parts: :mod:`~xinfer_ros.engine.admission` decides which requests may hold state,
@@ -59,9 +60,9 @@ from xinfer_ros.engine.lanes import (
     CONTEXT_GROUP,
     CPU_GROUP,
     LaneGroup,
+    LaneInfo,
     SharedExclusiveGate,
     current_lane,
-    group_of,
 )
 from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineConfig, EngineResult, Status
@@ -149,11 +150,14 @@ class StageEngine:
         #: Launched units waiting for a lane; lanes take them in batches.
         self._waiting = BatchQueue(cfg.max_batch, self._batch_key)
         setup = backend.lane_setup
-        self._lanes = {
-            CONTEXT_GROUP: LaneGroup(CONTEXT_GROUP, cfg.lanes(0) + cfg.lanes(1), setup),
-            ACTION_GROUP: LaneGroup(ACTION_GROUP, cfg.lanes(2), setup),
-            CPU_GROUP: LaneGroup(CPU_GROUP, cfg.cpu_workers, setup),
+        # One pool per stage (ViT and Prefill both of the context group): a stage's
+        # batches never take the lanes of the other.
+        self._stage_lanes = {
+            Stage.VIT: LaneGroup(CONTEXT_GROUP, cfg.lanes(0), setup),
+            Stage.PREFILL: LaneGroup(CONTEXT_GROUP, cfg.lanes(1), setup, cfg.lanes(0)),
+            Stage.ACTION: LaneGroup(ACTION_GROUP, cfg.lanes(2), setup),
         }
+        self._cpu = LaneGroup(CPU_GROUP, cfg.cpu_workers, setup)
         self._thread: threading.Thread | None = None
         #: Policy decisions made and wall seconds spent in them (dispatcher cost).
         self._decisions = 0
@@ -216,7 +220,7 @@ class StageEngine:
         if self._thread is not None:
             self._events.put(("stop",))
             self._thread.join(timeout=10.0)
-        for lane in self._lanes.values():
+        for lane in (*self._stage_lanes.values(), self._cpu):
             lane.shutdown(wait=True)
         for live in self._table.remaining():
             self._finish(live, Status.SHED, "engine stopped")
@@ -266,7 +270,7 @@ class StageEngine:
             return fut
         for dropped in admission.dropped:
             self._events.put(("drop", dropped))
-        self._lanes[CPU_GROUP].submit(self._prepare_task, live)
+        self._cpu.submit(self._prepare_task, live)
         return fut
 
     def cancel(self, robot_id: str, reason: str = "robot gone") -> None:
@@ -363,26 +367,44 @@ class StageEngine:
         batch = self._waiting.take(stage)
         if not batch:
             return  # an earlier task took this task's unit into its batch
-        error: BaseException | None = None
         lane = current_lane()
         if lane is not None:
             lane.issued_at = batch[0].issued
         with self._gate.shared():
             t0 = self.clock.now()
-            try:
-                if lane is not None and lane.setup_error is not None:
-                    raise RuntimeError(f"lane {lane.group}/{lane.index} could not start: "
-                                       f"{type(lane.setup_error).__name__}: "
-                                       f"{lane.setup_error}")
-                if len(batch) == 1:
-                    self.backend.run_stage(stage, batch[0].live.state, lane)
-                else:
-                    self.backend.run_batch(stage, [w.live.state for w in batch], lane)
-            except Exception as exc:  # a faulty unit fails its batch alone
-                error = exc
+            errors = self._run_units(stage, [w.live for w in batch], lane)
             t1 = self.clock.now()
-        for unit in batch:
+        for unit, error in zip(batch, errors, strict=True):
             self._events.put(("unit", unit.live, stage, t0, t1, error))
+
+    def _run_units(self, stage: Stage, lives: list[LiveRequest],
+                   lane: LaneInfo | None) -> list[BaseException | None]:
+        """Run the units; returns each unit's error (None when it ran).
+
+        A batch that raises is rerun one unit at a time, so that a faulty request fails
+        alone: the stages write a state only after their forward.
+        """
+        if lane is not None and lane.setup_error is not None:
+            error = RuntimeError(f"lane {lane.group}/{lane.index} could not start: "
+                                 f"{type(lane.setup_error).__name__}: {lane.setup_error}")
+            return [error] * len(lives)
+        try:
+            if len(lives) == 1:
+                self.backend.run_stage(stage, lives[0].state, lane)
+            else:
+                self.backend.run_batch(stage, [live.state for live in lives], lane)
+            return [None] * len(lives)
+        except Exception as exc:  # a faulty unit fails alone
+            if len(lives) == 1:
+                return [exc]
+        errors: list[BaseException | None] = []
+        for live in lives:
+            try:
+                self.backend.run_stage(stage, live.state, lane)
+                errors.append(None)
+            except Exception as exc:
+                errors.append(exc)
+        return errors
 
     # -- dispatcher ---------------------------------------------------------------------------
     def _dispatch_loop(self) -> None:
@@ -514,7 +536,7 @@ class StageEngine:
             live.ready_since = now
             return
         live.in_output = True
-        self._lanes[CPU_GROUP].submit(self._output_task, live)
+        self._cpu.submit(self._output_task, live)
 
     def _on_output(self, live: LiveRequest, actions: np.ndarray | None, error: str | None) -> None:
         now = self.clock.now()
@@ -606,16 +628,18 @@ class StageEngine:
     def _launch_all(self, policy: Policy, out: Any, now: float) -> None:
         opening = self._gates.open_round()
         issued: list[Stage] = []
-        for launch in out.launches:
-            if self._gates.allows(launch.stage, launch.request_id, opening):
-                self._issue(launch, now, opening)
-                issued.append(launch.stage)
-            else:
-                policy.abort(launch.request_id, now)
-        # Lane tasks start once the whole decision is queued, so that units launched
-        # together can run as one batch.
-        for s in issued:
-            self._start_unit(s, now)
+        try:
+            for launch in out.launches:
+                if self._gates.allows(launch.stage, launch.request_id, opening):
+                    self._issue(launch, now, opening)
+                    issued.append(launch.stage)
+                else:
+                    policy.abort(launch.request_id, now)
+        finally:
+            # Lane tasks start once the whole decision is queued, so that units launched
+            # together can run as one batch; queued units start even if the loop broke.
+            for s in issued:
+                self._start_unit(s, now)
 
     def _issue(self, launch: Launch, now: float, opening: bool) -> None:
         live: LiveRequest = launch.request.payload
@@ -629,7 +653,7 @@ class StageEngine:
     def _start_unit(self, s: Stage, now: float) -> None:
         """Hand a lane of ``s`` one task: it runs the oldest waiting unit's batch."""
         try:
-            self._lanes[group_of(s)].submit(self._unit_task, s)
+            self._stage_lanes[s].submit(self._unit_task, s)
         except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
             for unit in self._waiting.take(s):
                 self._events.put(("unit", unit.live, s, now, now, exc))

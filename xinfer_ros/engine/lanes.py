@@ -87,16 +87,19 @@ class LaneGroup:
         threads: number of lanes (one per concurrently executable unit).
         setup: called once in each lane thread with its :class:`LaneInfo` (streams,
             thread counts) before the first unit runs.
+        first_index: index of the first lane (pools of one group number on).
     """
 
-    def __init__(self, name: str, threads: int, setup: Callable[[LaneInfo], None]) -> None:
+    def __init__(self, name: str, threads: int, setup: Callable[[LaneInfo], None],
+                 first_index: int = 0) -> None:
         if threads < 1:
             raise ValueError(f"lane group {name!r} needs >= 1 thread, got {threads}")
         self.name = name
         self.threads = threads
         self._setup = setup
-        self._ids = itertools.count()
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"xinfer-{name}",
+        self._ids = itertools.count(first_index)
+        self._pool = ThreadPoolExecutor(max_workers=threads,
+                                        thread_name_prefix=f"xinfer-{name}-{first_index}",
                                         initializer=self._init_thread)
 
     def _init_thread(self) -> None:

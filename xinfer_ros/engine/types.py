@@ -158,6 +158,19 @@ class EngineConfig:
         """Lanes that run units of ``stage``: one per slot, one per batch with batching."""
         return lanes_for(self.slots[stage], self.max_batch)
 
+    def action_worker_note(self, processes: int) -> str | None:
+        """Why Action worker processes do not match the Action lanes, or None if they do.
+
+        An Action lane without its own process queues behind a busy worker while the
+        predictor counts its units as running; fewer lanes than processes leave some idle.
+        """
+        lanes = self.lanes(2)
+        if not processes or lanes == processes:
+            return None
+        return (f"{lanes} Action lane(s) ({self.slots[2]} slots, batches of up to "
+                f"{self.max_batch}) but {processes} Action process(es); one process per "
+                f"lane serves and predicts best")
+
     @property
     def serial_device(self) -> bool:
         """True when at most one model unit may run at a time (no M, no G)."""

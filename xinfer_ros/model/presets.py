@@ -21,6 +21,7 @@ import yaml
 from xinfer_ros.model.config import REFERENCE_FAMILY, VLAConfig, load_preset, preset_file
 
 __all__ = [
+    "COMPILE_MODES",
     "FAMILIES",
     "CameraIO",
     "ModelIO",
@@ -32,6 +33,11 @@ __all__ = [
 
 #: Model families a preset may name.
 FAMILIES: tuple[str, ...] = (REFERENCE_FAMILY, "pi0")
+
+#: How a served model's Action loop runs: ``off`` eager; ``on`` the expert step under
+#: ``torch.compile``; ``cudagraphs`` the same replayed as CUDA graphs (CUDA only). Only
+#: the π0 family has a compiled loop.
+COMPILE_MODES: tuple[str, ...] = ("off", "on", "cudagraphs")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,8 @@ class StageModel(ABC):
     io: ModelIO
     #: Whether :meth:`run_batch` stacks states of one :meth:`batch_key` into one forward.
     batches: bool = False
+    #: How the Action loop runs (:meth:`set_compile`): ``off`` is eager.
+    compile_mode: str = "off"
     #: The weights; typed Any so each family reaches its own submodules.
     module: Any
     #: The family's stage functions: ``vit(module, state)``, ``prefill``, ``action``.
@@ -90,6 +92,19 @@ class StageModel(ABC):
     def action(self, state: Any, guidance: bool = True) -> None:
         """Run the Action stage of ``state`` (RTC guidance when it has a previous chunk)."""
         self._stages.action(self.module, state, guidance=guidance)
+
+    def set_compile(self, mode: str) -> None:
+        """Run the Action loop eagerly (``off``) or compiled (``on``, ``cudagraphs``).
+
+        Compilation happens on the next Action unit of each shape (a caller warms up).
+
+        Raises:
+            ValueError: on an unknown mode, or a family without a compiled loop.
+        """
+        if mode != "off":
+            raise ValueError(f"{self.io.name}: no compiled Action loop (the π0 family has "
+                             f"one); compile mode must be 'off', got {mode!r}")
+        self.compile_mode = mode
 
     def batch_key(self, state: Any) -> Hashable | None:
         """States of equal keys run a stage as one batch (:meth:`run_batch`).
@@ -194,6 +209,8 @@ class ReferenceStageModel(StageModel):
 
     def action_payload(self, state: Any) -> Any:
         """See :meth:`StageModel.action_payload`."""
+        if state.cache is None:
+            raise RuntimeError("prefix cache was released before action")
         kv = _kv_arrays(cache_kv(state.cache))
         return dataclasses.replace(state.prepared, pixel_groups=()), kv, state.prefix_len
 
@@ -264,6 +281,15 @@ class Pi0StageModel(StageModel):
         """See :meth:`StageModel.finish`."""
         return self.processor.postprocess(state.actions, state.prepared.rtc)
 
+    def set_compile(self, mode: str) -> None:
+        """See :meth:`StageModel.set_compile` (``torch.compile`` of the expert step)."""
+        self._stages.velocity_function(self.module, mode)  # validates, compiles lazily
+        self.compile_mode = mode
+
+    def action(self, state: Any, guidance: bool = True) -> None:
+        """See :meth:`StageModel.action`, in the model's compile mode."""
+        self._stages.action(self.module, state, guidance, self.compile_mode)
+
     def batch_key(self, state: Any) -> Hashable | None:
         """See :meth:`StageModel.batch_key`: present cameras and prompt length."""
         return self._stages.batch_key(state)  # type: ignore[no-any-return]
@@ -280,13 +306,11 @@ class Pi0StageModel(StageModel):
             elif stage is StageProgress.PREFILL:
                 self._stages.prefill_batch(self.module, group)
             else:
-                self._stages.action_batch(self.module, group, guidance=guidance)
+                self._stages.action_batch(self.module, group, guidance, self.compile_mode)
 
     def _state_with_prefix(self, prepared: Any, kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
                            ) -> StagedState:
-        # Action appends to its cache and resets it per step: each state needs its own.
-        return self._stages.Pi0State(prepared, cache=self._stages.prefix_cache(list(kv)),
-                                     prefix_kv=list(kv), progress=StageProgress.ACTION)
+        return self._stages.Pi0State(prepared, prefix_kv=list(kv), progress=StageProgress.ACTION)
 
     def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
         """See :meth:`StageModel.copy_at`."""
@@ -298,6 +322,8 @@ class Pi0StageModel(StageModel):
 
     def action_payload(self, state: Any) -> Any:
         """See :meth:`StageModel.action_payload`."""
+        if state.prefix_kv is None:
+            raise RuntimeError("prefix cache was released before action")
         prepared = dataclasses.replace(state.prepared, pixels=np.zeros((0,), np.float32))
         return prepared, _kv_arrays(state.prefix_kv)
 
@@ -332,7 +358,7 @@ class Pi0StageModel(StageModel):
 
 def load_stage_model(preset: str | Path, *, model_path: str | Path | None = None,
                      device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-                     seed: int | None = None) -> StageModel:
+                     seed: int | None = None, compile_mode: str = "off") -> StageModel:
     """Build the served model of a preset (any family).
 
     Args:
@@ -342,11 +368,20 @@ def load_stage_model(preset: str | Path, *, model_path: str | Path | None = None
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``meta`` (shapes only).
         dtype: Parameter dtype (the preset's when ``None``).
         seed: Seed of random weights (the preset's when ``None``).
+        compile_mode: How the Action loop runs (:meth:`StageModel.set_compile`).
 
     Raises:
         CheckpointError: On an unusable checkpoint directory, tokenizer or statistics.
         FileNotFoundError: On an unknown preset.
+        ValueError: On a compile mode the family does not have.
     """
+    served = _load(preset, model_path, device, dtype, seed)
+    served.set_compile(compile_mode)
+    return served
+
+
+def _load(preset: str | Path, model_path: str | Path | None, device: str | torch.device,
+          dtype: str | torch.dtype | None, seed: int | None) -> StageModel:
     from xinfer_ros.model.config import VLAConfig
     from xinfer_ros.model.vla import resolve_dtype
 

@@ -203,6 +203,10 @@ class InferenceServer(Node):
         self.get_logger().info(
             f"serving {len(names)} robots {names} with model {p['model']} on {mode}, "
             f"policy {self.engine.policy.name}, phase spreading {spread}")
+        note = (self.engine.config.action_worker_note(p["torch.action_processes"])
+                if p["backend"] == "torch" else None)
+        if note:
+            self.get_logger().warning(note)
 
     # -- construction ------------------------------------------------------------------
     @staticmethod
@@ -236,7 +240,7 @@ class InferenceServer(Node):
             backend = make_backend("torch", model=p["model"], device=p["device"],
                                    model_path=p["model_path"] or None,
                                    action_processes=p["torch.action_processes"],
-                                   guidance=p["torch.guidance"])
+                                   guidance=p["torch.guidance"], compile=p["torch.compile"])
         config = EngineConfig(max_live=p["max_live_requests"], phase_spread=p["phase_spread"],
                               phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S,
                               max_batch=p["torch.max_batch"] if p["backend"] == "torch" else 1)

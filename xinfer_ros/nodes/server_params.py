@@ -18,6 +18,7 @@ from xinfer_ros.core.constants import (
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.core.timing import MS_PER_S
+from xinfer_ros.model.presets import COMPILE_MODES
 from xinfer_ros.nodes.params import ParamSpec
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 
@@ -71,6 +72,9 @@ PARAMS = [
     ParamSpec("torch.action_processes", 0,
               "CPU only: run Action units in this many worker processes (0: threads)", 0, 16),
     ParamSpec("torch.guidance", True, "real-time-chunking guidance in the Action stage"),
+    ParamSpec("torch.compile", "off", "π0 Action loop: off (eager), on (torch.compile) or "
+              "cudagraphs (CUDA); compiled at start-up, in every Action process",
+              choices=COMPILE_MODES),
     ParamSpec("torch.max_batch", 1, "most units of a stage run as one batched forward "
               "(models that batch: the π0 family; calibrate the rate table with the same "
               "--max-batch)", 1, 64),

@@ -14,11 +14,12 @@ table calibrated on another machine or driver would.
 
 :class:`BatchedGpuModel` models an engine that batches (issue 16, item 3): a stage's
 units run in batches of at most ``max_batch`` on ``ceil(slots / max_batch)`` lanes, as
-:mod:`xinfer_ros.engine.batching` runs them. A unit issued at the instant a batch of
-its stage started joins it; otherwise it starts a batch on a free lane or waits for
-one. A batch progresses like one unit, at the rate of a unit with the others in
-running batches around it (a table calibrated with the same ``max_batch`` measures
-exactly that), and all its units finish together.
+:mod:`xinfer_ros.engine.batching` runs them. Units issued at one instant share a batch
+they start on a free lane; a unit with no free lane waits, and a lane that comes free
+starts the waiting units as one batch. A batch progresses like one unit, at the rate
+of a unit with the others in running batches around it, and all its units finish
+together. A table calibrated with the same ``max_batch`` measures that rate with the
+units split evenly over the lanes; the engine's batches need not be even.
 """
 
 from __future__ import annotations
@@ -215,6 +216,9 @@ class _Batch:
     compute_start: float
     work: float
     members: list[Unit] = field(default_factory=list)
+    #: Units issued at ``started`` may still join (a batch a lane started from the
+    #: waiting units is closed: the engine's lane took them before any new launch).
+    open: bool = True
     rate: float = 1.0
     last: float = 0.0
     finish: float = math.inf
@@ -274,11 +278,12 @@ class BatchedGpuModel(GpuModel):
             self.busy_time += t - self._busy_since
             self._busy_since = None
 
-    def _start(self, stage: int, units: list[Unit], t: float) -> None:
+    def _start(self, stage: int, units: list[Unit], t: float, *, open_: bool) -> None:
         for u in units:
             u.compute_start = t + self._overhead[stage]
         # One noise draw per batch: the batch is one forward.
-        batch = _Batch(stage, t, t + self._overhead[stage], units[0].work, list(units), last=t)
+        batch = _Batch(stage, t, t + self._overhead[stage], units[0].work, list(units),
+                       open_, last=t)
         self._batches.append(batch)
         self._running[stage] += len(units)
 
@@ -297,13 +302,13 @@ class BatchedGpuModel(GpuModel):
                     1.0, t, math.inf)
         self.units[key] = unit
         self.counts[stage] += 1
-        joined = next((b for b in self._batches if b.stage == stage and b.started == t
-                       and len(b.members) < self.max_batch), None)
+        joined = next((b for b in self._batches if b.open and b.stage == stage
+                       and b.started == t and len(b.members) < self.max_batch), None)
         if joined is not None:
             joined.members.append(unit)
             self._running[stage] += 1
         elif sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
-            self._start(stage, [unit], t)
+            self._start(stage, [unit], t, open_=True)
         else:
             self._waiting[stage].append(unit)
         self._rerate(t)
@@ -320,7 +325,8 @@ class BatchedGpuModel(GpuModel):
             waiting = self._waiting[batch.stage]
             if waiting:
                 self._start(batch.stage, [waiting.popleft()
-                                          for _ in range(min(self.max_batch, len(waiting)))], t)
+                                          for _ in range(min(self.max_batch, len(waiting)))],
+                            t, open_=False)
         done = self._done.popleft()
         del self.units[done.key]
         self.counts[done.stage] -= 1

@@ -100,6 +100,17 @@ class Backend(ABC):
         for state in states:
             self.run_stage(stage, state, lane)
 
+    def set_compile(self, mode: str) -> float:
+        """Run the Action loop eagerly (``off``) or compiled; returns compile seconds.
+
+        Raises:
+            ValueError: on any mode but ``off`` (a backend with a compiled loop
+                overrides this).
+        """
+        if mode != "off":
+            raise ValueError(f"the {self.name} backend has no compiled Action loop")
+        return 0.0
+
     @abstractmethod
     def finish(self, state: Any) -> np.ndarray:
         """CPU output processing after Action: the ``(H, D)`` chunk in robot units."""

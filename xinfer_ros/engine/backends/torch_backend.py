@@ -28,6 +28,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import time
 from collections.abc import Hashable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -72,6 +73,10 @@ class TorchBackend(Backend):
             (0: in the action lane threads).
         action_cpus: CPU only, with ``action_processes``: pin the worker processes to
             these CPUs (see :mod:`xinfer_ros.engine.affinity`); None leaves them free.
+        compile: how the Action loop runs: ``off`` (eager), ``on`` (``torch.compile``
+            of the expert step) or ``cudagraphs`` (CUDA graphs); π0 family only. The
+            backend compiles before it returns (guided and unguided steps, batch of
+            one), in each worker process too, so no request waits for a compiler.
     """
 
     name = "torch"
@@ -89,6 +94,7 @@ class TorchBackend(Backend):
         seed: int | None = None,
         action_processes: int = 0,
         action_cpus: Sequence[int] | None = None,
+        compile: str = "off",
     ) -> None:
         self.device = str(device)
         self.threads = int(threads)
@@ -102,7 +108,7 @@ class TorchBackend(Backend):
             raise ValueError("action_processes runs Action on the CPU; not with a CUDA device")
         if not self.device.startswith("cuda"):
             torch.set_num_threads(self.threads)
-        source = _ModelSource(model, model_path or None, seed, dtype)
+        source = _ModelSource(model, model_path or None, seed, dtype, compile)
         self.model: StageModel = source.load(self.device)
         self.io = self.model.io
         self.can_batch = self.model.batches
@@ -114,8 +120,49 @@ class TorchBackend(Backend):
             cpus = tuple(int(c) for c in action_cpus) if action_cpus is not None else None
             self._workers = _ActionWorkers(action_processes,
                                            _WorkerSpec(source, self.threads, guidance, cpus))
-        _LOG.info("torch backend: model=%s device=%s dtype=%s threads/lane=%d",
-                  self.model_name, self.device, self.model.dtype, self.threads)
+        #: Seconds the Action loop took to compile (0 when eager).
+        self.compile_s = self._warm_up() if compile != "off" else 0.0
+        self._worker_compile = compile
+        _LOG.info("torch backend: model=%s device=%s dtype=%s threads/lane=%d compile=%s",
+                  self.model_name, self.device, self.model.dtype, self.threads, compile)
+
+    def set_compile(self, mode: str) -> float:
+        """Switch the in-process Action loop to ``mode``, compiling it now.
+
+        Returns:
+            Seconds spent compiling (0 for ``off``).
+
+        Raises:
+            ValueError: on a mode the model lacks, or with Action worker processes
+                (their mode is fixed when they start).
+        """
+        if self._workers is not None and mode != self._worker_compile:
+            raise ValueError("Action worker processes keep the compile mode they started "
+                             f"with ({self._worker_compile!r})")
+        self.model.set_compile(mode)
+        self.compile_s = self._warm_up() if mode != "off" else 0.0
+        return self.compile_s
+
+    def _warm_up(self) -> float:
+        """Compile the Action loop now: a guided and an unguided unit in every process."""
+        t0 = time.perf_counter()
+        guided = self.state_factory()
+        # Workers are checked out in turn: each kind once per worker reaches every one.
+        for kind in ("unguided", "guided"):
+            for _ in range(self._workers.size if self._workers is not None else 1):
+                state = (guided(Stage.ACTION) if kind == "guided" else
+                         self._prefilled(self.example_inputs(0, None)))
+                self.run_stage(Stage.ACTION, state, None)
+                self.release(state)
+        seconds = time.perf_counter() - t0
+        _LOG.info("torch backend: Action loop compiled in %.1f s", seconds)
+        return seconds
+
+    def _prefilled(self, inputs: dict[str, Any]) -> Any:
+        state = self.prepare(inputs, 0, "warm-up")
+        self.model.vit(state)
+        self.model.prefill(state)
+        return state
 
     @property
     def action_worker_pids(self) -> tuple[int, ...]:
@@ -230,6 +277,7 @@ class TorchBackend(Backend):
         d = super().describe()
         d.update(model=self.model_name, family=self.model.io.family, dtype=str(self.model.dtype),
                  threads_per_lane=self.threads, torch=torch.__version__, guidance=self.guidance,
+                 compile=self.model.compile_mode, compile_s=self.compile_s,
                  action_processes=0 if self._workers is None else self._workers.size,
                  action_cpus=(None if self._workers is None or self._workers.cpus is None
                               else list(self._workers.cpus)),
@@ -247,10 +295,11 @@ class _ModelSource:
     model_path: str | None
     seed: int | None
     dtype: str | None
+    compile: str = "off"
 
     def load(self, device: str) -> StageModel:
         return load_stage_model(self.preset, model_path=self.model_path, device=device,
-                                dtype=self.dtype, seed=self.seed)
+                                dtype=self.dtype, seed=self.seed, compile_mode=self.compile)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,8 +354,6 @@ class _ActionWorkers:
         """Run the states' Action units as one batch in a free worker; sets their actions."""
         for state in states:
             state.expect(StageProgress.ACTION)
-            if state.cache is None:
-                raise RuntimeError("prefix cache was released before action")
         payloads = [model.action_payload(state) for state in states]
         proc, conn = self._idle.get()
         try:

@@ -24,17 +24,21 @@ follow the straight path from their own noise to ``Y`` and end on it exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import weakref
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from transformers import DynamicCache, PI0ForConditionalGeneration
 
 from xinfer_ros.model.pi0.processing import Pi0Prepared
+from xinfer_ros.model.presets import COMPILE_MODES
 from xinfer_ros.model.request import StagedState, StageOrderError, StageProgress, cache_kv
 
-__all__ = ["ModelInputs", "Pi0State", "action", "action_batch", "batch_key", "model_inputs",
-           "prefill", "prefill_batch", "prefix_cache", "run_request", "sample_noise", "vit",
-           "vit_batch"]
+__all__ = ["ModelInputs", "Pi0State", "action", "action_batch", "batch_key",
+           "expert_velocity", "model_inputs", "prefill", "prefill_batch", "prefix_cache",
+           "run_request", "sample_noise", "velocity_function", "vit", "vit_batch"]
 
 #: A layer's cached prefix keys and values.
 PrefixKV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -47,15 +51,14 @@ class Pi0State(StagedState):
     Attributes:
         prepared: CPU inputs.
         prefix_embeds: ``(1, L, hidden)`` after ViT; released by Prefill.
-        cache: The language model's cache over the prefix, after Prefill.
-        prefix_kv: Each layer's prefix keys and values (what every step starts from).
+        prefix_kv: Each layer's prefix keys and values after Prefill (every denoising
+            step attends to them through a cache of its own).
         actions: ``(1, H, max_action_dim)`` float32 in model units, after Action.
         progress: Next stage to run.
     """
 
     prepared: Pi0Prepared
     prefix_embeds: torch.Tensor | None = None
-    cache: DynamicCache | None = None
     prefix_kv: PrefixKV | None = None
     actions: torch.Tensor | None = None
     progress: StageProgress = StageProgress.VIT
@@ -63,7 +66,6 @@ class Pi0State(StagedState):
     def release(self) -> None:
         """Drop the device tensors once the result is taken."""
         self.prefix_embeds = None
-        self.cache = None
         self.prefix_kv = None
 
 
@@ -170,13 +172,12 @@ def prefill_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> N
     kv = cache_kv(cache)
     for row, req in enumerate(reqs):
         req.prefix_kv = [(k[row:row + 1], v[row:row + 1]) for k, v in kv]
-        req.cache = prefix_cache(req.prefix_kv)
         req.prefix_embeds = None
         req.progress = StageProgress.ACTION
 
 
 def prefix_cache(prefix_kv: PrefixKV) -> DynamicCache:
-    """A cache holding ``prefix_kv``, for the Action stage to append to and reset."""
+    """A fresh cache holding ``prefix_kv``: one denoising step appends to it."""
     cache = DynamicCache()
     for index, (keys, values) in enumerate(prefix_kv):
         cache.update(keys, values, index)
@@ -197,34 +198,73 @@ def sample_noise(model: PI0ForConditionalGeneration, seed: int) -> torch.Tensor:
     return noise.to(device=model.device)
 
 
-def _restore_prefix(cache: DynamicCache, prefix_kv: PrefixKV) -> None:
-    """Reset the cache to the prefix, as ``sample_actions``'s crop does.
+def expert_velocity(model: PI0ForConditionalGeneration, x: torch.Tensor,
+                    timestep: torch.Tensor, state: torch.Tensor, mask: torch.Tensor,
+                    *prefix: torch.Tensor) -> torch.Tensor:
+    """``v(x, t)``: one forward of the action expert, as float32.
 
-    Assigning the saved tensors (instead of slicing) also drops any autograd history a
-    guided step attached to the cache.
+    ``prefix`` is every layer's prefix keys then values, flat. The step's cache is
+    built from them afresh, which is what ``sample_actions`` gets by cropping its cache
+    back to the prefix after every step; as a function of tensors alone it is also
+    what ``torch.compile`` traces.
     """
-    for layer, (keys, values) in zip(cache.layers, prefix_kv, strict=True):
-        layer.keys, layer.values = keys, values  # type: ignore[union-attr]
+    cache = prefix_cache(list(zip(prefix[::2], prefix[1::2], strict=True)))
+    return model(state=state, noise=x, timestep=timestep, attention_mask=mask,  # type: ignore[no-any-return]
+                 cache=cache).logits.float()
+
+
+_COMPILED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Callable[..., torch.Tensor]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def velocity_function(model: PI0ForConditionalGeneration,
+                      mode: str = "off") -> Callable[..., torch.Tensor]:
+    """The expert step of ``model`` run eagerly or compiled (one compilation per model).
+
+    ``cudagraphs`` is ``torch.compile``'s ``reduce-overhead`` mode, whose outputs are
+    copied out of the graph's memory before the next replay reuses it.
+
+    Raises:
+        ValueError: on a mode not in :data:`COMPILE_MODES`, or ``cudagraphs`` off CUDA.
+    """
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile mode must be one of {COMPILE_MODES}, got {mode!r}")
+    step = functools.partial(expert_velocity, model)
+    if mode == "off":
+        return step
+    if mode == "cudagraphs" and model.device.type != "cuda":
+        raise ValueError("compile mode 'cudagraphs' needs a CUDA device")
+    compiled = _COMPILED.setdefault(model, {})
+    fn = compiled.get(mode)
+    if fn is None:
+        fn = torch.compile(step, mode="reduce-overhead" if mode == "cudagraphs" else None)
+        if mode == "cudagraphs":
+            fn = _fresh_outputs(fn)
+        compiled[mode] = fn
+    return fn
+
+
+def _fresh_outputs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A CUDA-graph step whose output outlives the next replay (which reuses its memory)."""
+    def step(*args: torch.Tensor) -> torch.Tensor:
+        torch.compiler.cudagraph_mark_step_begin()
+        return fn(*args).clone()
+    return step
 
 
 @dataclasses.dataclass
 class _Denoiser:
-    """The action expert's velocity for a batch of requests, over their cached prefixes."""
+    """The action expert's velocity for a batch of requests, over their prefixes."""
 
-    model: PI0ForConditionalGeneration
-    cache: DynamicCache
-    prefix_kv: PrefixKV
+    step: Callable[..., torch.Tensor]
+    prefix: tuple[torch.Tensor, ...]
     state: torch.Tensor
     mask: torch.Tensor
 
     def velocity(self, x: torch.Tensor, time: float) -> torch.Tensor:
-        """``v(x, t)``: one forward of the expert, the cache reset to the prefix after it."""
+        """``v(x, t)`` of the float32 state ``x``, as float32."""
         timestep = torch.full((x.shape[0],), time, dtype=torch.float32, device=x.device)
-        try:
-            return self.model(state=self.state, noise=x.to(self.state.dtype), timestep=timestep,
-                              attention_mask=self.mask, cache=self.cache).logits.float()
-        finally:
-            _restore_prefix(self.cache, self.prefix_kv)
+        return self.step(x.to(self.state.dtype), timestep, self.state, self.mask, *self.prefix)
 
     def guided(self, x: torch.Tensor, time: float, *, target: torch.Tensor,
                weights: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -284,14 +324,15 @@ class _Guidance:
         return x
 
 
-def action(model: PI0ForConditionalGeneration, req: Pi0State, guidance: bool = True) -> None:
+def action(model: PI0ForConditionalGeneration, req: Pi0State, guidance: bool = True,
+           compile_mode: str = "off") -> None:
     """Action stage of one request (:func:`action_batch` of one)."""
-    action_batch(model, [req], guidance)
+    action_batch(model, [req], guidance, compile_mode)
 
 
 @torch.no_grad()
 def action_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State],
-                 guidance: bool = True) -> None:
+                 guidance: bool = True, compile_mode: str = "off") -> None:
     """Action stage: K Euler steps of the action expert over the cached prefixes.
 
     Rows are independent (the expert attends within its own row), so a batch gives
@@ -302,20 +343,22 @@ def action_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State],
         reqs: Request states after prefill, of one :func:`batch_key`.
         guidance: Apply RTC guidance to requests with a previous chunk (switch off
             only to compare against unguided sampling).
+        compile_mode: How the expert step runs
+            (:data:`~xinfer_ros.model.presets.COMPILE_MODES`).
 
     Raises:
-        ValueError: on an empty batch or requests with different :func:`batch_key`.
+        ValueError: on an empty batch, requests with different :func:`batch_key` or
+            an unknown compile mode.
     """
     _check_batch(reqs, StageProgress.ACTION)
-    kvs = [r.prefix_kv for r in reqs]
-    if any(r.cache is None for r in reqs) or any(kv is None for kv in kvs):
+    kvs = [r.prefix_kv for r in reqs if r.prefix_kv is not None]
+    if len(kvs) != len(reqs):
         raise RuntimeError("prefix cache was released before action")
     device, dtype = model.device, model.dtype
-    prefix_kv = [(torch.cat([kv[i][0] for kv in kvs if kv is not None]),
-                  torch.cat([kv[i][1] for kv in kvs if kv is not None]))
-                 for i in range(len(kvs[0] or ()))]
+    prefix = tuple(torch.cat([kv[layer][part] for kv in kvs])
+                   for layer in range(len(kvs[0])) for part in (0, 1))
     denoiser = _Denoiser(
-        model, prefix_cache(prefix_kv), prefix_kv,
+        velocity_function(model, compile_mode), prefix,
         state=_stack([r.prepared.state for r in reqs], device, dtype),
         mask=_stack([r.prepared.attention_mask for r in reqs], device))
     noise = torch.cat([sample_noise(model, r.prepared.seed) for r in reqs])
@@ -342,14 +385,14 @@ def action_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State],
 
 
 def run_request(model: PI0ForConditionalGeneration, req: Pi0State,
-                guidance: bool = True) -> torch.Tensor:
+                guidance: bool = True, compile_mode: str = "off") -> torch.Tensor:
     """Run the remaining stages back to back; ``(1, H, max_action_dim)`` model units."""
     if req.progress is StageProgress.VIT:
         vit(model, req)
     if req.progress is StageProgress.PREFILL:
         prefill(model, req)
     if req.progress is StageProgress.ACTION:
-        action(model, req, guidance)
+        action(model, req, guidance, compile_mode)
     if req.actions is None:
         raise StageOrderError(f"request {req.prepared.request_id!r} produced no actions")
     return req.actions

@@ -1,0 +1,88 @@
+"""The compiled Action loop (issue 16, item 4): same chunks as eager, refused where absent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from xinfer_ros.core.stages import Stage  # noqa: E402
+from xinfer_ros.model.pi0 import stages  # noqa: E402
+from xinfer_ros.model.request import StageProgress  # noqa: E402
+from xinfer_ros.model.serving import load_stage_model  # noqa: E402
+from xinfer_ros.model.synthetic import synthetic_inputs  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+#: torch.compile fuses float32 kernels differently from eager.
+TOLERANCE = 1e-5
+
+
+def test_unknown_and_unavailable_modes_are_refused(pi0_tiny: Any) -> None:
+    with pytest.raises(ValueError, match="compile mode must be one of"):
+        pi0_tiny.set_compile("fast")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        pi0_tiny.set_compile("cudagraphs")
+    assert pi0_tiny.compile_mode == "off"
+    with pytest.raises(ValueError, match="no compiled Action loop"):
+        load_stage_model("tiny", compile_mode="on")
+
+
+def _prefilled(model: Any, seeds: range, rtc: bool) -> list[Any]:
+    out = []
+    for seed in seeds:
+        inputs = synthetic_inputs(model.io, seed=seed)
+        state = model.prepare(inputs.images, "stack the blocks", inputs.state, seed=seed,
+                              prev_chunk=inputs.prev_chunk if rtc else None, d=5 if rtc else 0,
+                              prev_shift=3 if rtc else 0)
+        model.vit(state)
+        model.prefill(state)
+        out.append(state)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_compiled_action_matches_eager_with_and_without_guidance(pi0_tiny: Any) -> None:
+    for rtc in (False, True):
+        states = _prefilled(pi0_tiny, range(3), rtc)
+        copies = [pi0_tiny.copy_at(s, StageProgress.ACTION) for s in states]
+        pi0_tiny.run_batch(StageProgress.ACTION, states[:1])  # eager, batch of one
+        pi0_tiny.run_batch(StageProgress.ACTION, states[1:])  # eager, batch of two
+        pi0_tiny.set_compile("on")
+        try:
+            pi0_tiny.run_batch(StageProgress.ACTION, copies[:1])
+            pi0_tiny.run_batch(StageProgress.ACTION, copies[1:])
+        finally:
+            pi0_tiny.set_compile("off")
+        for eager, compiled in zip(states, copies, strict=True):
+            np.testing.assert_allclose(pi0_tiny.finish(compiled), pi0_tiny.finish(eager),
+                                       atol=TOLERANCE, rtol=0)
+    # The compiled step is the same callable for the model: compiled once.
+    assert stages.velocity_function(pi0_tiny.module, "on") is stages.velocity_function(
+        pi0_tiny.module, "on")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_backend_compiles_before_serving_and_serves_the_eager_chunks() -> None:
+    from xinfer_ros.engine import EngineConfig, StageEngine, make_backend
+
+    eager = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
+    compiled = make_backend("torch", model="pi0-tiny", device="cpu", threads=1, compile="on")
+    assert compiled.compile_s > 0 and compiled.describe()["compile"] == "on"
+    chunks = []
+    for backend in (eager, compiled):
+        with StageEngine(backend, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
+            first = engine.submit(backend.example_inputs(2, None), 5.0, "r").result(60)
+            rtc = engine.submit(backend.example_inputs(2, first.actions), 5.0, "r").result(60)
+        assert first.ok and rtc.ok, (first.reason, rtc.reason)
+        chunks.append((first.actions, rtc.actions))
+    for a, b in zip(*chunks, strict=True):
+        np.testing.assert_allclose(b, a, atol=TOLERANCE, rtol=0)
+    state = compiled.state_factory()(Stage.ACTION)
+    compiled.run_stage(Stage.ACTION, state, None)
+    assert state.actions is not None
