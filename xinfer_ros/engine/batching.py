@@ -19,11 +19,16 @@ import threading
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xinfer_ros.core.stages import STAGES, Stage
+from xinfer_ros.engine.clock import Clock
+from xinfer_ros.engine.lanes import LaneInfo, SharedExclusiveGate, current_lane
 
-__all__ = ["BatchQueue", "Waiting"]
+if TYPE_CHECKING:
+    from xinfer_ros.engine.backends.base import Backend
+
+__all__ = ["BatchQueue", "UnitDone", "UnitRunner", "Waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +97,71 @@ class BatchQueue:
     def __len__(self) -> int:
         with self._lock:
             return sum(len(q) for q in self._waiting.values())
+
+
+#: ``done(live, stage, t0, t1, error)``: one unit ran from ``t0`` to ``t1`` (engine time).
+UnitDone = Callable[[Any, Stage, float, float, BaseException | None], None]
+
+
+class UnitRunner:
+    """The lane task: run the oldest waiting unit of a stage with its batch mates.
+
+    Args:
+        backend: runs the units (``run_stage``, ``run_batch``).
+        waiting: the launched units.
+        gate: model units hold it shared (the "CPU overlap off" ablation).
+        clock: engine clock of the reported times.
+        done: called once per unit, on the lane thread, with its time span and error.
+    """
+
+    def __init__(self, backend: Backend, waiting: BatchQueue, gate: SharedExclusiveGate,
+                 clock: Clock, done: UnitDone) -> None:
+        self.backend = backend
+        self.waiting = waiting
+        self.gate = gate
+        self.clock = clock
+        self.done = done
+
+    def run(self, stage: Stage) -> None:
+        """One lane task for ``stage`` (see the module docstring)."""
+        batch = self.waiting.take(stage)
+        if not batch:
+            return  # an earlier task took this task's unit into its batch
+        lane = current_lane()
+        if lane is not None:
+            lane.issued_at = batch[0].issued
+        with self.gate.shared():
+            t0 = self.clock.now()
+            errors = self._run(stage, [w.live for w in batch], lane)
+            t1 = self.clock.now()
+        for unit, error in zip(batch, errors, strict=True):
+            self.done(unit.live, stage, t0, t1, error)
+
+    def _run(self, stage: Stage, lives: list[Any],
+             lane: LaneInfo | None) -> list[BaseException | None]:
+        """Run the units; returns each unit's error (None when it ran).
+
+        A batch that raises is rerun one unit at a time, so that a faulty request fails
+        alone: the stages write a state only after their forward.
+        """
+        if lane is not None and lane.setup_error is not None:
+            error = RuntimeError(f"lane {lane.group}/{lane.index} could not start: "
+                                 f"{type(lane.setup_error).__name__}: {lane.setup_error}")
+            return [error] * len(lives)
+        try:
+            if len(lives) == 1:
+                self.backend.run_stage(stage, lives[0].state, lane)
+            else:
+                self.backend.run_batch(stage, [live.state for live in lives], lane)
+            return [None] * len(lives)
+        except Exception as exc:  # a faulty unit fails alone
+            if len(lives) == 1:
+                return [exc]
+        errors: list[BaseException | None] = []
+        for live in lives:
+            try:
+                self.backend.run_stage(stage, live.state, lane)
+                errors.append(None)
+            except Exception as exc:
+                errors.append(exc)
+        return errors

@@ -258,9 +258,7 @@ def calibrate(
         ValueError: batches asked of a backend that runs units one at a time.
     """
     cfg = settings if settings is not None else CalibrationSettings()
-    if cfg.max_batch > 1 and not backend.can_batch:
-        raise ValueError(f"the {backend.name} backend runs units one at a time: "
-                         f"max_batch must be 1, got {cfg.max_batch}")
+    backend.check_max_batch(cfg.max_batch)
     say = progress or (lambda line: _LOG.info("%s", line))
     t_start = time.perf_counter()
     work, over, h_out = _isolated(backend, cfg)

@@ -51,7 +51,7 @@ from xinfer_ros.core.timing import MS_PER_S, check_budget, deadline
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.backends.base import Backend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
-from xinfer_ros.engine.batching import BatchQueue
+from xinfer_ros.engine.batching import BatchQueue, UnitRunner
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.delivery import ResultDelivery
 from xinfer_ros.engine.gates import ExecutionGates
@@ -60,9 +60,7 @@ from xinfer_ros.engine.lanes import (
     CONTEXT_GROUP,
     CPU_GROUP,
     LaneGroup,
-    LaneInfo,
     SharedExclusiveGate,
-    current_lane,
 )
 from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineConfig, EngineResult, Status
@@ -143,12 +141,12 @@ class StageEngine:
         # Lanes are sized for the configured slots even when intra-stage concurrency is
         # off, so that set_switches can turn it on at run time.
         cfg = self.config
-        if cfg.max_batch > 1 and not backend.can_batch:
-            model = f" with {backend.io.name}" if backend.io is not None else ""
-            raise ValueError(f"the {backend.name} backend{model} runs units one at a time: "
-                             f"max_batch must be 1, got {cfg.max_batch}")
-        #: Launched units waiting for a lane; lanes take them in batches.
-        self._waiting = BatchQueue(cfg.max_batch, self._batch_key)
+        backend.check_max_batch(cfg.max_batch)
+        #: Launched units waiting for a lane; lanes take them in batches and run them.
+        self._waiting = BatchQueue(cfg.max_batch,
+                                   lambda stage, live: backend.batch_key(stage, live.state))
+        self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
+                                 lambda *unit: self._events.put(("unit", *unit)))
         setup = backend.lane_setup
         # One pool per stage (ViT and Prefill both of the context group): a stage's
         # batches never take the lanes of the other.
@@ -358,53 +356,6 @@ class StageEngine:
         live.timings.queue_ms += (t1 - t0) * MS_PER_S
         live.timings.output_ms = (t2 - t1) * MS_PER_S
         self._events.put(("output", live, actions, error))
-
-    def _batch_key(self, stage: Stage, live: LiveRequest) -> Any:
-        return self.backend.batch_key(stage, live.state)
-
-    def _unit_task(self, stage: Stage) -> None:
-        """Run the oldest waiting unit of ``stage`` with its batch mates on this lane."""
-        batch = self._waiting.take(stage)
-        if not batch:
-            return  # an earlier task took this task's unit into its batch
-        lane = current_lane()
-        if lane is not None:
-            lane.issued_at = batch[0].issued
-        with self._gate.shared():
-            t0 = self.clock.now()
-            errors = self._run_units(stage, [w.live for w in batch], lane)
-            t1 = self.clock.now()
-        for unit, error in zip(batch, errors, strict=True):
-            self._events.put(("unit", unit.live, stage, t0, t1, error))
-
-    def _run_units(self, stage: Stage, lives: list[LiveRequest],
-                   lane: LaneInfo | None) -> list[BaseException | None]:
-        """Run the units; returns each unit's error (None when it ran).
-
-        A batch that raises is rerun one unit at a time, so that a faulty request fails
-        alone: the stages write a state only after their forward.
-        """
-        if lane is not None and lane.setup_error is not None:
-            error = RuntimeError(f"lane {lane.group}/{lane.index} could not start: "
-                                 f"{type(lane.setup_error).__name__}: {lane.setup_error}")
-            return [error] * len(lives)
-        try:
-            if len(lives) == 1:
-                self.backend.run_stage(stage, lives[0].state, lane)
-            else:
-                self.backend.run_batch(stage, [live.state for live in lives], lane)
-            return [None] * len(lives)
-        except Exception as exc:  # a faulty unit fails alone
-            if len(lives) == 1:
-                return [exc]
-        errors: list[BaseException | None] = []
-        for live in lives:
-            try:
-                self.backend.run_stage(stage, live.state, lane)
-                errors.append(None)
-            except Exception as exc:
-                errors.append(exc)
-        return errors
 
     # -- dispatcher ---------------------------------------------------------------------------
     def _dispatch_loop(self) -> None:
@@ -653,7 +604,7 @@ class StageEngine:
     def _start_unit(self, s: Stage, now: float) -> None:
         """Hand a lane of ``s`` one task: it runs the oldest waiting unit's batch."""
         try:
-            self._stage_lanes[s].submit(self._unit_task, s)
+            self._stage_lanes[s].submit(self._units.run, s)
         except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
             for unit in self._waiting.take(s):
                 self._events.put(("unit", unit.live, s, now, now, exc))

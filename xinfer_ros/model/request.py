@@ -47,6 +47,10 @@ class StagedState:
                 f"next stage is {self.progress.name}"
             )
 
+    def device_inputs(self, stage: StageProgress) -> list[torch.Tensor]:
+        """The device tensors ``stage`` reads that an earlier stage made (lane hand-over)."""
+        return []
+
 
 @dataclasses.dataclass
 class RequestState(StagedState):
@@ -72,3 +76,11 @@ class RequestState(StagedState):
         """Drop the device tensors (KV cache, tokens) once the result is taken."""
         self.visual_tokens = None
         self.cache = None
+
+    def device_inputs(self, stage: StageProgress) -> list[torch.Tensor]:
+        """See :meth:`StagedState.device_inputs`: visual tokens, then the prefix K/V."""
+        if stage is StageProgress.PREFILL and self.visual_tokens is not None:
+            return [self.visual_tokens]
+        if stage is StageProgress.ACTION and self.cache is not None:
+            return [t for kv in cache_kv(self.cache) for t in kv]
+        return []

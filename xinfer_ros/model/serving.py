@@ -34,6 +34,7 @@ import torch
 
 from xinfer_ros.model.presets import ModelIO, load_model_preset, reference_io
 from xinfer_ros.model.request import StagedState, StageProgress, cache_kv
+from xinfer_ros.model.transfer import to_device
 
 __all__ = ["Pi0StageModel", "ReferenceStageModel", "StageModel", "load_stage_model"]
 
@@ -330,8 +331,7 @@ class Pi0StageModel(StageModel):
     def action_state(self, payload: Any) -> StagedState:
         """See :meth:`StageModel.action_state`."""
         prepared, kv = payload
-        tensors = [(torch.from_numpy(k).to(self.device), torch.from_numpy(v).to(self.device))
-                   for k, v in kv]
+        tensors = [(to_device(k, self.device), to_device(v, self.device)) for k, v in kv]
         return self._state_with_prefix(prepared, tensors)
 
     def prefix_length(self, state: Any) -> int:

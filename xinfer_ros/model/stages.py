@@ -24,6 +24,7 @@ from transformers import DynamicCache
 from xinfer_ros.model.expert import ActionExpert, PrefixKV
 from xinfer_ros.model.processing import RTCInputs
 from xinfer_ros.model.request import RequestState, StageOrderError, StageProgress, cache_kv
+from xinfer_ros.model.transfer import to_device
 from xinfer_ros.model.vla import ReferenceVLA
 
 __all__ = ["action", "guided_velocity", "prefill", "run_request", "sample_noise", "vit"]
@@ -36,7 +37,7 @@ def vit(model: ReferenceVLA, req: RequestState) -> None:
     device, dtype = model.device, model.dtype
     per_camera: dict[int, torch.Tensor] = {}
     for indices, pixels in req.prepared.pixel_groups:
-        batch = torch.from_numpy(pixels).to(device=device, dtype=dtype, non_blocking=True)
+        batch = to_device(pixels, device, dtype)
         tokens = model.vision(batch)
         for row, cam in enumerate(indices):
             per_camera[cam] = tokens[row]
@@ -55,7 +56,7 @@ def prefill(model: ReferenceVLA, req: RequestState) -> None:
     req.expect(StageProgress.PREFILL)
     if req.visual_tokens is None:
         raise RuntimeError("visual tokens were released before prefill")
-    ids = torch.from_numpy(req.prepared.token_ids).to(model.device).unsqueeze(0)
+    ids = to_device(req.prepared.token_ids, model.device).unsqueeze(0)
     text = model.backbone.embed_tokens(ids)
     embeds = torch.cat([req.visual_tokens.to(text.dtype), text], dim=1)
     cache = DynamicCache(config=model.backbone_config)
@@ -186,8 +187,8 @@ def action(model: ReferenceVLA, req: RequestState, guidance: bool = True) -> Non
 
 
 def _rtc_tensors(rtc: RTCInputs, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    target = torch.from_numpy(rtc.aligned_norm).to(like.device, like.dtype).unsqueeze(0)
-    mask = torch.from_numpy(rtc.weights).to(like.device, like.dtype).view(1, -1, 1)
+    target = to_device(rtc.aligned_norm, like.device, like.dtype).unsqueeze(0)
+    mask = to_device(rtc.weights, like.device, like.dtype).view(1, -1, 1)
     return target, mask
 
 

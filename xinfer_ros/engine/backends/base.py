@@ -100,6 +100,17 @@ class Backend(ABC):
         for state in states:
             self.run_stage(stage, state, lane)
 
+    def check_max_batch(self, max_batch: int) -> None:
+        """Refuse batches of more than one unit from a backend that cannot stack them.
+
+        Raises:
+            ValueError: ``max_batch`` > 1 and not :attr:`can_batch`.
+        """
+        if max_batch > 1 and not self.can_batch:
+            model = f" with {self.io.name}" if self.io is not None else ""
+            raise ValueError(f"the {self.name} backend{model} runs units one at a time: "
+                             f"max_batch must be 1, got {max_batch}")
+
     def set_compile(self, mode: str) -> float:
         """Run the Action loop eagerly (``off``) or compiled; returns compile seconds.
 

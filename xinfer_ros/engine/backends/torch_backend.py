@@ -6,11 +6,12 @@ the only engine module that imports torch; :func:`xinfer_ros.engine.backends.mak
 imports it lazily, so the emulated backend works without torch.
 
 On CUDA every lane thread gets its own stream (context lanes for ViT/Prefill, action
-lanes for Action), so units of different lanes overlap on the device; each unit
-synchronises its own stream before reporting completion, which also orders the
-hand-off of a request's tensors from the context lanes to the action lanes. On CPU
-every lane uses ``threads`` intra-op threads (1 by default): concurrency comes from
-the lanes, and OpenMP spin-waiting across oversubscribed lanes is avoided.
+lanes for Action), so units of different lanes overlap on the device; the hand-over of
+a request's tensors between lanes follows :mod:`~xinfer_ros.engine.backends.streams`
+(each unit synchronises its stream before it reports completion, and marks the
+tensors it reads as used by its stream). On CPU every lane uses ``threads`` intra-op
+threads (1 by default): concurrency comes from the lanes, and OpenMP spin-waiting
+across oversubscribed lanes is avoided.
 
 ``action_processes=N`` (CPU) runs Action units in N worker processes instead of the
 action lane threads, as the paper runs Action in a process of its own (§4.2): the
@@ -39,6 +40,7 @@ import torch
 from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
+from xinfer_ros.engine.backends.streams import make_streams
 from xinfer_ros.engine.lanes import LaneInfo
 from xinfer_ros.model.request import StageProgress
 from xinfer_ros.model.serving import StageModel, load_stage_model
@@ -108,6 +110,7 @@ class TorchBackend(Backend):
             raise ValueError("action_processes runs Action on the CPU; not with a CUDA device")
         if not self.device.startswith("cuda"):
             torch.set_num_threads(self.threads)
+        self._streams = make_streams(self.device)
         source = _ModelSource(model, model_path or None, seed, dtype, compile)
         self.model: StageModel = source.load(self.device)
         self.io = self.model.io
@@ -154,6 +157,7 @@ class TorchBackend(Backend):
                          self._prefilled(self.example_inputs(0, None)))
                 self.run_stage(Stage.ACTION, state, None)
                 self.release(state)
+        self._streams.settle()
         seconds = time.perf_counter() - t0
         _LOG.info("torch backend: Action loop compiled in %.1f s", seconds)
         return seconds
@@ -172,13 +176,8 @@ class TorchBackend(Backend):
     # -- lanes --------------------------------------------------------------------------
     def lane_setup(self, lane: LaneInfo) -> None:
         """Give CUDA lanes their own stream; pin CPU lanes' intra-op threads."""
-        device = torch.device(self.device)
-        if device.type == "cuda":
-            # "cuda" has no index, and set_device refuses an index-less device.
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            torch.cuda.set_device(index)
-            lane.stream = torch.cuda.Stream(device=index)
-        else:
+        lane.stream = self._streams.create()
+        if lane.stream is None:
             torch.set_num_threads(self.threads)
 
     # -- request path ---------------------------------------------------------------------
@@ -214,13 +213,16 @@ class TorchBackend(Backend):
         the hand-off of the states' tensors to the next stage's lane.
         """
         stream = lane.stream if lane is not None else None
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        progress = _PROGRESS[stage]
+        streams = self._streams
+        for state in states:
+            streams.hand_over(state.device_inputs(progress), stream)
+        with streams.running_on(stream):
             if stage is Stage.ACTION and self._workers is not None:
                 self._workers.run(self.model, states)
             else:
-                self.model.run_batch(_PROGRESS[stage], states, guidance=self.guidance)
-        if stream is not None:
-            stream.synchronize()
+                self.model.run_batch(progress, states, guidance=self.guidance)
+        streams.finish(stream)
 
     def finish(self, state: Any) -> np.ndarray:
         """Unnormalise the chunk and copy the committed prefix (model postprocessing)."""
@@ -260,6 +262,8 @@ class TorchBackend(Backend):
         starts = {Stage.VIT: (at_vit, StageProgress.VIT),
                   Stage.PREFILL: (at_prefill, StageProgress.PREFILL),
                   Stage.ACTION: (warm, StageProgress.ACTION)}
+        # The prefix was made on this thread's default stream; lanes read it on theirs.
+        self._streams.settle()
 
         def fresh(stage: Stage) -> Any:
             state, progress = starts[stage]

@@ -35,6 +35,7 @@ from transformers import DynamicCache, PI0ForConditionalGeneration
 from xinfer_ros.model.pi0.processing import Pi0Prepared
 from xinfer_ros.model.presets import COMPILE_MODES
 from xinfer_ros.model.request import StagedState, StageOrderError, StageProgress, cache_kv
+from xinfer_ros.model.transfer import to_device
 
 __all__ = ["ModelInputs", "Pi0State", "action", "action_batch", "batch_key",
            "expert_velocity", "model_inputs", "prefill", "prefill_batch", "prefix_cache",
@@ -68,6 +69,14 @@ class Pi0State(StagedState):
         self.prefix_embeds = None
         self.prefix_kv = None
 
+    def device_inputs(self, stage: StageProgress) -> list[torch.Tensor]:
+        """The device tensors ``stage`` reads that an earlier stage made."""
+        if stage is StageProgress.PREFILL and self.prefix_embeds is not None:
+            return [self.prefix_embeds]
+        if stage is StageProgress.ACTION and self.prefix_kv is not None:
+            return [t for kv in self.prefix_kv for t in kv]
+        return []
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelInputs:
@@ -87,13 +96,13 @@ def model_inputs(model: PI0ForConditionalGeneration, prepared: Pi0Prepared) -> M
     then gathers exactly the features a full camera list with a masked camera gives.
     """
     device, dtype = model.device, model.dtype
-    pixels = torch.from_numpy(prepared.pixels).to(device=device, dtype=dtype).unsqueeze(0)
+    pixels = _stack([prepared.pixels], device, dtype)
     return ModelInputs(
-        input_ids=torch.from_numpy(prepared.input_ids).to(device).unsqueeze(0),
+        input_ids=_stack([prepared.input_ids], device),
         pixel_values=pixels,
         pixel_attention_mask=torch.ones(pixels.shape[:2], dtype=torch.bool, device=device),
-        attention_mask=torch.from_numpy(prepared.attention_mask).to(device).unsqueeze(0),
-        state=torch.from_numpy(prepared.state).to(device=device, dtype=dtype).unsqueeze(0),
+        attention_mask=_stack([prepared.attention_mask], device),
+        state=_stack([prepared.state], device, dtype),
     )
 
 
@@ -117,7 +126,7 @@ def _check_batch(reqs: list[Pi0State], stage: StageProgress) -> None:
 
 def _stack(arrays: list[np.ndarray], device: torch.device, dtype: torch.dtype | None = None,
            ) -> torch.Tensor:
-    return torch.from_numpy(np.stack(arrays)).to(device=device, dtype=dtype)
+    return to_device(np.stack(arrays), device, dtype)
 
 
 def vit(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
@@ -305,8 +314,8 @@ class _Guidance:
                 frozen.append((0, 0))
                 continue
             dim = rtc.aligned_norm.shape[1]
-            target[row, :, :dim] = torch.from_numpy(rtc.aligned_norm).to(noise.device)
-            weights[row, :, :dim] = torch.from_numpy(rtc.weights).to(noise.device)[:, None]
+            target[row, :, :dim] = to_device(rtc.aligned_norm, noise.device)
+            weights[row, :, :dim] = to_device(rtc.weights, noise.device)[:, None]
             step_weights[:, row, 0, 0] = torch.as_tensor(
                 np.asarray(rtc.step_weights[:steps], dtype=np.float64), dtype=noise.dtype)
             frozen.append((rtc.frozen, dim))
