@@ -160,18 +160,10 @@ class GpuModel:
             u.finish = finish_time(u.rate, u.compute_start, u.work, t)
             nxt = min(nxt, u.finish)
         self.next_finish = nxt
-        if self.units and self._busy_since is None:
-            self._busy_since = t
-        elif not self.units and self._busy_since is not None:
-            self.busy_time += t - self._busy_since
-            self._busy_since = None
+        self._track_busy(t, bool(self.units))
 
-    def issue(self, key: object, stage: int, t: float) -> Unit:
-        """Start a unit of ``stage`` for ``key`` at ``t``.
-
-        Raises:
-            ValueError: If the stage has no free slot or ``key`` already runs.
-        """
+    def _new_unit(self, key: object, stage: int, t: float) -> Unit:
+        """Check the slot, account work up to ``t`` and record a unit issued at ``t``."""
         if self.counts[stage] >= self.slots[stage]:
             raise ValueError(f"stage {stage} has no free slot ({self.slots[stage]} in use)")
         if key in self.units:
@@ -189,6 +181,22 @@ class GpuModel:
         )
         self.units[key] = unit
         self.counts[stage] += 1
+        return unit
+
+    def _track_busy(self, t: float, busy: bool) -> None:
+        if busy and self._busy_since is None:
+            self._busy_since = t
+        elif not busy and self._busy_since is not None:
+            self.busy_time += t - self._busy_since
+            self._busy_since = None
+
+    def issue(self, key: object, stage: int, t: float) -> Unit:
+        """Start a unit of ``stage`` for ``key`` at ``t``.
+
+        Raises:
+            ValueError: If the stage has no free slot or ``key`` already runs.
+        """
+        unit = self._new_unit(key, stage, t)
         self._rerate(t)
         return unit
 
@@ -271,12 +279,7 @@ class BatchedGpuModel(GpuModel):
             b.finish = finish_time(b.rate, b.compute_start, b.work, t)
             nxt = min(nxt, b.finish)
         self.next_finish = nxt
-        busy = bool(self._batches)
-        if busy and self._busy_since is None:
-            self._busy_since = t
-        elif not busy and self._busy_since is not None:
-            self.busy_time += t - self._busy_since
-            self._busy_since = None
+        self._track_busy(t, bool(self._batches))
 
     def _start(self, stage: int, units: list[Unit], t: float, *, open_: bool) -> None:
         for u in units:
@@ -293,15 +296,7 @@ class BatchedGpuModel(GpuModel):
         Raises:
             ValueError: If the stage has no free slot or ``key`` already runs.
         """
-        if self.counts[stage] >= self.slots[stage]:
-            raise ValueError(f"stage {stage} has no free slot ({self.slots[stage]} in use)")
-        if key in self.units:
-            raise ValueError(f"unit {key!r} is already running")
-        self._advance(t)
-        unit = Unit(key, stage, t, t + self._overhead[stage], self._work[stage] * self._factor(),
-                    1.0, t, math.inf)
-        self.units[key] = unit
-        self.counts[stage] += 1
+        unit = self._new_unit(key, stage, t)
         joined = next((b for b in self._batches if b.open and b.stage == stage
                        and b.started == t and len(b.members) < self.max_batch), None)
         if joined is not None:

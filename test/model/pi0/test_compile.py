@@ -15,6 +15,8 @@ from xinfer_ros.model.request import StageProgress  # noqa: E402
 from xinfer_ros.model.serving import load_stage_model  # noqa: E402
 from xinfer_ros.model.synthetic import synthetic_inputs  # noqa: E402
 
+from ..helpers import first_and_rtc  # noqa: E402
+
 pytestmark = pytest.mark.torch
 
 #: torch.compile fuses float32 kernels differently from eager.
@@ -69,19 +71,12 @@ def test_compiled_action_matches_eager_with_and_without_guidance(pi0_tiny: Any) 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_backend_compiles_before_serving_and_serves_the_eager_chunks() -> None:
-    from xinfer_ros.engine import EngineConfig, StageEngine, make_backend
+    from xinfer_ros.engine import make_backend
 
     eager = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
     compiled = make_backend("torch", model="pi0-tiny", device="cpu", threads=1, compile="on")
     assert compiled.compile_s > 0 and compiled.describe()["compile"] == "on"
-    chunks = []
-    for backend in (eager, compiled):
-        with StageEngine(backend, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
-            first = engine.submit(backend.example_inputs(2, None), 5.0, "r").result(60)
-            rtc = engine.submit(backend.example_inputs(2, first.actions), 5.0, "r").result(60)
-        assert first.ok and rtc.ok, (first.reason, rtc.reason)
-        chunks.append((first.actions, rtc.actions))
-    for a, b in zip(*chunks, strict=True):
+    for a, b in zip(first_and_rtc(eager, 2), first_and_rtc(compiled, 2), strict=True):
         np.testing.assert_allclose(b, a, atol=TOLERANCE, rtol=0)
     state = compiled.state_factory()(Stage.ACTION)
     compiled.run_stage(Stage.ACTION, state, None)

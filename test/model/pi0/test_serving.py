@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 from xinfer_ros.core.stages import Stage  # noqa: E402
 from xinfer_ros.engine import EngineConfig, StageEngine, Status, make_backend  # noqa: E402
 
+from ..helpers import first_and_rtc  # noqa: E402
+
 pytestmark = pytest.mark.torch
 
 
@@ -47,14 +49,7 @@ def test_action_worker_processes_match_in_thread_action(backend: Any) -> None:
                            action_processes=1)
     try:
         assert len(workers.action_worker_pids) == 1
-        results = []
-        for be in (backend, workers):
-            with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
-                first = engine.submit(be.example_inputs(3, None), 5.0, "r").result(60)
-                rtc = engine.submit(be.example_inputs(3, first.actions), 5.0, "r").result(60)
-            assert first.ok and rtc.ok, (first.reason, rtc.reason)
-            results.append((first.actions, rtc.actions))
-        (a0, b0), (a1, b1) = results
+        (a0, b0), (a1, b1) = first_and_rtc(backend), first_and_rtc(workers)
         np.testing.assert_array_equal(a0, a1)
         np.testing.assert_array_equal(b0, b1)
     finally:
