@@ -88,8 +88,10 @@ if [[ $DRY == 1 ]]; then
 else
   ARGS+=(--model "$MODEL" --device cuda)
 fi
-# 7.5 minutes at most for the suite itself, so the whole command stays under 8.
-timeout 450 "$PYTHON" -m xinfer_ros.cli.gpu_suite "${ARGS[@]}"
+# 7.5 minutes at most for the suite itself, so the whole command stays under 8. A suite
+# cut short has written every run it finished: summarise those, then fail.
+rc=0
+timeout 450 "$PYTHON" -m xinfer_ros.cli.gpu_suite "${ARGS[@]}" || rc=$?
 
 "$PYTHON" - "$OUT/engine_bench.json" <<'PY'
 import json, sys
@@ -108,4 +110,5 @@ for r in runs:
           f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['attainment'] * 100:6.1f}% "
           f"{mae if mae is None else round(mae, 2)}")
 PY
-echo "[gpu_bench] done in $(( $(date +%s) - T0 )) s; files: $(ls "$OUT" | tr '\n' ' ')"
+echo "[gpu_bench] done in $(( $(date +%s) - T0 )) s (suite status $rc); files: $(ls "$OUT" | tr '\n' ' ')"
+exit "$rc"

@@ -155,3 +155,14 @@ def test_reference_models_run_units_one_at_a_time() -> None:
     assert not tiny.can_batch
     with pytest.raises(ValueError, match="tiny runs units one at a time"):
         StageEngine(tiny, "fifo", EngineConfig(max_batch=4))
+
+
+def test_cuda_graphs_need_a_single_action_lane() -> None:
+    from xinfer_ros.engine import EmulatedBackend
+
+    class Graphs(EmulatedBackend):
+        compile_mode = "cudagraphs"  # replays would share the captured buffers
+
+    with pytest.raises(ValueError, match="needs one Action lane, got 6"):
+        StageEngine(Graphs(), "fifo", EngineConfig(slots=(4, 4, 6)))
+    StageEngine(Graphs(), "fifo", EngineConfig(slots=(4, 4, 1))).close()

@@ -176,3 +176,66 @@ def test_executor_holds_across_server_restart_and_resumes_quickly(tmp_path) -> N
         executor.destroy_node()
         robot.destroy_node()
         rclpy.shutdown()
+
+
+#: A node whose spin (or teardown) blocks in a system call that PEP 475 retries after
+#: every signal: the Python handler runs, yet the main thread never comes back, as when
+#: it is stuck inside rclpy's C++.
+_STUCK_NODE = """
+import os, sys
+import rclpy.executors
+from rclpy.node import Node
+from xinfer_ros.nodes import runtime
+from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.nodes.params import declare_params
+
+runtime.STOP_GRACE_S = 1.0
+stuck_in = sys.argv[1]
+never, _writer = os.pipe()
+
+class Stuck(Node):
+    def __init__(self):
+        super().__init__("stuck")
+        declare_params(self, [EXECUTOR_PARAM])
+        print("ready", flush=True)
+
+    def close(self):
+        if stuck_in == "teardown":
+            os.read(never, 1)
+
+class StuckExecutor:
+    def __init__(self, real):
+        self.real = real
+
+    def add_node(self, node):
+        self.real.add_node(node)
+
+    def spin_once(self, timeout_sec=None):
+        os.read(never, 1)
+
+    def shutdown(self):
+        self.real.shutdown()
+
+if stuck_in == "spin":
+    make = runtime.make_executor
+    runtime.make_executor = lambda kind, threads=1: StuckExecutor(make(kind, threads))
+sys.exit(runtime.spin_node(Stuck, ["stuck"]))
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("stuck_in", "status"), [("spin", 1), ("teardown", 0)])
+def test_a_node_stuck_in_rclpy_still_stops_after_the_grace(stuck_in, status) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_NODE, stuck_in],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ))
+    wait_for_line(proc, "ready", 30)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == status
+    assert time.monotonic() - sent < 5.0  # before launch would escalate to SIGTERM
+    output = "".join(proc.lines)
+    hung = "teardown" if stuck_in == "teardown" else "the executor"
+    assert f"did not stop within 1 s of the signal ({hung} hung)" in output, output
+    assert "Thread" in output  # every thread's stack, for the diagnosis

@@ -142,6 +142,11 @@ class StageEngine:
         # off, so that set_switches can turn it on at run time.
         cfg = self.config
         backend.check_max_batch(cfg.max_batch)
+        if backend.compile_mode == "cudagraphs" and cfg.lanes(2) > 1:
+            # The captured graphs' static buffers are shared: concurrent replays from
+            # several Action lanes would read each other's results.
+            raise ValueError(f"compile mode 'cudagraphs' needs one Action lane, got "
+                             f"{cfg.lanes(2)} (Action slots / max_batch)")
         #: Launched units waiting for a lane; lanes take them in batches and run them.
         self._waiting = BatchQueue(cfg.max_batch,
                                    lambda stage, live: backend.batch_key(stage, live.state))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
@@ -73,34 +75,83 @@ def _executor_kind(node: Node) -> str:
 
 
 class _StopOnSignal:
-    """SIGINT and SIGTERM ask the events executor's spin loop to stop.
+    """SIGINT and SIGTERM ask the events executor's spin loop to stop, and make sure it does.
 
     rclpy's own handlers shut the context down from inside the signal, while a
     callback may be publishing: the EventsExecutor then logs that callback's "context
     is invalid" error as FATAL. Here the signal only sets a flag; the loop stops
     between callbacks and the context is shut down after it.
+
+    A Python signal handler runs only when the main thread runs Python; a main thread
+    blocked inside rclpy's C++ (once in CI a process ignored SIGINT and SIGTERM for
+    15 s until launch killed it) would never see it. So the C-level handler also
+    writes to a pipe (``signal.set_wakeup_fd``), and a watcher thread woken by it
+    sets the flag and, should the process still be alive :data:`STOP_GRACE_S` later,
+    prints every thread's stack and ends the process: with status 0 when the spin
+    loop had returned (the node's work was over; teardown hung), 1 when it never did.
     """
 
     def __init__(self) -> None:
         self.requested = False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
+        self.loop_done = False
+        self._finished = threading.Event()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._previous_fd = signal.set_wakeup_fd(self._write)
+        self._previous = {sig: signal.signal(sig, self._on_signal)
+                          for sig in (signal.SIGINT, signal.SIGTERM)}
+        threading.Thread(target=self._watch, name="xinfer-stop-watch", daemon=True).start()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
 
+    def _watch(self) -> None:
+        try:
+            self._await_signal()
+        finally:
+            os.close(self._read)
 
-def _spin(executor: Executor, kind: str) -> None:
-    if kind != "events":
+    def _await_signal(self) -> None:
+        while True:
+            data = os.read(self._read, 1)
+            if not data:
+                return  # closed: the node stopped
+            if data[0] in (signal.SIGINT, signal.SIGTERM):
+                break
+        self.requested = True  # the loop polls it (the events executor has no guard conditions)
+        if self._finished.wait(STOP_GRACE_S):
+            return
+        print(f"error: the node did not stop within {STOP_GRACE_S:g} s of the signal "
+              f"({'teardown' if self.loop_done else 'the executor'} hung); threads:",
+              file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        os._exit(0 if self.loop_done else 1)
+
+    def close(self) -> None:
+        """The node stopped: disarm the watcher, restore the previous signal handling."""
+        self._finished.set()
+        signal.set_wakeup_fd(self._previous_fd)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        os.close(self._write)  # ends the watcher's read
+
+
+#: Seconds a node may take to stop after SIGINT or SIGTERM before it is ended (launch
+#: escalates to SIGTERM after 5 s).
+STOP_GRACE_S = 4.0
+
+
+def _spin(executor: Executor, stop: _StopOnSignal | None) -> None:
+    if stop is None:
         install_signal_handlers(SignalHandlerOptions.ALL)
         executor.spin()
         return
-    stop = _StopOnSignal()
     # In Kilted, EventsExecutor.spin() does not return once the context is shut
     # down (it busy-loops on a core); spin_once() returns within a poll, and Python
     # runs the signal handler then (or between bytecodes of a callback).
     while not stop.requested and rclpy.ok():
         executor.spin_once(timeout_sec=_SHUTDOWN_POLL_S)
+    stop.loop_done = True
 
 
 def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
@@ -139,9 +190,10 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         return 0
     kind = _executor_kind(node)
     executor = make_executor(kind, threads)
+    stop = _StopOnSignal() if kind == "events" else None
     try:
         executor.add_node(node)
-        _spin(executor, kind)
+        _spin(executor, stop)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -156,6 +208,8 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
             close()
         node.destroy_node()
         rclpy.try_shutdown()
+        if stop is not None:
+            stop.close()
     return 0
 
 

@@ -49,6 +49,9 @@ def _prefilled(model: Any, seeds: range, rtc: bool) -> list[Any]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_compiled_action_matches_eager_with_and_without_guidance(pi0_tiny: Any) -> None:
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
     for rtc in (False, True):
         states = _prefilled(pi0_tiny, range(3), rtc)
         copies = [pi0_tiny.copy_at(s, StageProgress.ACTION) for s in states]
@@ -63,6 +66,7 @@ def test_compiled_action_matches_eager_with_and_without_guidance(pi0_tiny: Any) 
         for eager, compiled in zip(states, copies, strict=True):
             np.testing.assert_allclose(pi0_tiny.finish(compiled), pi0_tiny.finish(eager),
                                        atol=TOLERANCE, rtol=0)
+    assert counters["stats"]["unique_graphs"] > graphs  # compiled, not an eager fallback
     # The compiled step is the same callable for the model: compiled once.
     assert stages.velocity_function(pi0_tiny.module, "on") is stages.velocity_function(
         pi0_tiny.module, "on")

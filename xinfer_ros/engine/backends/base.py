@@ -111,6 +111,11 @@ class Backend(ABC):
             raise ValueError(f"the {self.name} backend{model} runs units one at a time: "
                              f"max_batch must be 1, got {max_batch}")
 
+    @property
+    def compile_mode(self) -> str:
+        """How the Action loop runs: ``off`` (eager) unless a backend compiles it."""
+        return "off"
+
     def set_compile(self, mode: str) -> float:
         """Run the Action loop eagerly (``off``) or compiled; returns compile seconds.
 

@@ -76,9 +76,11 @@ class TorchBackend(Backend):
         action_cpus: CPU only, with ``action_processes``: pin the worker processes to
             these CPUs (see :mod:`xinfer_ros.engine.affinity`); None leaves them free.
         compile: how the Action loop runs: ``off`` (eager), ``on`` (``torch.compile``
-            of the expert step) or ``cudagraphs`` (CUDA graphs); π0 family only. The
-            backend compiles before it returns (guided and unguided steps, batch of
-            one), in each worker process too, so no request waits for a compiler.
+            of the expert step) or ``cudagraphs`` (CUDA graphs; one Action lane only,
+            never run on a GPU yet); π0 family only. The backend compiles guided and
+            unguided steps for a batch of one with every camera before it returns, in
+            each worker process too; another batch size or camera set compiles once
+            on its first unit.
     """
 
     name = "torch"
@@ -142,9 +144,19 @@ class TorchBackend(Backend):
         if self._workers is not None and mode != self._worker_compile:
             raise ValueError("Action worker processes keep the compile mode they started "
                              f"with ({self._worker_compile!r})")
+        previous = self.model.compile_mode
         self.model.set_compile(mode)
-        self.compile_s = self._warm_up() if mode != "off" else 0.0
+        try:
+            self.compile_s = self._warm_up() if mode != "off" else 0.0
+        except Exception:
+            self.model.set_compile(previous)  # never serve in a mode that failed to build
+            raise
         return self.compile_s
+
+    @property
+    def compile_mode(self) -> str:
+        """How the in-process Action loop runs (``off``, ``on``, ``cudagraphs``)."""
+        return self.model.compile_mode
 
     def _warm_up(self) -> float:
         """Compile the Action loop now: a guided and an unguided unit in every process."""

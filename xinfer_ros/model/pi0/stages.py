@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -222,16 +221,14 @@ def expert_velocity(model: PI0ForConditionalGeneration, x: torch.Tensor,
                  cache=cache).logits.float()
 
 
-_COMPILED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Callable[..., torch.Tensor]]] = (
-    weakref.WeakKeyDictionary())
-
-
 def velocity_function(model: PI0ForConditionalGeneration,
                       mode: str = "off") -> Callable[..., torch.Tensor]:
     """The expert step of ``model`` run eagerly or compiled (one compilation per model).
 
     ``cudagraphs`` is ``torch.compile``'s ``reduce-overhead`` mode, whose outputs are
-    copied out of the graph's memory before the next replay reuses it.
+    copied out of the graph's memory before the next replay reuses it; its graphs'
+    static buffers are shared, so only one thread may replay them (the engine allows
+    it with one Action lane). It has not run on a GPU yet.
 
     Raises:
         ValueError: on a mode not in :data:`COMPILE_MODES`, or ``cudagraphs`` off CUDA.
@@ -243,7 +240,10 @@ def velocity_function(model: PI0ForConditionalGeneration,
         return step
     if mode == "cudagraphs" and model.device.type != "cuda":
         raise ValueError("compile mode 'cudagraphs' needs a CUDA device")
-    compiled = _COMPILED.setdefault(model, {})
+    # Kept on the model, so that it goes with the model (a module-level cache keyed by
+    # the model would keep it alive: the compiled step holds it).
+    compiled: dict[str, Callable[..., torch.Tensor]] = model.__dict__.setdefault(
+        "_xinfer_compiled_steps", {})
     fn = compiled.get(mode)
     if fn is None:
         fn = torch.compile(step, mode="reduce-overhead" if mode == "cudagraphs" else None)
