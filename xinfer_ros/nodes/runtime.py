@@ -86,9 +86,11 @@ class _StopOnSignal:
     blocked inside rclpy's C++ (once in CI a process ignored SIGINT and SIGTERM for
     15 s until launch killed it) would never see it. So the C-level handler also
     writes to a pipe (``signal.set_wakeup_fd``), and a watcher thread woken by it
-    sets the flag and, should the process still be alive :data:`STOP_GRACE_S` later,
-    prints every thread's stack and ends the process: with status 0 when the spin
-    loop had returned (the node's work was over; teardown hung), 1 when it never did.
+    sets the flag. Should the spin loop still run :data:`STOP_GRACE_S` after the
+    signal, or the process still be alive :data:`TEARDOWN_GRACE_S` after it (the
+    server drains its engine while it tears down), the watcher prints every thread's
+    stack and ends the process: with status 1 when the spin loop never returned, 0
+    when only the teardown hung (the node's work was over).
     """
 
     def __init__(self) -> None:
@@ -121,7 +123,12 @@ class _StopOnSignal:
         self.requested = True  # the loop polls it (the events executor has no guard conditions)
         if self._finished.wait(STOP_GRACE_S):
             return
-        print(f"error: the node did not stop within {STOP_GRACE_S:g} s of the signal "
+        grace = STOP_GRACE_S
+        if self.loop_done:
+            grace = TEARDOWN_GRACE_S
+            if self._finished.wait(TEARDOWN_GRACE_S - STOP_GRACE_S):
+                return
+        print(f"error: the node did not stop within {grace:g} s of the signal "
               f"({'teardown' if self.loop_done else 'the executor'} hung); threads:",
               file=sys.stderr, flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -136,9 +143,12 @@ class _StopOnSignal:
         os.close(self._write)  # ends the watcher's read
 
 
-#: Seconds a node may take to stop after SIGINT or SIGTERM before it is ended (launch
+#: Seconds after SIGINT or SIGTERM within which the spin loop must return (launch
 #: escalates to SIGTERM after 5 s).
 STOP_GRACE_S = 4.0
+#: Seconds after the signal within which the node must be torn down (launch sends
+#: SIGKILL 15 s after SIGINT).
+TEARDOWN_GRACE_S = 10.0
 
 
 def _spin(executor: Executor, stop: _StopOnSignal | None) -> None:
