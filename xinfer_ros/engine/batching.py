@@ -149,10 +149,7 @@ class UnitRunner:
                                  f"{type(lane.setup_error).__name__}: {lane.setup_error}")
             return [error] * len(lives)
         try:
-            if len(lives) == 1:
-                self.backend.run_stage(stage, lives[0].state, lane)
-            else:
-                self.backend.run_batch(stage, [live.state for live in lives], lane)
+            self.backend.run_batch(stage, [live.state for live in lives], lane)
             return [None] * len(lives)
         except Exception as exc:  # a faulty unit fails alone
             if len(lives) == 1:

@@ -185,10 +185,7 @@ def _mixed(backend: Backend, n: Vec3, settings: CalibrationSettings) -> dict[int
                 while not stop.is_set():
                     states = [fresh(stage) for _ in range(size)]
                     t0 = time.perf_counter()
-                    if size == 1:
-                        backend.run_stage(stage, states[0], lane)
-                    else:
-                        backend.run_batch(stage, states, lane)
+                    backend.run_batch(stage, states, lane)
                     t1 = time.perf_counter()
                     for state in states:
                         backend.release(state)

@@ -257,10 +257,11 @@ class Pi0StageModel(StageModel):
         processor: CPU preparation and output processing of its resolved spec.
     """
 
+    batches = True
+
     def __init__(self, model: Any, processor: Any) -> None:
         from xinfer_ros.model.pi0 import stages
 
-        self.batches = True
         self.module = model
         self.processor = processor
         self.spec = processor.spec

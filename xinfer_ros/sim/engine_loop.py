@@ -237,13 +237,10 @@ class Simulation:
         )
         self.policy = (policy_factory or make_sim_policy)(cfg, self.table)
         self.link = Link(cfg.link_up, cfg.link_down)
-        self.gpu = (GpuModel(self.table.rate, self.table.work, self.table.overhead,
-                             self.policy.slots, noise=cfg.noise, seed=cfg.seed,
-                             rate_error=cfg.rate_error)
-                    if cfg.max_batch == 1 else
-                    BatchedGpuModel(self.table.rate, self.table.work, self.table.overhead,
-                                    self.policy.slots, max_batch=cfg.max_batch,
-                                    noise=cfg.noise, seed=cfg.seed, rate_error=cfg.rate_error))
+        gpu = GpuModel if cfg.max_batch == 1 else BatchedGpuModel
+        self.gpu = gpu(self.table.rate, self.table.work, self.table.overhead, self.policy.slots,
+                       noise=cfg.noise, seed=cfg.seed, rate_error=cfg.rate_error,
+                       max_batch=cfg.max_batch)
         self.audit = PredictionAudit(keep_from=cfg.window[0]) if cfg.audit else None
         self.robots = [Robot(spec, cfg.period) for spec in self.workload.robots]
         self._heap: list[tuple[float, int, int, int, Any]] = []

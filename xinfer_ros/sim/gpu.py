@@ -77,6 +77,8 @@ class GpuModel:
         seed: Seed of the noise stream and of the rate errors.
         rate_error: Log-normal sigma of the per-(stage, concurrency) rate factor (0: the
             GPU runs at the table's rates).
+        max_batch: Most units of a stage per batch: 1 here (every unit runs alone);
+            :class:`BatchedGpuModel` takes more.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class GpuModel:
         noise: float = 0.0,
         seed: int = 0,
         rate_error: float = 0.0,
+        max_batch: int = 1,
     ) -> None:
         if noise < 0 or rate_error < 0:
             raise ValueError(f"noise and rate_error must be >= 0, got {noise!r}, "
@@ -110,6 +113,15 @@ class GpuModel:
         self._cache: dict[tuple[int, int, int, int], float] = {}
         self.busy_time: float = 0.0
         self._busy_since: float | None = None
+        self.max_batch = max_batch
+        self.lanes = tuple(lanes_for(n, max_batch) for n in slots)
+        self._setup()
+
+    def _setup(self) -> None:
+        """The model's own state beyond the units (none here: no batches)."""
+        if self.max_batch != 1:
+            raise ValueError(f"GpuModel runs every unit alone (max_batch 1, got "
+                             f"{self.max_batch}); BatchedGpuModel batches them")
 
     def _factor(self) -> float:
         """Next multiplicative noise factor (mean 1)."""
@@ -235,30 +247,13 @@ class _Batch:
 class BatchedGpuModel(GpuModel):
     """:class:`GpuModel` whose units run in batches of up to ``max_batch`` per lane.
 
-    Args:
-        rate, work, overhead, slots, noise, seed, rate_error: as :class:`GpuModel`.
-        max_batch: most units of a stage per batch (>= 1).
+    Args: as :class:`GpuModel`, whose ``max_batch`` may exceed one here.
 
     ``counts`` and :meth:`free` count every issued unit, waiting ones included, as the
     policy's slots do; rates count the units in running batches.
     """
 
-    def __init__(
-        self,
-        rate: RateFn,
-        work: tuple[float, float, float],
-        overhead: tuple[float, float, float],
-        slots: tuple[int, int, int],
-        *,
-        max_batch: int,
-        noise: float = 0.0,
-        seed: int = 0,
-        rate_error: float = 0.0,
-    ) -> None:
-        super().__init__(rate, work, overhead, slots, noise=noise, seed=seed,
-                         rate_error=rate_error)
-        self.max_batch = max_batch
-        self.lanes = tuple(lanes_for(n, max_batch) for n in self.slots)
+    def _setup(self) -> None:
         self._batches: list[_Batch] = []
         self._waiting: list[deque[Unit]] = [deque(), deque(), deque()]
         self._running = [0, 0, 0]
