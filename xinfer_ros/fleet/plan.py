@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from xinfer_ros.config_paths import config_dir
+from xinfer_ros.config_paths import config_dir, config_file
 from xinfer_ros.core.constants import DEFAULT_MAX_BUDGET
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.errors import XInferRosError
@@ -41,14 +41,6 @@ DEFAULT_CONFIG = config_dir() / "fleet.yaml"
 def default_config() -> Path:
     """The shipped fleet.yaml (:func:`xinfer_ros.config_paths.config_dir`)."""
     return DEFAULT_CONFIG
-
-
-def config_file(name: str) -> str:
-    """A path as given, or a bare file name looked up beside the shipped fleet.yaml."""
-    path = Path(name)
-    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
-        return str(path)
-    return str(default_config().parent / name)
 
 
 class PlanError(XInferRosError, ValueError):
@@ -201,6 +193,7 @@ def build_fleet_plan(
     use_sim_time: bool = False,
     openpi_port: int | None = None,
     servers: int = 1,
+    server_respawn: bool = False,
 ) -> list[NodeSpec]:
     """The nodes of a fleet: its servers, and an executor (and a robot_sim) per robot.
 
@@ -232,6 +225,8 @@ def build_fleet_plan(
             server runs on its own GPU when ``device`` is an index-less ``cuda``
             (``cuda:0``, ``cuda:1``, ...); the openpi endpoint runs on the first only.
             The plan lists the servers (and the manager) first.
+        server_respawn: The servers are restarted when they die (the launch's
+            ``respawn``); the executors say so on /diagnostics while they wait.
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -262,6 +257,8 @@ def build_fleet_plan(
                 **_section(data, "rtc_executor")}
     if servers > 1:
         executor["assignment_topic"] = assignment_topic(plan)
+    if server_respawn:
+        executor["server_respawn"] = True
     for index, name in enumerate(names):
         robot_ns = f"{root.rstrip('/')}/{name}"
         plan.append(NodeSpec("rtc_executor", "rtc_executor", robot_ns, {
