@@ -18,6 +18,7 @@ from xinfer_ros.core.constants import DEFAULT_MAX_BUDGET
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.errors import XInferRosError
 from xinfer_ros.fleet.assignment import ASSIGNMENT_TOPIC
+from xinfer_ros.serving.server_params import read_server_params
 
 __all__ = [
     "BACKENDS",
@@ -102,6 +103,11 @@ def _read_config(config: Path) -> dict[str, Any]:
         dict(data["inference_server"]["ros__parameters"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
         raise PlanError(f"cannot read server parameters from {config}: {exc}") from exc
+    # ROS drops undeclared parameters silently: a misspelt key would never reach the node.
+    try:
+        read_server_params(config)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
     return dict(data)
 
 
