@@ -51,11 +51,12 @@ def test_launch_description_matches_plan() -> None:
 
 
 @needs_launch
-@pytest.mark.slow
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize(("sim", "servers", "backend"), [
-    ("true", 1, ""),  # as shipped: torch, pi0-tiny, two Action worker processes
-    ("true", 1, "emulated"), ("false", 1, "emulated"), ("true", 2, "emulated")])
+    # As shipped (torch, pi0-tiny, two Action worker processes): in make test.
+    ("true", 1, ""),
+    *(pytest.param(*case, marks=pytest.mark.slow) for case in (
+        ("true", 1, "emulated"), ("false", 1, "emulated"), ("true", 2, "emulated")))])
 def test_launch_testing_run_serves_every_robot_and_exits_cleanly(sim: str, servers: int,
                                                                  backend: str) -> None:
     launch_test = shutil.which("launch_test")
@@ -155,7 +156,6 @@ def _server_pid(con: Console, start: int = 0) -> int:
 
 
 @needs_ros2
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_dead_server_ends_the_launch_with_an_error_naming_it(console) -> None:
     con = console("ros2", "launch", "xinfer_ros", "fleet.launch.py", "robots:=1",
