@@ -632,6 +632,11 @@ def test_a_named_server_answers_requests_addressed_to_it_and_announces_itself() 
         assert beats and beats[-1].server_name == "gpu_a" and beats[-1].capacity == 7
         assert sorted(beats[-1].candidates) == ["r1", "r2"]
         assert list(beats[-1].serving) == ["r1"] and beats[-1].accepting
+        # The heartbeat carries the attainment of the latest fleet_stats (1 Hz): wait
+        # for one computed after an answer (a race on a loaded machine otherwise).
+        end = time.monotonic() + 3.0
+        while math.isnan(beats[-1].attainment) and time.monotonic() < end:
+            spin(0.1)
         assert beats[-1].attainment == 1.0
         server.engine.close(drain_timeout=0.0)
         spin(0.2)

@@ -42,12 +42,20 @@ def test_launch_description_matches_plan() -> None:
         if not isinstance(entity, OpaqueFunction):
             entity.visit(context)
     opaque = next(e for e in description.entities if isinstance(e, OpaqueFunction))
-    nodes = opaque.execute(context)
-    plan = build_fleet_plan(3)
-    assert len(nodes) == len(plan) == 7
+    from launch.actions import RegisterEventHandler
+    from launch_ros.actions import Node
+
+    def kinds(actions: list) -> tuple[int, int]:
+        return (sum(isinstance(a, Node) for a in actions),
+                sum(isinstance(a, RegisterEventHandler) for a in actions))
+
+    # Every node of the plan, and a handler that ends the launch when a server dies.
+    assert kinds(opaque.execute(context)) == (len(build_fleet_plan(3)), 1) == (7, 1)
     context.launch_configurations["servers"] = "2"
     # Two servers, the fleet manager, and per robot an executor and a simulated robot.
-    assert len(opaque.execute(context)) == len(build_fleet_plan(3, servers=2)) == 9
+    assert kinds(opaque.execute(context)) == (len(build_fleet_plan(3, servers=2)), 2) == (9, 2)
+    context.launch_configurations["respawn"] = "true"
+    assert kinds(opaque.execute(context)) == (9, 0)  # launch restarts them instead
 
 
 @needs_launch
