@@ -181,7 +181,12 @@ def test_non_allowlisted_robot_is_ignored(fleet) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_silent_robot_is_dropped_and_stats_and_policy_services_work(fleet) -> None:
+def test_silent_robot_is_dropped_and_stats_and_policy_services_work() -> None:
+    with serving(allow_set_policy=True) as fleet:
+        _silent_robot_is_dropped_and_stats_and_policy_services_work(fleet)
+
+
+def _silent_robot_is_dropped_and_stats_and_policy_services_work(fleet) -> None:
     server, peer, robots, spin = fleet
     r1 = robots["r1"]
     for _ in range(3):
@@ -549,8 +554,8 @@ def test_diagnostics_per_robot_and_for_the_server() -> None:
         assert int(values["rss_mib"]) > 10 and server.level == DiagnosticStatus.OK
 
 
-def test_set_policy_can_be_switched_off() -> None:
-    with serving(allow_set_policy=False) as (server, _, _, spin):
+def test_set_policy_is_off_unless_asked_for() -> None:
+    with serving() as (server, _, _, spin):
         spin(0.2)
         services = dict(server.get_service_names_and_types())
         assert "/inference_server/get_fleet_stats" in services

@@ -109,8 +109,8 @@ PARAMS = [
               "the statistics window make a robot ERROR in /diagnostics", 1, 1_000_000),
     ParamSpec("diagnostics.attainment_target", ATTAINMENT_TARGET, "attainment below this "
               "makes a robot WARN in /diagnostics", 0.0, 1.0),
-    ParamSpec("allow_set_policy", True, "serve ~/set_policy (false: the policy is fixed at "
-              "start-up; any node on the ROS graph could otherwise switch it)"),
+    ParamSpec("allow_set_policy", False, "serve ~/set_policy (true: any node on the ROS "
+              "graph may switch the fleet's scheduling policy; false: fixed at start-up)"),
     ParamSpec("phase_spread", False,
               "hold responses later than T_E, within their deadline, so robots' next sends "
               "spread over the period"),
