@@ -160,7 +160,15 @@ def test_checkpoint_statistics_are_found_in_either_layout(tmp_path: Path, layout
         np.testing.assert_array_equal(found.state.high, [3.0, 4.0])
         return
     stats = write_stats(tmp_path, layout, dim=3)
-    found = find_checkpoint_stats(tmp_path)
+    if layout == "lerobot":
+        from xinfer_ros.model.pi0.lerobot_pipeline import read_lerobot_pipeline
+
+        assert find_checkpoint_stats(tmp_path) is None  # not openpi's or transformers'
+        pipeline = read_lerobot_pipeline(tmp_path, action_dim=3, state_dim=3)
+        assert pipeline is not None
+        found = pipeline.normalizer
+    else:
+        found = find_checkpoint_stats(tmp_path)
     assert found is not None
     np.testing.assert_allclose(found.action.low, stats["action"]["mean"], rtol=1e-6)
     found.check_dims(3, 3)
