@@ -306,15 +306,14 @@ def _checkpoint_config(directory: Path) -> tuple[PI0Config, _RobotMeta]:
 def _normalizer(preset: Pi0Preset, directory: Path | None, strict: bool,
                 pipeline: LerobotPipeline | None) -> Normalizer:
     chosen = preset.normalization or {}
-    if pipeline is not None:
-        if preset.normalization:
-            raise CheckpointError(f"preset {preset.name}", "normalization: the checkpoint's "
-                                  "lerobot pipeline has its own statistics; remove it")
-        return pipeline.normalizer
-    if directory is not None:
+    found = pipeline.normalizer if pipeline is not None else None
+    if found is None and directory is not None:
         found = find_checkpoint_stats(directory, str(chosen.get("mode", "mean_std")))
-        if found is not None:
-            return found
+    if found is not None:
+        if chosen.get("state") is not None or chosen.get("action") is not None:
+            _LOG.warning("preset %s: its normalization statistics are not used; the "
+                         "checkpoint ships its own (%s)", preset.name, found.source)
+        return found
     if chosen.get("state") is not None or chosen.get("action") is not None \
             or chosen.get("mode") == "identity":
         return normalizer_from_mapping(chosen, f"preset {preset.name}")
