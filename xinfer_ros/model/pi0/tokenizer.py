@@ -174,9 +174,11 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, instruction: str,
         raise ValueError(f"newline rule {newline!r} is not one of {NEWLINE_RULES}")
     body = tokenizer(_with_newline(instruction, newline), add_special_tokens=False,
                      split_special_tokens=True)["input_ids"]
-    special = set(tokenizer.all_special_ids) & set(body)
+    # <unk> is what the model saw in training for a character it lacks; the others must
+    # not appear: split_special_tokens keeps them out, a tokenizer that still emits one
+    # is refused.
+    special = (set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}) & set(body)
     if special:
-        # split_special_tokens keeps them out; a tokenizer that still emits one is refused.
         raise InputError("instruction", f"tokenizes to special token ids {sorted(special)}")
     used = 1 + len(body)
     if used > length:
