@@ -73,6 +73,45 @@ def test_unknown_pipeline_step(weights: Path, tmp_path: Path,
                    "'tokenizer_processor'] in this file"
 
 
+def test_unregistered_step_class(weights: Path, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = _checkpoint(weights, tmp_path)
+    _edit(ckpt / POST, lambda d: d["steps"].append(
+        {"class": "my_lab.processors.ClipActions", "config": {"limit": 1.0}}))
+    line = _refused(ckpt, robot_preset(tmp_path), capsys)
+    assert line == f"error: {ckpt / POST}: steps[3]: unknown step " \
+                   "'my_lab.processors.ClipActions' (not a registered step; this server " \
+                   "cannot run it)"
+
+
+def test_relative_flag_of_lerobot_config_without_its_pipeline(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = tmp_path / "lerobot_pi0"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"")  # resolving never reads the weights
+    offline_tokenizer().save_pretrained(str(ckpt))
+    config = {"type": "pi0", "use_relative_actions": True, "tokenizer_max_length": 64,
+              "input_features": {
+                  "observation.images.top": {"type": "VISUAL", "shape": [3, 224, 224]},
+                  "observation.state": {"type": "STATE", "shape": [7]}},
+              "output_features": {"action": {"type": "ACTION", "shape": [7]}}}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    preset = robot_preset(tmp_path)
+    assert check_checkpoint.main([str(ckpt), "--model", str(preset)]) == 2
+    assert capsys.readouterr().err == f"error: {ckpt / 'config.json'}: use_relative_actions " \
+        f"is true but there is no {PRE} / {POST} to say which joints are relative\n"
+    stats = {"mean": np.zeros(7), "std": np.ones(7)}
+    write_lerobot_pipeline(ckpt, stats, stats, max_length=64)  # relative actions off
+    assert check_checkpoint.main([str(ckpt), "--model", str(preset)]) == 2
+    assert capsys.readouterr().err == f"error: {ckpt / 'config.json'}: " \
+        "use_relative_actions=true but the pipeline's relative actions are off\n"
+    write_lerobot_pipeline(ckpt, stats, stats, max_length=64, relative=True)
+    assert check_checkpoint.main([str(ckpt), "--model", str(preset), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    # lerobot's default exclude_joints (gripper) without action names: every joint.
+    assert report["relative_mask"] == [True] * 7 and report["cameras"] == ["top"]
+
+
 def test_unknown_normalisation_mode(weights: Path, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = _checkpoint(weights, tmp_path)

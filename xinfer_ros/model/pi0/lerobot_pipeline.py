@@ -407,7 +407,9 @@ def _check_actions(post: _File, found: _Found) -> FeatureStats:
         raise CheckpointError(post.path, "steps: no unnormalizer_processor step (the model's "
                                          "actions would stay normalised)")
     pre = found.pre_action
-    if pre is not None and pre.mode != "identity" and (
+    # lerobot builds both from one norm_map and one set of statistics; anything else
+    # means the model's targets were scaled otherwise than its outputs would be.
+    if pre is not None and (
             pre.mode != found.action.mode or not np.array_equal(pre.low, found.action.low)
             or not np.array_equal(pre.high, found.action.high)):
         raise CheckpointError(post.path, "action statistics of the unnormaliser differ from "

@@ -86,6 +86,10 @@ class TokenizerReport:
 class CheckpointReport:
     """What was found in a checkpoint directory and what will run for it.
 
+    Typed all the way down so later transforms (the openpi layouts' input and output
+    transforms) join as fields of their own; :meth:`to_dict` serialises whatever is
+    there.
+
     Attributes:
         directory: The checkpoint directory (``None``: random weights).
         preset: The preset it was resolved with.
