@@ -439,7 +439,9 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
         seed=preset.seed,
         layout="random" if directory is None else
         "lerobot" if pipeline is not None or meta.lerobot else "transformers",
-        newline=pipeline.newline if pipeline is not None else "always",
+        # lerobot's π0 appends the newline only when missing, pipeline files or not.
+        newline=pipeline.newline if pipeline is not None else
+        "if_missing" if meta.lerobot else "always",
         relative=pipeline.relative if pipeline is not None else None,
         steps=pipeline.steps if pipeline is not None else (),
     )
