@@ -37,8 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the report; 0 when the server would start, 2 when it would refuse."""
     args = build_parser().parse_args(argv)
-    from xinfer_ros.model.pi0.report import describe_checkpoint
-
+    try:
+        from xinfer_ros.model.pi0.report import describe_checkpoint
+    except ImportError as exc:
+        print(f"error: xinfer-check-checkpoint needs the model extra and torch "
+              f"(pip install 'xinfer_ros[model]' torch): {exc}", file=sys.stderr)
+        return 2
     try:
         report = describe_checkpoint(args.directory, args.model)
     except (ValueError, OSError) as exc:
