@@ -352,6 +352,20 @@ def _unused_files(directory: Path, spec: Pi0Spec,
     return tuple(sorted(p.name for p in directory.iterdir() if p.name not in used))
 
 
+def _layout(directory: Path | None, meta: _RobotMeta, pipeline: LerobotPipeline | None) -> str:
+    if directory is None:
+        return "random"
+    return "lerobot" if pipeline is not None or meta.lerobot else "transformers"
+
+
+def _newline(meta: _RobotMeta, pipeline: LerobotPipeline | None) -> str:
+    if pipeline is not None:
+        return pipeline.newline
+    # lerobot's π0 appends the newline only when missing, pipeline files or not;
+    # transformers' PI0Processor always does.
+    return "if_missing" if meta.lerobot else "always"
+
+
 def _check_robot(spec: Pi0Spec, where: str) -> None:
     if not spec.cameras:
         raise CheckpointError(where, "the robot has no camera")
@@ -402,13 +416,13 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
     state_dim = meta.state_dim or preset.state_dim
     action_dim = meta.action_dim or preset.action_dim
     pipeline = None
+    prompt_tokens = int(meta.prompt_tokens or preset.prompt_tokens)
     if directory is not None:
         pipeline = read_lerobot_pipeline(directory, action_dim=action_dim, state_dim=state_dim,
                                          config_relative=meta.relative)
-    prompt_tokens = int(meta.prompt_tokens or preset.prompt_tokens)
-    if pipeline is not None:
+    if directory is not None and pipeline is not None:
         if meta.prompt_tokens is not None and meta.prompt_tokens != pipeline.prompt_tokens:
-            raise CheckpointError(directory / CONFIG_FILE if directory else preset.name,
+            raise CheckpointError(directory / CONFIG_FILE,
                                   f"tokenizer_max_length {meta.prompt_tokens} differs from the "
                                   f"tokenizer step's max_length {pipeline.prompt_tokens}")
         prompt_tokens = pipeline.prompt_tokens
@@ -437,11 +451,8 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
         beta=preset.beta,
         dtype=preset.dtype,
         seed=preset.seed,
-        layout="random" if directory is None else
-        "lerobot" if pipeline is not None or meta.lerobot else "transformers",
-        # lerobot's π0 appends the newline only when missing, pipeline files or not.
-        newline=pipeline.newline if pipeline is not None else
-        "if_missing" if meta.lerobot else "always",
+        layout=_layout(directory, meta, pipeline),
+        newline=_newline(meta, pipeline),
         relative=pipeline.relative if pipeline is not None else None,
         steps=pipeline.steps if pipeline is not None else (),
     )
