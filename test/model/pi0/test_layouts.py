@@ -135,6 +135,12 @@ def test_transformers_layout_uses_its_processor_statistics(
                                "eps": 1e-8, "width": 7}
     assert report["relative_mask"] is None and report["unused_files"] == []
     assert report["tokenizer"]["size"] == 260 and report["tokenizer"]["newline"] == "always"
+    # The processor pads to its own width: one that is not the model's is refused.
+    data = json.loads((ckpt / "processor_config.json").read_text())
+    (ckpt / "processor_config.json").write_text(json.dumps(data | {"max_state_dim": 32}))
+    assert check_checkpoint.main([str(ckpt), "--model", str(preset)]) == 2
+    assert capsys.readouterr().err == f"error: {ckpt / 'processor_config.json'}: " \
+                                      "max_state_dim: 32 but the model's config says 24\n"
 
 
 @pytest.mark.parametrize("relative", [False, True])

@@ -45,6 +45,7 @@ from xinfer_ros.model.pi0.lerobot_pipeline import (
 from xinfer_ros.model.pi0.normalization import (
     IDENTITY,
     OPENPI_STATS,
+    TRANSFORMERS_PROCESSOR,
     Normalizer,
     find_checkpoint_stats,
     normalizer_from_mapping,
@@ -352,6 +353,17 @@ def _unused_files(directory: Path, spec: Pi0Spec,
     return tuple(sorted(p.name for p in directory.iterdir() if p.name not in used))
 
 
+def _check_processor_config(spec: Pi0Spec) -> None:
+    """The widths of transformers' saved processor (it pads and reshapes) must be the model's."""
+    path = Path(spec.normalizer.source)
+    if path.name != TRANSFORMERS_PROCESSOR:
+        return
+    data = _read_json(path)
+    for key, ours in (("max_state_dim", spec.max_state_dim), ("chunk_size", spec.chunk_size)):
+        if key in data and data[key] != ours:
+            raise CheckpointError(path, f"{key}: {data[key]} but the model's config says {ours}")
+
+
 def _layout(directory: Path | None, meta: _RobotMeta, pipeline: LerobotPipeline | None) -> str:
     if directory is None:
         return "random"
@@ -457,6 +469,7 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
         steps=pipeline.steps if pipeline is not None else (),
     )
     _check_robot(spec, str(directory) if directory is not None else f"preset {preset.name}")
+    _check_processor_config(spec)
     if directory is not None:
         spec = dataclasses.replace(spec, unused_files=_unused_files(directory, spec, pipeline))
         if spec.unused_files:
