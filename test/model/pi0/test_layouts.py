@@ -135,6 +135,10 @@ def test_transformers_layout_uses_its_processor_statistics(
                                "eps": 1e-8, "width": 7}
     assert report["relative_mask"] is None and report["unused_files"] == []
     assert report["tokenizer"]["size"] == 260 and report["tokenizer"]["newline"] == "always"
+    assert check_checkpoint.main([str(ckpt), "--model", str(preset)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert "layout: transformers" in text and "unused files: none" in text
+    assert "  state: mean_std (transformers convention, eps 1e-08, width 7)" in text
     # The processor pads to its own width: one that is not the model's is refused.
     data = json.loads((ckpt / "processor_config.json").read_text())
     (ckpt / "processor_config.json").write_text(json.dumps(data | {"max_state_dim": 32}))
