@@ -199,6 +199,9 @@ def _silent_robot_is_dropped_and_stats_and_policy_services_work(fleet) -> None:
     assert stats and stats[-1].policy == "xinfer"
     by_robot = {r.robot_id: r for r in stats[-1].robots}
     assert by_robot["r1"].requests == 3 and by_robot["r1"].attainment == 1.0
+    # Stamped on the same host's clock: the age before the callback is measured.
+    assert 0.0 <= by_robot["r1"].request_age_p50_ms < 400.0
+    assert by_robot["r1"].stamp_attainment == 1.0
     assert stats[-1].total.requests >= 3
     assert server._robots["r1"].present is False  # silent for > 0.5 s: dropped
 

@@ -66,7 +66,7 @@ from xinfer_ros.nodes.raw_image import RawImage
 from xinfer_ros.serving.control import PolicySwitchError, policy_arguments
 from xinfer_ros.serving.frontend import FlatChunk, camera_image, request_inputs
 from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
-from xinfer_ros.serving.ledger import Outcome, ServingLedger
+from xinfer_ros.serving.ledger import Outcome, ServingLedger, request_age
 from xinfer_ros.serving.observations import (
     ObservationError,
     RobotObservations,
@@ -111,6 +111,8 @@ class _Received:
         budget: The budget (s); 0 when the message's ``budget_ms`` was refused, so a
             refused request counts as a miss and as a tight robot.
         budget_error: Why ``budget_ms`` was refused, or empty.
+        age: The request's age at arrival, from its stamp (s); NaN when the clocks do
+            not allow it (:func:`~xinfer_ros.serving.ledger.request_age`).
     """
 
     robot: str
@@ -118,6 +120,7 @@ class _Received:
     arrival: float
     budget: float
     budget_error: str = ""
+    age: float = math.nan
 
 
 class _RobotState:
@@ -274,11 +277,15 @@ class InferenceServer(Node):
         arrival = time.monotonic()
         if msg.server and msg.server != self.params["server_name"]:
             return  # addressed to another server of the fleet
+        stamp = msg.header.stamp
+        age = request_age(self.get_clock().now().nanoseconds,
+                          stamp.sec * 1_000_000_000 + stamp.nanosec,
+                          self.params["max_clock_skew_s"])
         try:
             rx = _Received(robot, msg, arrival,
-                           budget_seconds(msg.budget_ms, self.params["max_budget_ms"]))
+                           budget_seconds(msg.budget_ms, self.params["max_budget_ms"]), age=age)
         except BudgetError as exc:
-            rx = _Received(robot, msg, arrival, 0.0, str(exc))
+            rx = _Received(robot, msg, arrival, 0.0, str(exc), age=age)
         state = self._robots[robot]
         state.obs.last_seen = arrival
         state.present = True
@@ -378,7 +385,7 @@ class InferenceServer(Node):
         record = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
                                 ok=chunk.status == ActionChunk.STATUS_OK)
         self.ledger.record(rx.robot, record, _OUTCOMES[chunk.status], reason=chunk.reason,
-                           hold_s=hold)
+                           hold_s=hold, age=rx.age)
 
     # -- presence and statistics --------------------------------------------------------
     def _check_presence(self) -> None:
@@ -458,7 +465,9 @@ class InferenceServer(Node):
                         KeyValue(key="errors", value=str(r.errors)),
                         KeyValue(key="shed", value=str(r.shed)),
                         KeyValue(key="queue_depth", value=str(r.queue_depth)),
-                        KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}")]))
+                        KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}"),
+                        KeyValue(key="request_age_p99_ms",
+                                 value=f"{r.request_age_p99_ms:.1f}")]))
         diag.status.append(self._server_status(stats))
         self._diag_pub.publish(diag)
 

@@ -97,6 +97,10 @@ PARAMS = [
               "read by these names ([\"\"]: in the message's order)",
               check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
     ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
+    ParamSpec("max_clock_skew_s", 0.05, "clock difference between robots and server "
+              "believed when a request's age is measured from its stamp (s; statistics "
+              "request_age_*, stamp_attainment: a stamp further in the future, or over an "
+              "hour old, counts as unusable)", 0.0, 60.0),
     ParamSpec("max_budget_ms", DEFAULT_MAX_BUDGET * MS_PER_S, "largest accepted budget (ms)", 1.0,
               MAX_BUDGET * MS_PER_S),
     ParamSpec("max_live_requests", MAX_LIVE_REQUESTS,
