@@ -103,7 +103,7 @@ def gripper_from_angular_inv(value: np.ndarray) -> np.ndarray:
 
 
 def clean_prompt(prompt: str) -> str:
-    """openpi's prompt cleaning: strip; ``_`` and newlines become spaces."""
+    """The instruction as openpi cleans it: stripped; ``_`` and newlines become spaces."""
     return prompt.strip().replace("_", " ").replace("\n", " ")
 
 
