@@ -180,3 +180,15 @@ def test_options_reject_bad_values(obs: dict[str, object]) -> None:
     field = info.value.field
     detail = str(info.value).removeprefix(f"{field}: ")
     assert not detail.startswith(field.rsplit("/", 1)[-1]), str(info.value)
+
+
+def test_prev_shift_option_is_validated_and_only_kept_with_a_chunk() -> None:
+    kwargs = {"default_budget_ms": 100.0, "max_budget_ms": 1000.0, "horizon": 16,
+              "action_dim": 14, "out_dim": 7}
+    chunk = np.zeros((16, 7))
+    opts = parse_options({"xinfer/prev_chunk": chunk, "xinfer/prev_shift": 5}, **kwargs)
+    assert opts.prev_shift == 5
+    assert parse_options({"xinfer/prev_shift": 5}, **kwargs).prev_shift == 0
+    with pytest.raises(ObservationFieldError) as info:
+        parse_options({"xinfer/prev_chunk": chunk, "xinfer/prev_shift": 17}, **kwargs)
+    assert info.value.field == "xinfer/prev_shift"

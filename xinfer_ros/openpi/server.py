@@ -490,7 +490,7 @@ class OpenPIServer:
         session.seq += 1
         inputs = engine_inputs(
             mapped.images, mapped.prompt, mapped.state, prev_chunk=options.prev_chunk,
-            commit=options.commit_steps,
+            commit=options.commit_steps, shift=options.prev_shift,
             seed=options.seed if options.seed is not None else session.seq)
         future = self.engine.submit(inputs, options.budget, robot)
         try:
