@@ -173,3 +173,22 @@ def test_a_dry_queue_keeps_the_committed_prefix_pinned_to_the_held_command() -> 
     with pytest.raises(CommitLengthError, match="prev_shift: 17 outside"):
         _inputs(prev=FlatChunk(planned.ravel().tolist(), horizon, dim, 17), commit=d,
                 action_shape=(horizon, dim))
+
+
+def test_a_narrow_previous_chunk_is_padded_with_zeros_in_model_units() -> None:
+    from xinfer_ros.model.rtc_inputs import build_rtc_inputs
+
+    mean, std = np.arange(1.0, 5.0), np.full(4, 2.0)
+    prev = previous_chunk(np.full((6, 2), 3.0), 6, 4, columns=2)
+    inputs = engine_inputs([None], "pick", np.zeros(4), prev_chunk=prev, commit=2, seed=0,
+                           prev_dims=2)
+    assert inputs["prev_dims"] == 2
+    rtc = build_rtc_inputs(inputs["prev_chunk"], inputs["d"], horizon=6, action_dim=4,
+                           num_steps=4, beta=5.0, normalize=lambda a: (a - mean) / std,
+                           prev_dims=inputs["prev_dims"])
+    assert rtc is not None
+    np.testing.assert_allclose(rtc.aligned_norm[:, :2], np.tile((3.0 - mean[:2]) / std[:2], (6, 1)))
+    assert not rtc.aligned_norm[:, 2:].any()  # not (0 - mean) / std = -1.5, -2
+    # A full-width chunk has nothing to mark.
+    assert "prev_dims" not in engine_inputs([None], "pick", np.zeros(4), prev_chunk=prev,
+                                            commit=2, seed=0, prev_dims=4)

@@ -491,6 +491,7 @@ class OpenPIServer:
         inputs = engine_inputs(
             mapped.images, mapped.prompt, mapped.state, prev_chunk=options.prev_chunk,
             commit=options.commit_steps, shift=options.prev_shift,
+            prev_dims=self._out_dim(mapped.layout),
             seed=options.seed if options.seed is not None else session.seq)
         future = self.engine.submit(inputs, options.budget, robot)
         try:

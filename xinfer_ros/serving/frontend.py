@@ -51,8 +51,9 @@ def previous_chunk(values: Any, horizon: int, action_dim: int, *,
         horizon: The model's H.
         action_dim: The model's D.
         columns: Fewer columns the client's layout uses, if any; such a chunk is
-            zero-padded to D (the model's extra dimensions are dropped on the way out,
-            so their guidance is moot).
+            zero-padded to D here, and :func:`engine_inputs` (``prev_dims``) tells the
+            model to zero the padding in normalised units, where π0 was trained with
+            zeros on padded dimensions.
         field: The request field named in errors.
 
     Raises:
@@ -173,7 +174,7 @@ def prev_shift(value: int | None, horizon: int, *, field: str = "prev_shift") ->
 
 def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: np.ndarray, *,
                   prev_chunk: np.ndarray | None, commit: int, seed: int,
-                  shift: int = 0) -> dict[str, Any]:
+                  shift: int = 0, prev_dims: int | None = None) -> dict[str, Any]:
     """The input mapping every backend's ``prepare`` reads.
 
     A camera the client masked out is None. Without a previous chunk nothing is
@@ -188,6 +189,10 @@ def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: 
     exception: its ``d`` keyframes execute while the new chunk is computed, so when the
     robot holds its last command there (``H − s < d``) they stay pinned to it and
     ``s`` is capped at ``H − d``.
+
+    ``prev_dims``: the previous chunk's real leading columns when a client sent fewer
+    than the model's D (the rest is padding: the model zeroes it after normalising,
+    so guidance does not pull those dimensions to ``−mean / std``).
     """
     inputs = {"images": list(images), "instruction": instruction, "state": state,
               "prev_chunk": prev_chunk, "d": commit if prev_chunk is not None else 0,
@@ -199,6 +204,8 @@ def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: 
         own[s:] = prev_chunk[:horizon - s]
         own[:s] = prev_chunk[0]  # executed already: the models drop these rows
         inputs.update(prev_chunk=own, prev_shift=s)
+    if prev_chunk is not None and prev_dims is not None and prev_dims < prev_chunk.shape[1]:
+        inputs["prev_dims"] = prev_dims
     return inputs
 
 

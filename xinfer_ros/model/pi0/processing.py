@@ -94,7 +94,7 @@ class Pi0Processor:
 
     def prepare(self, inputs: Pi0Inputs, *, prev_chunk: Any = None, d: int = 0,
                 prev_shift: int = 0, rtc_mode: str = "soft", seed: int = 0,
-                request_id: str = "") -> Pi0Prepared:
+                request_id: str = "", prev_dims: int | None = None) -> Pi0Prepared:
         """Validate and convert one request (cheap checks first).
 
         Raises:
@@ -105,7 +105,8 @@ class Pi0Processor:
         rtc = build_rtc_inputs(
             prev_chunk, d, horizon=spec.chunk_size, action_dim=spec.action_dim,
             num_steps=spec.num_steps, beta=spec.beta,
-            normalize=spec.normalizer.action.normalize, prev_shift=prev_shift, mode=rtc_mode)
+            normalize=spec.normalizer.action.normalize, prev_shift=prev_shift, mode=rtc_mode,
+            prev_dims=prev_dims)
         with self._lock:
             prompt, prompt_mask = encode_prompt(self.tokenizer, inputs.instruction,
                                                 spec.prompt_tokens)
