@@ -153,3 +153,16 @@ def test_serve_stops_with_exit_2_and_one_line(tmp_path: Path,
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(path) in err
     assert "field transforms.delta_action_mask: missing" in err
+
+
+def test_layout_resample_defaults_to_openpis_and_refuses_unknown(tmp_path: Path) -> None:
+    ok = {"adapt_to_pi": False, "delta_action_mask": [], "clean_prompt": True}
+    layout = load_layout(str(_layout_file(tmp_path, ok)))
+    assert layout is not None and layout.resample == "pil_bilinear"
+    assert all(lay.resample == "pil_bilinear" for lay in BUILTIN_LAYOUTS.values())
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: arm\ncameras: [obs/front]\nstate_key: obs/q\nresample: lanczos\n"
+                    "transforms: {adapt_to_pi: false, delta_action_mask: [], "
+                    "clean_prompt: true}\n")
+    with pytest.raises(ValueError, match=f"layout file {path}: field resample: must be one"):
+        load_layout(str(path))

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from xinfer_ros.model.images import ResizeMode, fit_image
+from xinfer_ros.model.images import RESAMPLE_MODES, Resample, ResizeMode, fit_image
 from xinfer_ros.openpi.errors import LayoutSettingError, ObservationFieldError
 from xinfer_ros.openpi.transforms import ALOHA_DIM, OpenPITransforms
 
@@ -156,6 +156,8 @@ class ObservationLayout:
         resize: ``pad`` keeps the aspect ratio and pads black; ``stretch`` does not.
         transforms: the openpi data transforms the checkpoint was trained behind;
             required (None is refused: nothing in a checkpoint records them).
+        resample: image resampling (:data:`~xinfer_ros.model.images.RESAMPLE_MODES`);
+            openpi trains with PIL bilinear (``image_tools.resize_with_pad``).
     """
 
     name: str
@@ -166,8 +168,12 @@ class ObservationLayout:
     action_dim: int | None = None
     resize: ResizeMode = "pad"
     transforms: OpenPITransforms | None = None
+    resample: Resample = "pil_bilinear"
 
     def __post_init__(self) -> None:
+        if self.resample not in RESAMPLE_MODES:
+            raise LayoutSettingError("resample", f"must be one of {list(RESAMPLE_MODES)}, "
+                                                 f"got {self.resample!r}")
         if self.transforms is None:
             raise LayoutSettingError("transforms", f"layout {self.name!r} states no openpi "
                                                    "transforms")
@@ -194,6 +200,7 @@ class ObservationLayout:
             prompt_key: task              # optional, default "prompt"
             action_dim: 7                 # optional, default: all model dims
             resize: pad                   # optional: pad | stretch
+            resample: pil_bilinear        # optional: openpi's (see model.images)
             transforms:                   # required, every key (openpi's data transforms)
               adapt_to_pi: false          # ALOHA joint flips + gripper conversion
               delta_action_mask: [true, true, true, true, true, true, false]  # or []
@@ -214,13 +221,15 @@ class ObservationLayout:
                        prompt_key=str(data.get("prompt_key", "prompt")),
                        state_required=bool(data.get("state_required", True)),
                        action_dim=None if dim is None else int(dim),
-                       resize=data.get("resize", "pad"), transforms=transforms)
+                       resize=data.get("resize", "pad"), transforms=transforms,
+                       resample=data.get("resample", "pil_bilinear"))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed layout: {exc!r}") from exc
 
     def to_dict(self) -> dict[str, Any]:
         """msgpack/JSON-ready form (sent in the connection metadata)."""
-        return {"name": self.name, "resize": self.resize, "state_key": self.state_key,
+        return {"name": self.name, "resize": self.resize, "resample": self.resample,
+                "state_key": self.state_key,
                 "prompt_key": self.prompt_key, "action_dim": self.action_dim,
                 "cameras": [{"key": c.key, "required": c.required} for c in self.cameras],
                 "transforms": self.transforms.to_dict() if self.transforms else None}
@@ -463,7 +472,7 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
             mask.append(False)
             continue
         rgb = to_rgb_uint8(raw, source.key)
-        images.append(fit_image(rgb, height, width, layout.resize))
+        images.append(fit_image(rgb, height, width, layout.resize, layout.resample))
         mask.append(True)
     return MappedObservation(images, tuple(mask), state, state_in, prompt, layout.name,
                              transforms)

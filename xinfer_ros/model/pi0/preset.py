@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xinfer_ros.model.errors import CheckpointError
+from xinfer_ros.model.images import RESAMPLE_MODES
 from xinfer_ros.model.pi0.normalization import (
     IDENTITY,
+    OPENPI_STATS,
     Normalizer,
     find_checkpoint_stats,
     normalizer_from_mapping,
@@ -49,6 +51,7 @@ __all__ = [
     "WEIGHT_FILES",
     "Pi0Preset",
     "Pi0Spec",
+    "default_resample",
     "resolve_pi0",
 ]
 
@@ -85,6 +88,9 @@ class Pi0Preset:
         beta: RTC guidance weight clip.
         dtype: Parameter dtype name.
         seed: Seed of the random weights.
+        image_resample: Image resampling (:data:`~xinfer_ros.model.images.
+            RESAMPLE_MODES`); ``None``: the checkpoint's training convention
+            (:func:`default_resample`).
     """
 
     name: str
@@ -99,6 +105,7 @@ class Pi0Preset:
     beta: float = DEFAULT_BETA
     dtype: str = "float32"
     seed: int = 0
+    image_resample: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Pi0Preset:
@@ -126,6 +133,7 @@ class Pi0Preset:
                 beta=float(data.get("beta", DEFAULT_BETA)),
                 dtype=str(data.get("dtype", "float32")),
                 seed=int(data.get("seed", 0)),
+                image_resample=_resample_key(data.get("image_resample")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"π0 preset {data.get('name')!r}: missing or malformed "
@@ -156,6 +164,7 @@ class Pi0Spec:
         beta: RTC guidance clip.
         dtype: Parameter dtype name.
         seed: Seed of random weights and of nothing else.
+        resample: Image resampling of the checkpoint's training pipeline.
     """
 
     name: str
@@ -177,6 +186,7 @@ class Pi0Spec:
     beta: float
     dtype: str
     seed: int
+    resample: str = "area"
 
     def io(self) -> ModelIO:
         """What the model takes and returns (cameras at the model's square input)."""
@@ -186,6 +196,34 @@ class Pi0Spec:
             cameras=tuple(CameraIO(name, side, side) for name in self.cameras),
             state_dim=self.state_dim, action_dim=self.action_dim, horizon=self.chunk_size,
             num_steps=self.num_steps, masks_missing_cameras=True, resizes_images=True)
+
+
+def _resample_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in RESAMPLE_MODES:
+        raise ValueError(f"image_resample must be one of {list(RESAMPLE_MODES)}, got {value!r}")
+    return str(value)
+
+
+def default_resample(directory: Path | None, stats_source: str) -> str:
+    """The image resampling a checkpoint was trained with, from what its directory holds.
+
+    openpi's statistics (``norm_stats.json``): openpi's PIL bilinear. A lerobot
+    ``config.json``: lerobot's bilinear without antialiasing. transformers' own
+    ``config.json``: its ``PI0ImageProcessor``'s antialiased bicubic. Random weights
+    (no directory) were trained on nothing: the area filter.
+    """
+    if directory is None:
+        return "area"
+    if stats_source.endswith(OPENPI_STATS):
+        return "pil_bilinear"
+    config = directory / CONFIG_FILE
+    try:
+        lerobot = json.loads(config.read_text(encoding="utf-8")).get("type") == FAMILY
+    except (OSError, ValueError, AttributeError):
+        lerobot = False
+    return "bilinear_noaa" if lerobot else "pil_bicubic"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -348,5 +386,7 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
         dtype=preset.dtype,
         seed=preset.seed,
     )
+    spec = dataclasses.replace(spec, resample=preset.image_resample
+                               or default_resample(directory, spec.normalizer.source))
     _check_robot(spec, str(directory) if directory is not None else f"preset {preset.name}")
     return config, spec
