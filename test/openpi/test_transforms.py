@@ -166,3 +166,23 @@ def test_layout_resample_defaults_to_openpis_and_refuses_unknown(tmp_path: Path)
                     "clean_prompt: true}\n")
     with pytest.raises(ValueError, match=f"layout file {path}: field resample: must be one"):
         load_layout(str(path))
+
+
+def test_a_layout_the_model_cannot_carry_is_refused_at_start_up(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from xinfer_ros.cli.serve import main
+    from xinfer_ros.openpi.errors import LayoutSettingError
+    from xinfer_ros.openpi.server import OpenPIServer, ServerConfig
+
+    narrow = ModelSpec((("cam", 8, 8),), state_dim=8, horizon=4, action_dim=7)
+    with pytest.raises(LayoutSettingError, match=r"field transforms\.adapt_to_pi"):
+        OpenPIServer(object(), narrow, ServerConfig(layout=ALOHA))
+    OpenPIServer(object(), narrow, ServerConfig(layout=LIBERO))  # fits
+    # The emulated "tiny" model has 14 state and action values: ALOHA fits, and a
+    # 16-entry mask does not.
+    path = _layout_file(tmp_path, {"adapt_to_pi": False, "clean_prompt": True,
+                                   "delta_action_mask": [True] * 16}, action_dim=16)
+    assert main(["--openpi", "--port", "0", "--backend", "emulated", "--model", "tiny",
+                 "--layout", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "field transforms.delta_action_mask: 16 entries exceed" in err

@@ -133,13 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = _config(args)
         engine = _build_engine(args)
+        server = OpenPIServer(engine, ModelSpec.from_io(engine.backend.io), config)
     except (ValueError, OSError) as exc:
         print(f"xinfer-serve: {exc}", file=sys.stderr)
         return 2
     engine.start()
     try:
-        model = ModelSpec.from_io(engine.backend.io)
-        asyncio.run(_serve(OpenPIServer(engine, model, config), args.host))
+        asyncio.run(_serve(server, args.host))
     except OSError as exc:  # typically: the port is taken
         print(f"xinfer-serve: {exc}", file=sys.stderr)
         return 1

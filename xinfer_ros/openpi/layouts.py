@@ -74,6 +74,7 @@ __all__ = [
     "MappedObservation",
     "ModelSpec",
     "ObservationLayout",
+    "check_layout",
     "detect_layout",
     "fit_image",
     "load_layout",
@@ -295,6 +296,27 @@ def load_layout(name_or_path: str) -> ObservationLayout | None:
         return ObservationLayout.from_dict(data)
     except ValueError as exc:
         raise ValueError(f"layout file {path}: {exc}") from None
+
+
+def check_layout(layout: ObservationLayout, model: ModelSpec) -> None:
+    """Refuse, at start-up, a layout whose transforms the served model cannot carry.
+
+    Raises:
+        LayoutSettingError: ``adapt_to_pi`` on a model with fewer than 14 state or
+            action values, or a delta mask wider than the model's state or actions.
+    """
+    transforms = layout.transforms
+    assert transforms is not None  # refused when the layout was built
+    if transforms.adapt_to_pi and min(model.state_dim, model.action_dim) < ALOHA_DIM:
+        raise LayoutSettingError(
+            "transforms.adapt_to_pi", f"layout {layout.name!r} converts {ALOHA_DIM} ALOHA "
+            f"values; the model has state_dim {model.state_dim}, action_dim "
+            f"{model.action_dim}")
+    width = len(transforms.delta_action_mask)
+    for name, dim in (("state_dim", model.state_dim), ("action_dim", model.action_dim)):
+        if width > dim:
+            raise LayoutSettingError("transforms.delta_action_mask", f"{width} entries exceed "
+                                                                     f"the model's {name} {dim}")
 
 
 class _Missing:

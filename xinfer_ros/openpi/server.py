@@ -64,6 +64,7 @@ from xinfer_ros.openpi.layouts import (
     MappedObservation,
     ModelSpec,
     ObservationLayout,
+    check_layout,
     map_observation,
 )
 from xinfer_ros.openpi.options import XINFER_KEYS, RequestOptions, parse_options, valid_robot_id
@@ -217,12 +218,17 @@ class OpenPIServer:
 
     Use within one asyncio loop: ``await start()``, then ``await aclose()``; or run it
     on its own thread with :class:`ServerThread`.
+
+    Raises:
+        LayoutSettingError: when the configured layout's transforms do not fit the model.
     """
 
     def __init__(self, engine: Any, model: ModelSpec, config: ServerConfig | None = None) -> None:
         self.engine = engine
         self.model = model
         self.config = config if config is not None else ServerConfig()
+        if self.config.layout is not None:
+            check_layout(self.config.layout, model)
         self._server: Server | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._numbers = itertools.count(1)
