@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -72,20 +69,13 @@ def test_bilinear_noaa_is_torchs_interpolate_without_antialias() -> None:
     assert np.abs(area - ref_u8).mean() > 10 * diff.mean()
 
 
-def test_default_resample_follows_the_checkpoints_pipeline(tmp_path: Path) -> None:
+def test_default_resample_follows_the_checkpoints_pipeline() -> None:
     from xinfer_ros.model.pi0.preset import Pi0Preset, default_resample
 
-    lerobot = tmp_path / "lerobot"
-    lerobot.mkdir()
-    (lerobot / "config.json").write_text(json.dumps({"type": "pi0"}))
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    (hf / "config.json").write_text(json.dumps({"model_type": "pi0"}))
-    assert default_resample(lerobot, str(lerobot / "policy_preprocessor.json")) == \
-        "bilinear_noaa"
-    assert default_resample(hf, str(hf / "norm_stats.json")) == "pil_bilinear"  # openpi
-    assert default_resample(hf, "preset x") == "pil_bicubic"  # transformers' processor
-    assert default_resample(None, "identity (random weights)") == "area"
+    assert default_resample("lerobot", "/ckpt/policy_preprocessor.json") == "bilinear_noaa"
+    assert default_resample("transformers", "/ckpt/norm_stats.json") == "pil_bilinear"
+    assert default_resample("transformers", "/ckpt/processor_config.json") == "pil_bicubic"
+    assert default_resample("random", "identity (random weights)") == "area"
     base = {"name": "r", "family": "pi0", "robot": {"cameras": ["c"], "state_dim": 2,
                                                     "action_dim": 2}}
     assert Pi0Preset.from_dict({**base, "image_resample": "area"}).image_resample == "area"

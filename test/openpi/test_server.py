@@ -45,7 +45,9 @@ def http_get(server: Any, path: str, key: str | None = None) -> tuple[int, str]:
 
 def test_loopback_by_default() -> None:
     assert ServerConfig().host == "127.0.0.1"
-    assert build_parser().parse_args(["--openpi"]).host == "127.0.0.1"
+    from xinfer_ros.cli.serve import server_params
+
+    assert server_params(build_parser().parse_args(["--openpi"]))["openpi_host"] == "127.0.0.1"
 
 
 def test_metadata_reply_and_health(start_server: Any) -> None:

@@ -285,7 +285,8 @@ class Pi0StageModel(StageModel):
 
     def finish(self, state: Any) -> np.ndarray:
         """See :meth:`StageModel.finish`."""
-        return self.processor.postprocess(state.actions, state.prepared.rtc)
+        prepared = state.prepared
+        return self.processor.postprocess(state.actions, prepared.rtc, prepared.action_offset)
 
     def set_compile(self, mode: str) -> None:
         """See :meth:`StageModel.set_compile` (``torch.compile`` of the expert step)."""

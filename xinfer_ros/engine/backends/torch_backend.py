@@ -29,6 +29,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import signal
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from multiprocessing.connection import Connection
@@ -397,6 +398,9 @@ class _ActionWorkers:
 
 def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
     """Worker process: load the same model, then serve Action units."""
+    # The parent owns the worker's life (a None message or a closed pipe ends it); a
+    # Ctrl-C, which the terminal sends to the whole process group, is the parent's.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         if spec.cpus is not None:
             os.sched_setaffinity(0, set(spec.cpus))
