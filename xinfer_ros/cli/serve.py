@@ -161,13 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = server_params(args)
         config = _config(args, params)
         engine = _build_engine(params)
+        server = OpenPIServer(engine, ModelSpec.from_io(engine.backend.io), config)
     except (ValueError, OSError) as exc:
         print(f"xinfer-serve: {exc}", file=sys.stderr)
         return 2
     engine.start()
     try:
-        model = ModelSpec.from_io(engine.backend.io)
-        asyncio.run(_serve(OpenPIServer(engine, model, config), config.host))
+        asyncio.run(_serve(server, config.host))
     except OSError as exc:  # typically: the port is taken
         print(f"xinfer-serve: {exc}", file=sys.stderr)
         return 1

@@ -316,7 +316,8 @@ class InferenceServer(Node):
 
         inputs = request_inputs(
             robot, msg.robot_id, msg.instruction, observe,
-            prev=FlatChunk(msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim),
+            prev=FlatChunk(msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim,
+                           msg.prev_shift),
             commit=msg.commit_steps, action_shape=self.engine.backend.action_shape,
             seed=int(msg.seq))
         return inputs, tuple(stamps)

@@ -384,6 +384,8 @@ class RtcExecutor(Node):
             prev = self.queue.planned(tick, self.horizon)
             msg.prev_chunk = prev.astype(np.float32).ravel().tolist()
             msg.prev_horizon, msg.prev_action_dim = self.horizon, self.action_dim
+            # s of Eq. 5: rows past the queued keyframes are padding, not a plan.
+            msg.prev_shift = self.horizon - min(self.horizon, self.queue.remaining(tick))
         self._sent_unheard = not self._server_present()
         self.req_pub.publish(msg)
         self.requests_sent += 1

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xinfer_ros.model.errors import CheckpointError
+from xinfer_ros.model.images import RESAMPLE_MODES
 from xinfer_ros.model.pi0.lerobot_pipeline import (
     LerobotPipeline,
     PipelineStep,
@@ -66,6 +67,7 @@ __all__ = [
     "WEIGHT_FILES",
     "Pi0Preset",
     "Pi0Spec",
+    "default_resample",
     "resolve_pi0",
 ]
 
@@ -109,6 +111,9 @@ class Pi0Preset:
         beta: RTC guidance weight clip.
         dtype: Parameter dtype name.
         seed: Seed of the random weights.
+        image_resample: Image resampling (:data:`~xinfer_ros.model.images.
+            RESAMPLE_MODES`); ``None``: the checkpoint's training convention
+            (:func:`default_resample`).
     """
 
     name: str
@@ -123,6 +128,7 @@ class Pi0Preset:
     beta: float = DEFAULT_BETA
     dtype: str = "float32"
     seed: int = 0
+    image_resample: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Pi0Preset:
@@ -150,6 +156,7 @@ class Pi0Preset:
                 beta=float(data.get("beta", DEFAULT_BETA)),
                 dtype=str(data.get("dtype", "float32")),
                 seed=int(data.get("seed", 0)),
+                image_resample=_resample_key(data.get("image_resample")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"π0 preset {data.get('name')!r}: missing or malformed "
@@ -185,6 +192,7 @@ class Pi0Spec:
         relative: The joint mask of a relative-action policy (lerobot), else ``None``.
         steps: A lerobot checkpoint's pipeline steps and what runs for each.
         unused_files: Entries of the checkpoint directory the server does not use.
+        resample: Image resampling of the checkpoint's training pipeline.
     """
 
     name: str
@@ -211,6 +219,7 @@ class Pi0Spec:
     relative: RelativeActions | None = None
     steps: tuple[PipelineStep, ...] = ()
     unused_files: tuple[str, ...] = ()
+    resample: str = "area"
 
     def io(self) -> ModelIO:
         """What the model takes and returns (cameras at the model's square input)."""
@@ -220,6 +229,33 @@ class Pi0Spec:
             cameras=tuple(CameraIO(name, side, side) for name in self.cameras),
             state_dim=self.state_dim, action_dim=self.action_dim, horizon=self.chunk_size,
             num_steps=self.num_steps, masks_missing_cameras=True, resizes_images=True)
+
+
+def _resample_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in RESAMPLE_MODES:
+        raise ValueError(f"image_resample must be one of {list(RESAMPLE_MODES)}, got {value!r}")
+    return str(value)
+
+
+def default_resample(layout: str, stats_source: str) -> str:
+    """The image resampling a checkpoint was trained with, from what its directory holds.
+
+    Args:
+        layout: The checkpoint's layout (:data:`LAYOUTS`).
+        stats_source: Where its statistics came from (``Normalizer.source``).
+
+    openpi's statistics (``norm_stats.json``): openpi's PIL bilinear. A lerobot
+    checkpoint: lerobot's bilinear without antialiasing. transformers' own: its
+    ``PI0ImageProcessor``'s antialiased bicubic. Random weights were trained on
+    nothing: the area filter.
+    """
+    if layout == "random":
+        return "area"
+    if stats_source.endswith(OPENPI_STATS):
+        return "pil_bilinear"
+    return "bilinear_noaa" if layout == "lerobot" else "pil_bicubic"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -468,6 +504,8 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
         relative=pipeline.relative if pipeline is not None else None,
         steps=pipeline.steps if pipeline is not None else (),
     )
+    spec = dataclasses.replace(spec, resample=preset.image_resample
+                               or default_resample(spec.layout, spec.normalizer.source))
     _check_robot(spec, str(directory) if directory is not None else f"preset {preset.name}")
     _check_processor_config(spec)
     if directory is not None:

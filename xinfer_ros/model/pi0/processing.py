@@ -7,7 +7,8 @@ Inputs as a robot sends them become the tensors ``PI0ForConditionalGeneration`` 
   left out of the prefix, as transformers' ``embed_prefix`` does for a camera whose
   ``pixel_attention_mask`` is False). Each image (an ``HxWx3`` uint8 RGB array or
   JPEG/PNG bytes, any size) is resized with padding to the model's square input
-  (openpi's ``resize_with_pad``) and scaled to ``[-1, 1]``;
+  (openpi's ``resize_with_pad``), with the checkpoint's resampling
+  (``Pi0Spec.resample``), and scaled to ``[-1, 1]``;
 * **prompt**: the visual tokens, ``<bos>``, the instruction and a newline, padded to the preset's
   prompt length with masked pad tokens;
 * **state**: normalised with the checkpoint's statistics and zero-padded to
@@ -26,12 +27,18 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from xinfer_ros.model.errors import ImageError, StateError
-from xinfer_ros.model.images import ImageInput, decode_image, fit_image, normalize_image
+from xinfer_ros.model.images import (
+    ImageInput,
+    Resample,
+    decode_image,
+    fit_image,
+    normalize_image,
+)
 from xinfer_ros.model.pi0.tokenizer import encode_prompt
 from xinfer_ros.model.rtc_inputs import RTCInputs, build_rtc_inputs
 
@@ -100,7 +107,7 @@ class Pi0Processor:
 
     def prepare(self, inputs: Pi0Inputs, *, prev_chunk: Any = None, d: int = 0,
                 prev_shift: int = 0, rtc_mode: str = "soft", seed: int = 0,
-                request_id: str = "") -> Pi0Prepared:
+                request_id: str = "", prev_dims: int | None = None) -> Pi0Prepared:
         """Validate and convert one request (cheap checks first).
 
         Raises:
@@ -112,7 +119,7 @@ class Pi0Processor:
         rtc = build_rtc_inputs(
             prev_chunk, d, horizon=spec.chunk_size, action_dim=spec.action_dim,
             num_steps=spec.num_steps, beta=spec.beta, normalize=self._action_normalizer(offset),
-            prev_shift=prev_shift, mode=rtc_mode)
+            prev_shift=prev_shift, mode=rtc_mode, prev_dims=prev_dims)
         with self._lock:
             prompt, prompt_mask = encode_prompt(self.tokenizer, inputs.instruction,
                                                 spec.prompt_tokens, spec.newline)
@@ -173,7 +180,8 @@ class Pi0Processor:
             if image is None:
                 continue
             rgb = decode_image(image, f"images[{index}]")
-            pixels.append(normalize_image(fit_image(rgb, size, size, "pad")))
+            pixels.append(normalize_image(fit_image(
+                rgb, size, size, "pad", cast("Resample", self.spec.resample))))
             mask[index] = True
         if not pixels:
             raise ImageError("images", "no camera image: at least one is needed")
