@@ -62,9 +62,10 @@ class Harness:
             prev = np.asarray(req.prev_chunk, dtype=np.float32).reshape(H, D)
             actions[: req.commit_steps] = prev[: req.commit_steps]
         # The stand-in answers as whichever server the request was addressed to.
+        # As a server does, it names the observation it used: stamped at the request.
         msg = ActionChunk(robot_id=req.robot_id, seq=req.seq, status=ActionChunk.STATUS_OK,
                           horizon=H, action_dim=D, commit_steps=req.commit_steps,
-                          server=req.server)
+                          server=req.server, state_stamp=req.header.stamp)
         msg.actions = actions.ravel().tolist()
         return msg
 
@@ -294,7 +295,7 @@ def test_a_switch_resends_at_once_and_drops_the_left_servers_late_chunks(
     managed.answer = False  # server_a stalls with a request in flight
     managed.spin(0.3)
     stalled = managed.requests[-1][1]
-    assert stalled.server == "server_a" and ex._in_flight is not None
+    assert stalled.server == "server_a" and ex.core.in_flight_seq is not None
     applied = ex.queue.counters.chunks_applied
     switched_at = time.monotonic()
     managed.answer = True
