@@ -273,6 +273,7 @@ class RtcExecutor(LifecycleNode):
                                  t0=time.monotonic(), log=self._log)
         self.core.state = Lifecycle.UNCONFIGURED
         self._timers: list[Timer] = []
+        self._subs: list[Any] = []
         self._send_timer: Timer | None = None
         self._last_wall_diag = -math.inf
         if p["autostart"]:
@@ -493,8 +494,9 @@ class RtcExecutor(LifecycleNode):
     def _stop_trajectory(self) -> None:
         """An empty trajectory: joint_trajectory_controller stops and holds where it is."""
         self._stopped_output = True
-        if getattr(self, "traj_pub", None) is not None:
-            self.traj_pub.publish(JointTrajectory(joint_names=self.joint_names))
+        publisher = getattr(self, "traj_pub", None)
+        if publisher is not None:
+            publisher.publish(JointTrajectory(joint_names=self.joint_names))
 
     def _arm_send_timer(self, delay: float) -> None:
         # Sends happen at s_j + T_E itself, not at the next control tick.
