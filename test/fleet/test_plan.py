@@ -35,7 +35,7 @@ def test_plan_has_server_and_a_group_per_robot() -> None:
     # Executors clamp budgets to the server's own bound; fleet.yaml's rtc_executor section.
     assert plan[1].parameters == {"robot_id": "r1", "action_dim": 14, "max_budget_ms": 10000.0,
                                   "startup": "silent", "hold_timeout_s": 1.0,
-                                  "output": "commands"}
+                                  "output": "commands", "autostart": True}
     assert all(s.parameters["workload"] == "parcel" for s in sims)
     assert plan[1].module == "xinfer_ros.nodes.rtc_executor"
 
@@ -145,3 +145,13 @@ def test_several_servers_get_a_gpu_each_and_at_least_one_robot(tmp_path) -> None
     for bad in (0, 4):
         with pytest.raises(PlanError, match=r"servers must be 1\.\.3"):
             build_fleet_plan(3, backend="emulated", servers=bad)
+
+
+def test_real_robot_executors_wait_to_be_activated_unless_told_otherwise() -> None:
+    def autostart(**kw: object) -> list[bool]:
+        plan = build_fleet_plan(["r1", "r2"], backend="emulated", **kw)  # type: ignore[arg-type]
+        return [n.parameters["autostart"] for n in plan if n.executable == "rtc_executor"]
+
+    assert autostart() == [True, True]
+    assert autostart(sim=False) == [False, False]
+    assert autostart(sim=False, autostart=True) == [True, True]

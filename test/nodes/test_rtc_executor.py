@@ -484,3 +484,19 @@ def test_joint_limits_file_with_an_unknown_joint_is_refused(tmp_path) -> None:
         assert h.commands == [] and h.stats[-1].out_of_limit_chunks >= 2
     finally:
         h.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_second_publisher_of_requests_is_a_warning_naming_it(harness: Harness) -> None:
+    intruder = rclpy.create_node("intruder", namespace="elsewhere")
+    intruder.create_publisher(PolicyRequest, f"/{NS}/policy_request", 10)
+    harness.spinner.add_node(intruder)
+    try:
+        harness.spin(1.0)
+        entries = [s for s in harness.diagnostics[-1].status if s.name.endswith("/publishers")]
+        assert entries and entries[0].level == DiagnosticStatus.WARN
+        assert "/elsewhere/intruder" in entries[0].message
+        assert harness.diagnostics[-1].status[0].level == DiagnosticStatus.OK
+    finally:
+        harness.spinner.remove_node(intruder)
+        intruder.destroy_node()

@@ -336,3 +336,14 @@ def test_wall_clock_watchdog_stops_commands_when_the_tick_stalls() -> None:
 def test_watchdog_is_quiet_while_inactive() -> None:
     loop = Loop()
     assert not loop.core.check_watchdog(100.0)
+
+
+def test_strangers_on_the_robots_topics_are_named() -> None:
+    from xinfer_ros.rtc.executor_core import strangers
+
+    assert strangers("/r1/rtc_executor", ["/r1/rtc_executor"], ["/inference_server"]) == []
+    found = strangers("/r1/rtc_executor", ["/r1/rtc_executor", "/intruder"],
+                      ["/inference_server", "/server_b"])
+    assert found[0] == "unexpected publisher(s) on policy_request: /intruder"
+    assert "2 publishers on action_chunk" in found[1] and "/server_b" in found[1]
+    assert strangers("/r1/rtc_executor", [], ["/a", "/b"], servers=2) == []

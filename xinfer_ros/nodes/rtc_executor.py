@@ -110,6 +110,7 @@ from xinfer_ros.rtc.executor_core import (
     Level,
     Lifecycle,
     Request,
+    strangers,
 )
 from xinfer_ros.rtc.limits import CommandLimits, limits_from_yaml
 
@@ -276,6 +277,8 @@ class RtcExecutor(LifecycleNode):
         self._subs: list[Any] = []
         self._send_timer: Timer | None = None
         self._last_wall_diag = -math.inf
+        self._stopped_output = False  # an empty trajectory went out since the last chunk
+        self._warned_strangers: list[str] = []
         if p["autostart"]:
             self.trigger_configure()
             self.trigger_activate()
@@ -470,7 +473,6 @@ class RtcExecutor(LifecycleNode):
             self._publish_trajectory()
 
     # -- outputs ------------------------------------------------------------------------
-    _stopped_output = False
 
     def _publish_trajectory(self) -> None:
         """The queued keyframes from the next tick on, through the gate."""
@@ -578,6 +580,22 @@ class RtcExecutor(LifecycleNode):
         self.stats_pub.publish(msg)
         self.diag_pub.publish(self._diagnostics(msg))
 
+    def _publishing_nodes(self, topic: str) -> list[str]:
+        """Fully qualified names of the nodes publishing ``topic`` (from the graph)."""
+        return [f"{info.node_namespace.rstrip('/')}/{info.node_name}" if info.node_name
+                else "" for info in self.get_publishers_info_by_topic(topic)]
+
+    def _strangers(self) -> list[str]:
+        """Unexpected publishers on this robot's request and chunk topics."""
+        if not hasattr(self, "req_pub"):
+            return []
+        chunk_publishers = self._publishing_nodes(self._chunk_sub.topic_name)
+        # With a fleet manager every server publishes every robot's chunks.
+        servers = len(chunk_publishers) if self.assignment_topic else 1
+        return strangers(self.get_fully_qualified_name(),
+                         self._publishing_nodes(self.req_pub.topic_name), chunk_publishers,
+                         servers)
+
     def _diagnostics(self, stats: ExecutorStats) -> DiagnosticArray:
         level, text = self.core.status()
         diag = DiagnosticArray()
@@ -594,6 +612,14 @@ class RtcExecutor(LifecycleNode):
             level=bytes([int(level)]), name=f"xinfer/executor/{self.robot_id}",
             hardware_id=self.robot_id, message=text,
             values=[KeyValue(key=k, value=v) for k, v in values.items()]))
+        found = self._strangers()
+        if found:
+            if found != self._warned_strangers:
+                self.get_logger().warning("; ".join(found))
+            diag.status.append(DiagnosticStatus(
+                level=DiagnosticStatus.WARN, name=f"xinfer/executor/{self.robot_id}/publishers",
+                hardware_id=self.robot_id, message="; ".join(found)))
+        self._warned_strangers = found
         return diag
 
 

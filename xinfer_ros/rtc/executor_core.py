@@ -3,8 +3,8 @@
 The node (:mod:`xinfer_ros.nodes.rtc_executor`) turns messages into calls and the
 returned values into messages; everything it decides lives here:
 
-- **Send timing.** At most one request in flight; the next goes out at
-  ``max(s_j + T_E, r_j)`` (Eq. 1, :func:`xinfer_ros.core.timing.next_send`). A request
+- **Send timing** (:class:`xinfer_ros.rtc.request_cycle.RequestCycle`). At most one
+  request in flight; the next goes out at ``max(s_j + T_E, r_j)`` (Eq. 1). A request
   unanswered for ``request_timeout_s`` is abandoned and the next goes out at once, as
   it does when a server (re)appears after a request went out unheard.
 - **Assignment.** With a fleet manager requests go to the assigned server only; a
@@ -41,10 +41,10 @@ from enum import Enum, IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from xinfer_ros.core.timing import next_send
 from xinfer_ros.errors import XInferRosError
 from xinfer_ros.rtc.command_gate import CommandGate, LimitAction
 from xinfer_ros.rtc.limits import CommandLimits
+from xinfer_ros.rtc.request_cycle import RequestCycle
 from xinfer_ros.rtc.send_lag import SendLagStats
 from xinfer_ros.rtc.smoothness import SpliceSmoothness
 from xinfer_ros.rtc.splice import ActionQueue, SpliceError
@@ -59,6 +59,7 @@ __all__ = [
     "Level",
     "Lifecycle",
     "Request",
+    "strangers",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -279,8 +280,8 @@ class ExecutorCore:
         #: A broken limit stopped commands (``limit_action: stop``; cleared on activation).
         self.limit_stopped = False
         self.activations = 0
+        self.cycle = RequestCycle(c.min_period, c.request_timeout)
         self._in_flight: _InFlight | None = None
-        self._next_send = 0.0
         self._eq1_due = False
         self._tick = 0
         self._last_tick_at: float | None = None
@@ -308,9 +309,7 @@ class ExecutorCore:
         self.activations += 1
         self.limit_stopped = False
         self._reset_commanding()
-        self._in_flight = None
-        self._next_send = now
-        self._eq1_due = False
+        self._abandon(now)
         self._last_tick_at = now
         self._tick = max(self._tick, self.tick_at(now) + 1)
         self.log(Level.OK, f"activated: requesting chunks for {self.config.robot_id}")
@@ -321,7 +320,7 @@ class ExecutorCore:
             return
         self.state = Lifecycle.INACTIVE
         self._reset_commanding()
-        self._in_flight = None
+        self._abandon(self.cycle.next_send)
         self._dry_since = None
         self.queue.clear()
         self.log(Level.OK, "deactivated: commands stopped")
@@ -339,7 +338,7 @@ class ExecutorCore:
     @property
     def next_send_at(self) -> float:
         """When the next request is due (monotonic s)."""
-        return self._next_send
+        return self.cycle.next_send
 
     @property
     def in_flight_seq(self) -> int | None:
@@ -387,10 +386,14 @@ class ExecutorCore:
             self.server_switches += 1
         self.server, self.assigned = server, bool(server)
         self.unassigned_why = "" if server else why
-        self._in_flight = None
-        self._next_send = now
-        self._eq1_due = False
+        self._abandon(now)
         return True
+
+    def _abandon(self, now: float) -> None:
+        """Forget the request in flight (its answer is never applied); next due at ``now``."""
+        self._in_flight = None
+        self.cycle.abandon(now)
+        self._eq1_due = False
 
     # -- the control tick ---------------------------------------------------------------
     def tick(self, now: float) -> FloatArray | None:
@@ -485,7 +488,7 @@ class ExecutorCore:
             # A server that (re)appeared never saw the request in flight: resend now
             # rather than wait for the timeout.
             reappeared = flight.unheard and server_present
-            if now - flight.sent < self.config.request_timeout and not reappeared:
+            if not self.cycle.expired(now) and not reappeared:
                 return None
             if reappeared:
                 self.log(Level.OK, f"server appeared; resending request {flight.seq}")
@@ -493,13 +496,11 @@ class ExecutorCore:
                 self.request_timeouts += 1
                 self.log(Level.WARN, f"request {flight.seq} unanswered after "
                          f"{self.config.request_timeout:.2f} s; holding and resending")
-            self._in_flight = None
-            self._next_send = now
-            self._eq1_due = False
-        if now < self._next_send or not self.assigned:
+            self._abandon(now)
+        if not self.cycle.due(now) or not self.assigned:
             return None
         if self._eq1_due:
-            self.send_lag.record(now - self._next_send)
+            self.send_lag.record(now - self.cycle.next_send)
             self._eq1_due = False
         return self._send(now, stamp, server_present)
 
@@ -511,6 +512,7 @@ class ExecutorCore:
         self.requests_sent += 1
         self._in_flight = _InFlight(self.seq, tick, now, stamp, self.server,
                                     unheard=not server_present)
+        self.cycle.sent(self.seq, now)
         return Request(self.seq, tick, stamp, self.budget_ms, prev, self.server)
 
     # -- chunks -------------------------------------------------------------------------
@@ -572,7 +574,7 @@ class ExecutorCore:
         """The request in flight got its answer at ``now``: Eq. 1 schedules the next."""
         self.last_latency_ms = (now - flight.sent) * 1e3
         self._in_flight = None
-        self._next_send = next_send(flight.sent, now, self.config.min_period)
+        self.cycle.answered(now)
         self._eq1_due = True
 
     def _actions(self, chunk: Chunk) -> FloatArray:
@@ -643,3 +645,32 @@ class ExecutorCore:
         if self.gate.engaging:
             return Level.OK, "engaging: blending from the measured state"
         return Level.OK, "commanding"
+
+
+def strangers(me: str, request_publishers: Sequence[str],
+              chunk_publishers: Sequence[str], servers: int = 1) -> list[str]:
+    """Warnings about publishers on a robot's topics that should not be there.
+
+    Only the robot's own executor publishes its ``policy_request``; at most ``servers``
+    nodes (one without a fleet manager) publish its ``action_chunk``. Anyone else can
+    take the robot's service away or drive it (chunk sanity drops what it can tell).
+
+    Args:
+        me: This executor's fully qualified node name.
+        request_publishers: Fully qualified names of the nodes publishing
+            ``policy_request`` (empty names: the graph did not say).
+        chunk_publishers: The same for ``action_chunk``.
+        servers: How many servers may answer this robot.
+
+    Returns:
+        One line per problem (empty: none).
+    """
+    out: list[str] = []
+    others = [n or "<unnamed>" for n in request_publishers if n != me]
+    if others:
+        out.append(f"unexpected publisher(s) on policy_request: {', '.join(sorted(others))}")
+    if len(chunk_publishers) > servers:
+        names = ", ".join(sorted(n or "<unnamed>" for n in chunk_publishers))
+        out.append(f"{len(chunk_publishers)} publishers on action_chunk, expected at most "
+                   f"{servers} (two servers answering, or a stranger): {names}")
+    return out
