@@ -49,6 +49,11 @@ robots"):
 - **Wall-clock watchdog.** A steady-clock timer reports ERROR on ``/diagnostics`` and
   stops commands when the control tick has not run for ``watchdog_ticks × Δ`` (a node
   clock that stopped: ``use_sim_time`` without ``/clock``).
+- **Strangers.** Any node but this executor publishing ``policy_request``, or a second
+  publisher of ``action_chunk`` without a fleet manager, is a WARN on ``/diagnostics``
+  (``xinfer/executor/<robot>/publishers``) naming it. ``policy_request`` is keep-last 1
+  (:data:`xinfer_ros.nodes.qos.REQUEST_QOS`): a server resuming after a stall gets the
+  newest request, not a replay of the stale ones.
 
 The ``budget`` subscription matches both a latched (transient local) and a default
 (volatile) publisher. A budget outside ``[min_budget_ms, max_budget_ms]`` (the

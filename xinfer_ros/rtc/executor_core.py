@@ -320,6 +320,7 @@ class ExecutorCore:
             return
         self.state = Lifecycle.INACTIVE
         self._reset_commanding()
+        # The next request's time is set again on activation.
         self._abandon(self.cycle.next_send)
         self._dry_since = None
         self.queue.clear()
