@@ -32,9 +32,8 @@ ARGUMENTS = {
                    "sections (default: share/xinfer_ros/config/fleet.yaml)"),
     "use_sim_time": ("false", "every node follows /clock"),
     "openpi_port": ("", "also serve openpi clients on this port (default: from config)"),
-    "autostart": ("", "executors configure and activate themselves (default: true with "
-                      "sim, false with sim:=false: ros2 lifecycle set <robot>/rtc_executor "
-                      "configure, then activate)"),
+    "autostart": ("true", "executors configure and activate themselves (false: they wait "
+                          "for ros2 lifecycle set <robot>/rtc_executor configure, activate)"),
     "servers": ("1", "inference servers (server_0, server_1, ...); more than one adds the "
                      "fleet_manager, which assigns the robots to them"),
 }
@@ -58,7 +57,7 @@ def _nodes(context, *_args, **_kwargs):
         use_sim_time=_flag(value["use_sim_time"], "use_sim_time"),
         openpi_port=int(value["openpi_port"]) if value["openpi_port"] else None,
         servers=int(value["servers"]),
-        autostart=_flag(value["autostart"], "autostart") if value["autostart"] else None)
+        autostart=_flag(value["autostart"], "autostart"))
     return [
         Node(package="xinfer_ros", executable=spec.executable, name=spec.name,
              namespace=spec.namespace, parameters=[spec.parameters], output="screen",

@@ -147,11 +147,10 @@ def test_several_servers_get_a_gpu_each_and_at_least_one_robot(tmp_path) -> None
             build_fleet_plan(3, backend="emulated", servers=bad)
 
 
-def test_real_robot_executors_wait_to_be_activated_unless_told_otherwise() -> None:
+def test_executors_autostart_unless_told_to_wait_for_activation() -> None:
     def autostart(**kw: object) -> list[bool]:
         plan = build_fleet_plan(["r1", "r2"], backend="emulated", **kw)  # type: ignore[arg-type]
         return [n.parameters["autostart"] for n in plan if n.executable == "rtc_executor"]
 
-    assert autostart() == [True, True]
-    assert autostart(sim=False) == [False, False]
-    assert autostart(sim=False, autostart=True) == [True, True]
+    assert autostart() == autostart(sim=False) == [True, True]
+    assert autostart(sim=False, autostart=False) == [False, False]

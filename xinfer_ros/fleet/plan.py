@@ -201,7 +201,7 @@ def build_fleet_plan(
     use_sim_time: bool = False,
     openpi_port: int | None = None,
     servers: int = 1,
-    autostart: bool | None = None,
+    autostart: bool = True,
 ) -> list[NodeSpec]:
     """The nodes of a fleet: its servers, and an executor (and a robot_sim) per robot.
 
@@ -233,8 +233,8 @@ def build_fleet_plan(
             server runs on its own GPU when ``device`` is an index-less ``cuda``
             (``cuda:0``, ``cuda:1``, ...); the openpi endpoint runs on the first only.
             The plan lists the servers (and the manager) first.
-        autostart: The executors configure and activate themselves (default: with
-            ``sim``; real robots wait for ``ros2 lifecycle set <executor> activate``).
+        autostart: The executors configure and activate themselves (``False``: they
+            wait for ``ros2 lifecycle set <executor> configure`` and ``activate``).
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -270,7 +270,7 @@ def build_fleet_plan(
         plan.append(NodeSpec("rtc_executor", "rtc_executor", robot_ns, {
             **executor, **_section(data, f"/{name}/rtc_executor"), "robot_id": name,
             "action_dim": robot["action_dim"],
-            "autostart": sim if autostart is None else autostart, **clock}))
+            "autostart": autostart, **clock}))
         if not sim:
             continue
         params = {"robot_index": index, "fleet_size": len(names), "workload": workload,
