@@ -59,3 +59,27 @@ def test_bridge_serves_on_the_node_engine_and_reserves_ros_names(
         assert bridge.stats()["robots"]["web_arm"]["ok"] == 1
     finally:
         bridge.close()
+
+
+def test_bridge_sets_the_connection_limit_and_validates_it(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xinfer_ros.nodes import openpi_bridge
+
+    with pytest.raises(ValueError, match=r"'openpi_max_connections'=0 is out of range"):
+        start_openpi_bridge(FakeNode(engine, openpi_port=18000, openpi_max_connections=0))
+    with pytest.raises(ValueError, match=r"'openpi_idle_timeout_s'=-1\.0 is out of range"):
+        start_openpi_bridge(FakeNode(engine, openpi_port=18000, openpi_idle_timeout_s=-1.0))
+    real = openpi_bridge.ServerConfig
+    monkeypatch.setattr(openpi_bridge, "ServerConfig", lambda **kw: real(**{**kw, "port": 0}))
+    bridge = start_openpi_bridge(FakeNode(engine, openpi_port=18000, openpi_max_connections=1,
+                                          openpi_rate_limit_hz=5.0))
+    assert bridge is not None
+    try:
+        assert bridge.server.config.rate_limit_hz == 5.0
+        with OpenPIClient(f"ws://127.0.0.1:{bridge.port}/a"):
+            with pytest.raises(websockets.InvalidStatus) as info:
+                OpenPIClient(f"ws://127.0.0.1:{bridge.port}/b")
+            assert info.value.response.status_code == 503
+        assert bridge.stats()["refused"] == {"connection_limit": 1}
+    finally:
+        bridge.close()

@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-message-bytes", type=int, default=None, help="default 16 MiB")
     p.add_argument("--max-connections", type=int, default=None, help="default 64")
     p.add_argument("--request-timeout-s", type=float, default=None, help="default 30 s")
+    p.add_argument("--idle-timeout-s", type=float, default=None,
+                   help="close a connection without a complete message for this long "
+                        "(0: never; default 60 s)")
+    p.add_argument("--rate-limit-hz", type=float, default=None,
+                   help="messages per second per connection (default 100)")
+    p.add_argument("--rate-limit-mib-s", type=float, default=None,
+                   help="message MiB per second per connection (default 64)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -100,7 +107,8 @@ def _config(args: argparse.Namespace) -> Any:
         default_prompt=args.default_prompt,
         api_key=resolve_api_key(args.api_key_file),
         allowlist=tuple(args.allow) if args.allow else None, model_name=args.model,
-        **{k: v for k in ("max_message_bytes", "max_connections", "request_timeout_s")
+        **{k: v for k in ("max_message_bytes", "max_connections", "request_timeout_s",
+                          "idle_timeout_s", "rate_limit_hz", "rate_limit_mib_s")
            if (v := getattr(args, k)) is not None})
 
 

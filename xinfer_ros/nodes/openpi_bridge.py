@@ -17,7 +17,9 @@ Parameters (declared on the node by :func:`start_openpi_bridge`): ``openpi_port`
 off, the default), ``openpi_host`` (127.0.0.1), ``openpi_layout``, ``openpi_budget_ms``,
 ``openpi_api_key_file`` (the key itself is never a parameter: a file, or the environment
 variable ``XINFER_OPENPI_API_KEY``), ``openpi_allow`` (comma-separated ids, empty: any),
-``openpi_max_message_bytes``. The node's ROS robot names are reserved: an openpi client
+``openpi_max_message_bytes``, ``openpi_max_connections``, ``openpi_idle_timeout_s`` (0:
+never), ``openpi_rate_limit_hz`` and ``openpi_rate_limit_mib_s`` (per connection). The
+node's ROS robot names are reserved: an openpi client
 cannot take one (the engine would shed that robot's requests as superseded). openpi
 robots do not appear in ``/xinfer/fleet_stats`` (the node's statistics are per ROS
 robot); the endpoint's ``GET /stats`` reports them.
@@ -46,6 +48,14 @@ OPENPI_PARAMS = [
     ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),
     ParamSpec("openpi_max_message_bytes", 16 * 1024 * 1024, "largest openpi message",
               1024, 1 << 30),
+    ParamSpec("openpi_max_connections", 64, "concurrent openpi connections (more get HTTP "
+              "503)", 1, 4096),
+    ParamSpec("openpi_idle_timeout_s", 60.0, "close an openpi connection without a complete "
+              "message for this long (s; 0: never)", 0.0, 86400.0),
+    ParamSpec("openpi_rate_limit_hz", 100.0, "messages per second one openpi connection may "
+              "send", 0.1, 100000.0),
+    ParamSpec("openpi_rate_limit_mib_s", 64.0, "message MiB per second one openpi "
+              "connection may send", 0.1, 1e6),
 ]
 
 
@@ -101,7 +111,10 @@ def start_openpi_bridge(node: Any) -> OpenPIBridge | None:
                                             DEFAULT_MAX_BUDGET * MS_PER_S)),
         api_key=resolve_api_key(p["openpi_api_key_file"]), allowlist=allow,
         reserved_ids=tuple(node.params.get("robots", ())),
-        max_message_bytes=p["openpi_max_message_bytes"], model_name=node.params["model"])
+        max_message_bytes=p["openpi_max_message_bytes"],
+        max_connections=p["openpi_max_connections"],
+        idle_timeout_s=p["openpi_idle_timeout_s"], rate_limit_hz=p["openpi_rate_limit_hz"],
+        rate_limit_mib_s=p["openpi_rate_limit_mib_s"], model_name=node.params["model"])
     model = ModelSpec.from_io(node.io)
     bridge = OpenPIBridge(node.engine, model, config)
     port = bridge.start()
