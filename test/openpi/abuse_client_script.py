@@ -76,8 +76,11 @@ class Abuse:
         self.reasons[name] = got
 
         def run() -> None:
-            with contextlib.suppress(websockets.ConnectionClosed, OSError, TimeoutError):
+            try:
                 body(got)
+            except (websockets.ConnectionClosed, OSError, TimeoutError) as exc:
+                if not got:  # closed before any reason: say how
+                    got.append(f"<{type(exc).__name__}>")
 
         thread = threading.Thread(target=run, name=name, daemon=True)
         self.threads.append(thread)
@@ -118,15 +121,17 @@ class Abuse:
         def body(got: list[str]) -> None:
             with connect(self.uri, compression=None) as ws:
                 unpackb(ws.recv(timeout=30))
+                # Raw bytes on the socket; the connection's own reader still parses what
+                # the server sends, so the reason arrives through recv().
                 ws.socket.sendall(b"\x82\xfe\x10\x00" + os.urandom(4))  # 4096 B, masked
-                ws.socket.settimeout(0.1)
                 while True:
-                    ws.socket.sendall(b"\x00")
                     try:
-                        data = ws.socket.recv(4096)
+                        reply = ws.recv(timeout=0.1)
                     except TimeoutError:
+                        with contextlib.suppress(OSError):
+                            ws.socket.sendall(b"\x00")
                         continue
-                    got.append(_text_frame(data))
+                    got.append(str(reply).split(":")[0])
                     return
         self._actor(name, body)
 
@@ -134,17 +139,6 @@ class Abuse:
         self.stop.set()
         for thread in self.threads:
             thread.join(90)
-
-
-def _text_frame(data: bytes) -> str:
-    """The reason of the server's first (unmasked, short) text frame in ``data``."""
-    if len(data) < 2 or data[0] != 0x81:
-        return f"<no text frame: {data[:8]!r}>"
-    length = data[1] & 0x7F
-    start = 2 if length < 126 else 4
-    if length == 126:
-        length = struct.unpack(">H", data[2:4])[0]
-    return data[start:start + length].decode(errors="replace").split(":")[0]
 
 
 def main(config: dict) -> None:
