@@ -32,6 +32,7 @@ setup(
             "xinfer-record = xinfer_ros.cli.record:main",
             "xinfer-replay = xinfer_ros.cli.replay:main",
             "xinfer-serve = xinfer_ros.cli.serve:main",
+            "xinfer-check-checkpoint = xinfer_ros.cli.check_checkpoint:main",
         ],
     },
 )

@@ -10,9 +10,14 @@ A thin adapter: the node list and parameters come from
 xinfer_ros.fleet.plan.build_fleet_plan, which xinfer-fleet uses too. DDS discovery
 stays on this machine unless ROS_AUTOMATIC_DISCOVERY_RANGE is set (the nodes default
 it to LOCALHOST).
+
+An inference server that dies ends the launch with a non-zero status and one line
+naming it, unless ``respawn:=true``: then launch restarts it after ``respawn_delay_s``
+and the executors' /diagnostics say that they wait for it.
 """
 
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler
+from launch.event_handlers import OnProcessExit
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
@@ -34,7 +39,14 @@ ARGUMENTS = {
     "openpi_port": ("", "also serve openpi clients on this port (default: from config)"),
     "servers": ("1", "inference servers (server_0, server_1, ...); more than one adds the "
                      "fleet_manager, which assigns the robots to them"),
+    "respawn": ("false", "restart a dead inference server after respawn_delay_s (false: a "
+                         "server's death ends the launch with an error naming it)"),
+    "respawn_delay_s": ("2.0", "seconds before a dead inference server is restarted"),
 }
+
+
+class NodeDiedError(RuntimeError):
+    """An inference server died while the fleet ran (launch exits non-zero, naming it)."""
 
 
 def _flag(text: str, name: str) -> bool:
@@ -45,8 +57,25 @@ def _flag(text: str, name: str) -> bool:
     raise ValueError(f"launch argument {name}:={text!r}: expected true or false")
 
 
+def _server_died(event, context):
+    """Without respawn, a dead server ends the launch.
+
+    Raising is how a launch file makes ``ros2 launch`` exit non-zero: launch logs the
+    one line and shuts every node down.
+    """
+    if context.is_shutdown:
+        return None  # stopped by the launch itself (Ctrl-C, another node's death)
+    raise NodeDiedError(
+        f"inference server {event.action.name} exited with status {event.returncode}; "
+        "stopping the fleet (respawn:=true restarts it instead)")
+
+
 def _nodes(context, *_args, **_kwargs):
     value = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
+    respawn = _flag(value["respawn"], "respawn")
+    delay = float(value["respawn_delay_s"])
+    if delay < 0.0:
+        raise ValueError(f"launch argument respawn_delay_s:={delay:g}: expected >= 0")
     plan = build_fleet_plan(
         value["robots"], backend=value["backend"] or None, model=value["model"] or None,
         model_path=value["model_path"] or None, policy=value["policy"] or None,
@@ -54,13 +83,18 @@ def _nodes(context, *_args, **_kwargs):
         sim=_flag(value["sim"], "sim"), namespace=value["namespace"],
         use_sim_time=_flag(value["use_sim_time"], "use_sim_time"),
         openpi_port=int(value["openpi_port"]) if value["openpi_port"] else None,
-        servers=int(value["servers"]))
-    return [
-        Node(package="xinfer_ros", executable=spec.executable, name=spec.name,
-             namespace=spec.namespace, parameters=[spec.parameters], output="screen",
-             emulate_tty=True)
-        for spec in plan
-    ]
+        servers=int(value["servers"]), server_respawn=respawn)
+    actions = []
+    for spec in plan:
+        server = spec.executable == "inference_server"
+        node = Node(package="xinfer_ros", executable=spec.executable, name=spec.name,
+                    namespace=spec.namespace, parameters=[spec.parameters], output="screen",
+                    emulate_tty=True, respawn=server and respawn, respawn_delay=delay)
+        actions.append(node)
+        if server and not respawn:
+            actions.append(RegisterEventHandler(OnProcessExit(target_action=node,
+                                                              on_exit=_server_died)))
+    return actions
 
 
 def generate_launch_description() -> LaunchDescription:

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"errors", "core", "rtc", "config_paths"},
     "engine": {"errors", "core", "rtc", "model", "config_paths"},
     "bags": {"errors", "core", "config_paths"},
-    "fleet": {"errors", "core", "model", "config_paths"},
+    "fleet": {"errors", "core", "model", "serving", "config_paths"},
     "serving": {"errors", "core", "model", "config_paths"},
     "openpi": {"errors", "core", "model", "serving", "config_paths"},
     "nodes": {"errors", "core", "rtc", "sim", "model", "engine", "bags", "fleet", "serving",

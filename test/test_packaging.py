@@ -28,7 +28,8 @@ def test_pip_install_in_a_plain_venv(tmp_path) -> None:
                          cwd=tmp_path).stdout.split()
     assert out == ["True", "True"]  # imported without ROS and without torch
     for script in ("xinfer-sim", "xinfer-bench", "xinfer-fleet", "xinfer-calibrate",
-                   "xinfer-record", "xinfer-replay", "xinfer-serve"):
+                   "xinfer-record", "xinfer-replay", "xinfer-serve",
+                   "xinfer-check-checkpoint"):
         assert (venv / "bin" / script).exists(), script
     run = subprocess.run([str(venv / "bin" / "xinfer-sim"), "run", "--policy", "xinfer",
                           "--workload", "phases", "--robots", "2", "--rounds", "1"],

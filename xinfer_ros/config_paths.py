@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["config_dir", "msg_dir"]
+__all__ = ["config_dir", "config_file", "msg_dir"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _SOURCE_ROOT = _PACKAGE.parent
@@ -39,3 +39,11 @@ def config_dir() -> Path:
 def msg_dir() -> Path:
     """The interface definitions (``msg/*.msg``; rosidl installs them to share/)."""
     return _shared("msg")
+
+
+def config_file(name: str) -> str:
+    """A path as given, or a bare file name looked up in :func:`config_dir`."""
+    path = Path(name)
+    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
+        return str(path)
+    return str(config_dir() / name)

@@ -145,3 +145,11 @@ def test_several_servers_get_a_gpu_each_and_at_least_one_robot(tmp_path) -> None
     for bad in (0, 4):
         with pytest.raises(PlanError, match=r"servers must be 1\.\.3"):
             build_fleet_plan(3, backend="emulated", servers=bad)
+
+
+def test_a_misspelt_server_parameter_stops_the_plan(tmp_path) -> None:
+    """ROS would drop an undeclared parameter silently; the plan names it instead."""
+    config = tmp_path / "fleet.yaml"
+    config.write_text(default_config().read_text().replace("max_budget_ms:", "max_budgt_ms:"))
+    with pytest.raises(PlanError, match=r"unknown parameter 'max_budgt_ms'"):
+        build_fleet_plan(2, config=config)

@@ -108,6 +108,9 @@ def test_requests_follow_eq1_and_carry_budget_and_prefix(harness: Harness) -> No
     assert not reqs[0].prev_chunk and len(reqs[1].prev_chunk) == H * D
     assert [r.seq for r in reqs] == list(range(1, len(reqs) + 1))
     assert all(r.commit_steps == 8 and r.robot_id == NS for r in reqs)
+    # s of Eq. 5: keyframes of the queued chunk executed by the send, T_E / Δ ticks
+    # (its rows after H - s are padding the server must not guide towards).
+    assert all(abs(r.prev_shift - 0.18 / r.keyframe_spacing_s) <= 2 for r in reqs[2:])
     # Commands step from one chunk's level to the next; the frozen prefix keeps
     # every handoff continuous (no value outside the levels of the chunks sent).
     levels = {k * 100.0 + 1.0 for k in range(1, len(reqs) + 1)} | {0.0}

@@ -17,6 +17,7 @@ from xinfer_ros.openpi.layouts import (
     to_rgb_uint8,
 )
 from xinfer_ros.openpi.options import parse_options
+from xinfer_ros.openpi.transforms import IDENTITY_TRANSFORMS
 
 MODEL = ModelSpec.from_preset("tiny")  # cameras 224x352, 224x320, 224x320
 
@@ -61,7 +62,12 @@ def test_aloha_chw_float_images_and_missing_wrist_is_masked() -> None:
     assert m.images[0].shape == (224, 352, 3) and m.images[0].max() == 50
     assert m.images[1].shape == (224, 320, 3)
     assert abs(int(m.images[1][112, 160, 0]) - 128) <= 1   # 0.5 * 255
-    np.testing.assert_allclose(m.state, np.linspace(-1, 1, 14))
+    # adapt_to_pi: joints 1, 2, 8, 9 change sign, the others stay (grippers: see
+    # test_transforms.py)
+    sent = np.linspace(-1, 1, 14)
+    keep, flip = [0, 3, 4, 5, 7, 10, 11, 12], [1, 2, 8, 9]
+    np.testing.assert_allclose(m.state[keep], sent[keep])
+    np.testing.assert_allclose(m.state[flip], -sent[flip])
 
 
 def test_auto_detects_builtin_layouts_and_accepts_flat_or_nested_keys() -> None:
@@ -104,7 +110,8 @@ def test_malformed_or_missing_fields_name_the_field(obs: object, field: str) -> 
 def test_default_prompt_and_optional_state() -> None:
     obs = {k: v for k, v in libero_obs().items() if k != "prompt"}
     assert map_observation(obs, LIBERO, MODEL, default_prompt="go").prompt == "go"
-    layout = ObservationLayout("cam_only", LIBERO.cameras, "nope", state_required=False)
+    layout = ObservationLayout("cam_only", LIBERO.cameras, "nope", state_required=False,
+                               transforms=IDENTITY_TRANSFORMS)
     m = map_observation(libero_obs(), layout, MODEL)
     assert m.state_dim_in == 0 and not m.state.any()
 
@@ -113,7 +120,8 @@ def test_custom_layout_from_yaml(tmp_path: Path) -> None:
     path = tmp_path / "arm.yaml"
     path.write_text("name: arm\ncameras:\n  - {key: obs/front, required: true}\n"
                     "  - obs/wrist\nstate_key: obs/joints\nprompt_key: task\n"
-                    "action_dim: 6\nresize: stretch\n")
+                    "action_dim: 6\nresize: stretch\ntransforms: {adapt_to_pi: false, "
+                    "delta_action_mask: [], clean_prompt: false}\n")
     layout = load_layout(str(path))
     assert layout is not None and layout.action_dim == 6 and layout.resize == "stretch"
     obs = {"obs": {"front": np.full((100, 100, 3), 9, np.uint8), "joints": [0.1, 0.2]},
@@ -172,3 +180,15 @@ def test_options_reject_bad_values(obs: dict[str, object]) -> None:
     field = info.value.field
     detail = str(info.value).removeprefix(f"{field}: ")
     assert not detail.startswith(field.rsplit("/", 1)[-1]), str(info.value)
+
+
+def test_prev_shift_option_is_validated_and_only_kept_with_a_chunk() -> None:
+    kwargs = {"default_budget_ms": 100.0, "max_budget_ms": 1000.0, "horizon": 16,
+              "action_dim": 14, "out_dim": 7}
+    chunk = np.zeros((16, 7))
+    opts = parse_options({"xinfer/prev_chunk": chunk, "xinfer/prev_shift": 5}, **kwargs)
+    assert opts.prev_shift == 5
+    assert parse_options({"xinfer/prev_shift": 5}, **kwargs).prev_shift == 0
+    with pytest.raises(ObservationFieldError) as info:
+        parse_options({"xinfer/prev_chunk": chunk, "xinfer/prev_shift": 17}, **kwargs)
+    assert info.value.field == "xinfer/prev_shift"

@@ -45,7 +45,9 @@ def http_get(server: Any, path: str, key: str | None = None) -> tuple[int, str]:
 
 def test_loopback_by_default() -> None:
     assert ServerConfig().host == "127.0.0.1"
-    assert build_parser().parse_args(["--openpi"]).host == "127.0.0.1"
+    from xinfer_ros.cli.serve import server_params
+
+    assert server_params(build_parser().parse_args(["--openpi"]))["openpi_host"] == "127.0.0.1"
 
 
 def test_metadata_reply_and_health(start_server: Any) -> None:
@@ -100,6 +102,7 @@ def test_budget_robot_id_and_rtc_fields_reach_the_engine(start_server: Any,
     assert engine.robots == ["arm_7"] and engine.budgets == [90.0]
     inputs = engine.inputs[0]
     assert inputs["d"] == 5 and inputs["seed"] == 11 and inputs["prev_chunk"].shape == (16, 14)
+    assert inputs["prev_dims"] == 7  # LIBERO's 7 of 14: the rest is padding for the model
     assert [im.shape for im in inputs["images"]] == [(224, 352, 3), (224, 320, 3),
                                                      (224, 320, 3)]
     assert inputs["state"].shape == (14,) and inputs["instruction"] == "stack the blocks"

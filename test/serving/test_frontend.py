@@ -116,3 +116,79 @@ def test_camera_image_passes_fits_or_refuses_other_sizes() -> None:
     assert (boxed[:, 176] == 90).all()
     with pytest.raises(ImageError, match=r"camera_2: image is 100x100; the model takes 352x224"):
         camera_image(frame, 2, (224, 352), strict=True, resizes=False)
+
+
+def _rtc_of(inputs: dict[str, object], horizon: int, dim: int) -> object:
+    """The RTC inputs a model builds from the engine inputs (as every model's prepare)."""
+    from xinfer_ros.model.rtc_inputs import build_rtc_inputs
+
+    return build_rtc_inputs(inputs["prev_chunk"], inputs["d"], horizon=horizon,
+                            action_dim=dim, num_steps=4, beta=5.0, normalize=lambda a: a,
+                            prev_shift=inputs.get("prev_shift", 0))
+
+
+def test_the_requests_shift_reaches_the_model_and_no_weight_lands_on_padding() -> None:
+    horizon, dim, d, shift = 50, 2, 8, 20
+    # The executor's aligned chunk: 30 planned rows, then its last command repeated.
+    planned = np.arange(horizon * dim, dtype=np.float64).reshape(horizon, dim)
+    planned[horizon - shift:] = planned[horizon - shift - 1]
+    prev = FlatChunk(planned.ravel().tolist(), horizon, dim, shift)
+    inputs = _inputs(prev=prev, commit=d, action_shape=(horizon, dim))
+    assert inputs["prev_shift"] == shift
+    rtc = _rtc_of(inputs, horizon, dim)
+    weights = rtc.weights  # type: ignore[attr-defined]
+    assert rtc.overlap == horizon - shift  # type: ignore[attr-defined]
+    assert not weights[horizon - shift:].any()              # Eq. 5: 0 for i >= H - s
+    assert np.all(weights[:d] == 1.0) and np.all(weights[d:horizon - shift] > 0)
+    # Eq. 5 by hand on the overlap: c_i = (H - s - i) / (H - s - d + 1)
+    i = np.arange(d, horizon - shift)
+    c = (horizon - shift - i) / (horizon - shift - d + 1)
+    np.testing.assert_allclose(weights[d:horizon - shift], c * np.expm1(c) / np.expm1(1.0),
+                               rtol=1e-6)
+    # Guidance targets the planned rows, unshifted (row i is the plan for tick send + i).
+    np.testing.assert_array_equal(rtc.aligned_raw[:horizon - shift],  # type: ignore[attr-defined]
+                                  planned[:horizon - shift])
+
+
+def test_old_requests_without_a_shift_keep_the_whole_chunk() -> None:
+    planned = np.ones((16, 2))
+    inputs = _inputs(prev=FlatChunk(planned.ravel().tolist(), 16, 2), commit=8,
+                     action_shape=(16, 2))
+    assert "prev_shift" not in inputs
+    assert _rtc_of(inputs, 16, 2).overlap == 16  # type: ignore[attr-defined]
+
+
+def test_a_dry_queue_keeps_the_committed_prefix_pinned_to_the_held_command() -> None:
+    # 3 planned rows, d = 8: the robot holds its last command for 5 committed ticks.
+    horizon, dim, d = 16, 2, 8
+    planned = np.zeros((horizon, dim))
+    planned[:3] = [[1, 1], [2, 2], [3, 3]]
+    planned[3:] = planned[2]
+    inputs = _inputs(prev=FlatChunk(planned.ravel().tolist(), horizon, dim, horizon - 3),
+                     commit=d, action_shape=(horizon, dim))
+    assert inputs["prev_shift"] == horizon - d
+    rtc = _rtc_of(inputs, horizon, dim)
+    assert rtc.frozen == d and not rtc.weights[d:].any()  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(rtc.aligned_raw[:d], planned[:d])  # type: ignore[attr-defined]
+    with pytest.raises(CommitLengthError, match="prev_shift: 17 outside"):
+        _inputs(prev=FlatChunk(planned.ravel().tolist(), horizon, dim, 17), commit=d,
+                action_shape=(horizon, dim))
+
+
+def test_a_narrow_previous_chunk_is_padded_with_zeros_in_model_units() -> None:
+    from xinfer_ros.model.rtc_inputs import build_rtc_inputs
+
+    mean, std = np.arange(1.0, 5.0), np.full(4, 2.0)
+    prev = previous_chunk(np.full((6, 2), 3.0), 6, 4, columns=2)
+    inputs = engine_inputs([None], "pick", np.zeros(4), prev_chunk=prev, commit=2, seed=0,
+                           prev_dims=2)
+    assert inputs["prev_dims"] == 2
+    rtc = build_rtc_inputs(inputs["prev_chunk"], inputs["d"], horizon=6, action_dim=4,
+                           num_steps=4, beta=5.0, normalize=lambda a: (a - mean) / std,
+                           prev_dims=inputs["prev_dims"])
+    assert rtc is not None
+    np.testing.assert_allclose(rtc.aligned_norm[:, :2], np.tile((3.0 - mean[:2]) / std[:2], (6, 1)))
+    assert not rtc.aligned_norm[:, 2:].any()  # not (0 - mean) / std = -1.5, -2
+    # A full-width chunk has nothing to mark.
+    assert "prev_dims" not in engine_inputs([None], "pick", np.zeros(4), prev_chunk=prev,
+                                            commit=2, seed=0, prev_dims=4)

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from xinfer_ros.core.metrics import ResponseRecord
-from xinfer_ros.serving.ledger import Outcome, ServingLedger
+from xinfer_ros.serving.ledger import Outcome, ServingLedger, request_age
 
 
 def _record(arrival: float, latency: float, budget: float = 0.2,
@@ -76,3 +76,32 @@ def test_active_robots_are_those_with_a_request_in_the_window() -> None:
     ledger.record("b", ResponseRecord(7.0, 7.05, 0.2, ok=True), Outcome.OK)
     assert ledger.active(11.0, 2.0) == ["a"]  # b's last request is 4 s old, c has none
     assert ledger.active(11.0, 5.0) == ["a", "b"]
+
+
+def test_request_age_shows_queueing_before_the_callback() -> None:
+    """Server-side latency alone says on time; counted from the robot's stamp it is not."""
+    ledger = ServingLedger(["a"])
+    # Budget 200 ms, 50 ms in the server: on time for the server. Ages 10 ms and 300 ms.
+    ledger.record("a", ResponseRecord(10.0, 10.05, 0.2, ok=True), Outcome.OK, age=0.010)
+    ledger.record("a", ResponseRecord(11.0, 11.05, 0.2, ok=True), Outcome.OK, age=0.300)
+    ledger.record("a", ResponseRecord(12.0, 12.05, 0.2, ok=True), Outcome.OK)  # no stamp
+    [a], _ = ledger.summaries(now=20.0, window_s=15.0)
+    assert a.attainment == 1.0 and a.requests == 3
+    assert a.stamp_attainment == 0.5  # of the two with a usable stamp
+    assert a.request_age_p50_ms == pytest.approx(155.0)
+    assert 290.0 < a.request_age_p99_ms <= 300.0
+    [b], _ = ServingLedger(["b"]).summaries(now=20.0, window_s=15.0)
+    assert math.isnan(b.request_age_p50_ms) and math.isnan(b.stamp_attainment)
+
+
+@pytest.mark.parametrize(("now_s", "stamp_s", "expected"), [
+    (100.0, 99.9, 0.1),            # 100 ms old
+    (100.0, 100.02, 0.0),          # 20 ms ahead: within the skew, taken as 0
+    (100.0, 100.5, math.nan),      # ahead beyond the skew: another clock
+    (1.8e9, 12.0, math.nan),       # wall time against a simulated stamp
+    (100.0, 0.0, math.nan),        # unset stamp
+])
+def test_request_age_is_nan_where_the_clocks_do_not_allow_it(now_s: float, stamp_s: float,
+                                                             expected: float) -> None:
+    age = request_age(int(now_s * 1e9), int(stamp_s * 1e9), max_skew_s=0.05)
+    assert (math.isnan(age) and math.isnan(expected)) or age == pytest.approx(expected)

@@ -11,6 +11,11 @@ scheduling policy and serves it on an openpi-compatible endpoint (see
 It binds 127.0.0.1 unless ``--host`` says otherwise. When the port is bound it prints
 one line ``xinfer-serve: openpi endpoint ws://HOST:PORT ...`` on stdout (``--port 0``
 picks a free port; scripts read it from that line). SIGINT/SIGTERM stop it.
+
+It reads the inference server node's parameter file (``--params-file``, default the
+shipped ``config/fleet.yaml``), so it serves with the node's backend, rate table, slots,
+Action processes, batching and compilation; an unknown or invalid parameter there
+stops it with one line (exit 2). Flags given on the command line override the file.
 """
 
 from __future__ import annotations
@@ -24,38 +29,53 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from xinfer_ros.core.constants import DEFAULT_BUDGET, DEFAULT_MAX_BUDGET, MAX_LIVE_REQUESTS
-from xinfer_ros.core.timing import MS_PER_S
+__all__ = ["build_parser", "main", "server_params"]
 
-__all__ = ["build_parser", "main"]
 
+
+#: Flags that override one server parameter of the parameter file, when given.
+_OVERRIDES = {"backend": "backend", "model": "model", "model_path": "model_path",
+              "device": "device", "policy": "policy", "max_live": "max_live_requests",
+              "max_budget_ms": "max_budget_ms", "host": "openpi_host",
+              "layout": "openpi_layout", "budget_ms": "openpi_budget_ms",
+              "api_key_file": "openpi_api_key_file",
+              "max_message_bytes": "openpi_max_message_bytes",
+              "max_connections": "openpi_max_connections",
+              "idle_timeout_s": "openpi_idle_timeout_s", "rate_limit_hz": "openpi_rate_limit_hz",
+              "rate_limit_mib_s": "openpi_rate_limit_mib_s"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     from xinfer_ros.openpi.server import API_KEY_ENV
+    from xinfer_ros.serving.server_params import POLICIES
 
     p = argparse.ArgumentParser(prog="xinfer-serve", description=__doc__.splitlines()[0])
     p.add_argument("--openpi", action="store_true", required=True,
                    help="serve the openpi WebSocket protocol (the only protocol so far)")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+    p.add_argument("--params-file", default=None, metavar="YAML",
+                   help="the inference server's ROS parameter file (its inference_server "
+                        "section; default: the shipped config/fleet.yaml): backend, model, "
+                        "rate table, slots, Action processes, batching, compile, limits and "
+                        "openpi_* settings, as the node reads them; the flags below override it")
+    # None: the parameter file's value.
+    p.add_argument("--host", default=None, help="bind address (default: loopback)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port)")
-    p.add_argument("--backend", choices=("emulated", "torch"), default="torch")
-    p.add_argument("--model", default="pi0-tiny",
-                   help="model preset: config/models/<name>.yaml or a YAML path (pi0-tiny)")
-    p.add_argument("--model-path", default="",
+    p.add_argument("--backend", choices=("emulated", "torch"), default=None)
+    p.add_argument("--model", default=None,
+                   help="model preset: config/models/<name>.yaml or a YAML path")
+    p.add_argument("--model-path", default=None,
                    help="π0 checkpoint directory (transformers' or lerobot's layout)")
-    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
-    p.add_argument("--policy", choices=("fifo", "edf", "slack_gate", "xinfer"),
-                   default="xinfer", help="scheduling policy")
-    p.add_argument("--rate-table", default="", help="rate-table JSON (default: shipped)")
-    p.add_argument("--max-live", type=int, default=MAX_LIVE_REQUESTS,
-                   help="engine backpressure bound")
-    p.add_argument("--layout", default="auto",
+    p.add_argument("--device", default=None, help="torch device (cpu, cuda)")
+    p.add_argument("--policy", choices=POLICIES, default=None, help="scheduling policy")
+    p.add_argument("--rate-table", default=None,
+                   help="rate-table JSON for the backend (default: the file's)")
+    p.add_argument("--max-live", type=int, default=None, help="engine backpressure bound")
+    p.add_argument("--layout", default=None,
                    help="observation layout: auto, libero, aloha, or a YAML/JSON file")
-    p.add_argument("--budget-ms", type=float, default=DEFAULT_BUDGET * MS_PER_S,
+    p.add_argument("--budget-ms", type=float, default=None,
                    help="budget of requests without xinfer/budget_ms")
-    p.add_argument("--max-budget-ms", type=float, default=DEFAULT_MAX_BUDGET * MS_PER_S)
+    p.add_argument("--max-budget-ms", type=float, default=None)
     p.add_argument("--default-prompt", default=None,
                    help="instruction for observations without a prompt (default: required)")
     p.add_argument("--api-key-file", default=None, metavar="FILE",
@@ -79,37 +99,48 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _build_engine(args: argparse.Namespace) -> Any:
-    from xinfer_ros.core.rate_table import resolve_rate_table
-    from xinfer_ros.engine.backends import make_backend
-    from xinfer_ros.engine.engine import StageEngine
-    from xinfer_ros.engine.types import EngineConfig
+def server_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The server parameters xinfer-serve runs with: the file's, then the flags given.
+
+    Raises:
+        ValueError: On an unreadable file, an unknown parameter or an invalid value (one
+            line naming the file or flag and the parameter).
+    """
+    from xinfer_ros.fleet.plan import default_config
+    from xinfer_ros.serving.params import ParamSpec
+    from xinfer_ros.serving.server_params import OPENPI_PARAMS, PARAMS, read_server_params
+
+    p = read_server_params(args.params_file or default_config())
+    specs: dict[str, ParamSpec] = {spec.name: spec for spec in [*PARAMS, *OPENPI_PARAMS]}
+    given = {param: value for flag, param in _OVERRIDES.items()
+             if (value := getattr(args, flag)) is not None}
+    if args.rate_table is not None:
+        given[f"{given.get('backend', p['backend'])}.rate_table"] = args.rate_table
+    if args.allow is not None:
+        given["openpi_allow"] = ",".join(args.allow)
+    for name, value in given.items():
+        try:
+            specs[name].validate(value)
+        except ValueError as exc:
+            raise ValueError(f"command line: {exc}") from None
+    return {**p, **given}
+
+
+def _build_engine(p: dict[str, Any]) -> Any:
+    from xinfer_ros.engine.from_params import build_engine
     from xinfer_ros.model.presets import model_io
 
-    table = resolve_rate_table(args.rate_table)
-    if args.backend == "emulated":
-        backend = make_backend("emulated", table=table,
-                               io=model_io(args.model, args.model_path or None))
-    else:
-        backend = make_backend("torch", model=args.model, device=args.device,
-                               model_path=args.model_path or None)
-    return StageEngine(backend, args.policy, EngineConfig(max_live=args.max_live),
-                       rate_table=table)
+    return build_engine(p, model_io(p["model"], p["model_path"] or None))
 
 
-def _config(args: argparse.Namespace) -> Any:
-    from xinfer_ros.openpi.layouts import load_layout
-    from xinfer_ros.openpi.server import ServerConfig, resolve_api_key
+def _config(args: argparse.Namespace, p: dict[str, Any]) -> Any:
+    from xinfer_ros.openpi.from_params import endpoint_config
 
-    return ServerConfig(
-        host=args.host, port=args.port, layout=load_layout(args.layout),
-        default_budget_ms=args.budget_ms, max_budget_ms=args.max_budget_ms,
-        default_prompt=args.default_prompt,
-        api_key=resolve_api_key(args.api_key_file),
-        allowlist=tuple(args.allow) if args.allow else None, model_name=args.model,
-        **{k: v for k in ("max_message_bytes", "max_connections", "request_timeout_s",
-                          "idle_timeout_s", "rate_limit_hz", "rate_limit_mib_s")
-           if (v := getattr(args, k)) is not None})
+    return endpoint_config(p, port=args.port, default_prompt=args.default_prompt,
+                           **{k: v for k in ("max_connections", "request_timeout_s",
+                                             "idle_timeout_s", "rate_limit_hz",
+                                             "rate_limit_mib_s")
+                              if (v := getattr(args, k)) is not None})
 
 
 async def _serve(server: Any, host: str) -> None:
@@ -139,15 +170,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from xinfer_ros.openpi.server import OpenPIServer
 
     try:
-        config = _config(args)
-        engine = _build_engine(args)
+        params = server_params(args)
+        config = _config(args, params)
+        engine = _build_engine(params)
+        server = OpenPIServer(engine, ModelSpec.from_io(engine.backend.io), config)
     except (ValueError, OSError) as exc:
         print(f"xinfer-serve: {exc}", file=sys.stderr)
         return 2
     engine.start()
     try:
-        model = ModelSpec.from_io(engine.backend.io)
-        asyncio.run(_serve(OpenPIServer(engine, model, config), args.host))
+        asyncio.run(_serve(server, config.host))
     except OSError as exc:  # typically: the port is taken
         print(f"xinfer-serve: {exc}", file=sys.stderr)
         return 1

@@ -30,6 +30,7 @@ from typing import Any
 
 from xinfer_ros.core.constants import DEFAULT_SLOTS, MEASUREMENT_WINDOW, RUN_DURATION
 from xinfer_ros.core.metrics import RoundSummary, summarize_rounds
+from xinfer_ros.core.registry import POLICIES
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.sim import tuning
 from xinfer_ros.sim.engine_loop import RunResult, SimConfig
@@ -39,7 +40,8 @@ from xinfer_ros.sim.workloads import WORKLOADS, build_workload
 
 __all__ = ["build_parser", "main"]
 
-_BASELINES = ("fifo", "edf", "slack_gate", "xinfer")
+#: The paper's comparison: the registry's base policies.
+_BASELINES = tuple(POLICIES)
 #: The simulator's defaults, which the flags' defaults show in their own units.
 _SIM = SimConfig()
 

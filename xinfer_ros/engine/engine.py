@@ -71,8 +71,6 @@ _LOG = logging.getLogger("xinfer_ros.engine")
 
 #: Policies whose decisions change only on events, never with the passage of time
 #: (as in the simulator); others get periodic ticks while ready work waits.
-_TIME_INVARIANT = frozenset({"fifo", "edf"})
-
 _STAGE_FIELD = {Stage.VIT: "vit_ms", Stage.PREFILL: "prefill_ms", Stage.ACTION: "action_ms"}
 
 
@@ -406,7 +404,7 @@ class StageEngine:
 
     def _needs_tick(self) -> bool:
         for policy in (*self._draining, self.policy):
-            if not getattr(policy, "time_dependent", policy.name not in _TIME_INVARIANT):
+            if not policy.time_dependent:
                 continue
             for s in range(3):
                 if self._gates.has_free_slot(s) and policy.ready_queue(s):

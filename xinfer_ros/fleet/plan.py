@@ -13,11 +13,12 @@ from typing import Any
 
 import yaml
 
-from xinfer_ros.config_paths import config_dir
+from xinfer_ros.config_paths import config_dir, config_file
 from xinfer_ros.core.constants import DEFAULT_MAX_BUDGET
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.errors import XInferRosError
 from xinfer_ros.fleet.assignment import ASSIGNMENT_TOPIC
+from xinfer_ros.serving.server_params import read_server_params
 
 __all__ = [
     "BACKENDS",
@@ -41,14 +42,6 @@ DEFAULT_CONFIG = config_dir() / "fleet.yaml"
 def default_config() -> Path:
     """The shipped fleet.yaml (:func:`xinfer_ros.config_paths.config_dir`)."""
     return DEFAULT_CONFIG
-
-
-def config_file(name: str) -> str:
-    """A path as given, or a bare file name looked up beside the shipped fleet.yaml."""
-    path = Path(name)
-    if path.is_file() or path.is_absolute() or len(path.parts) > 1:
-        return str(path)
-    return str(default_config().parent / name)
 
 
 class PlanError(XInferRosError, ValueError):
@@ -110,6 +103,11 @@ def _read_config(config: Path) -> dict[str, Any]:
         dict(data["inference_server"]["ros__parameters"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
         raise PlanError(f"cannot read server parameters from {config}: {exc}") from exc
+    # ROS drops undeclared parameters silently: a misspelt key would never reach the node.
+    try:
+        read_server_params(config)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
     return dict(data)
 
 
@@ -201,6 +199,7 @@ def build_fleet_plan(
     use_sim_time: bool = False,
     openpi_port: int | None = None,
     servers: int = 1,
+    server_respawn: bool = False,
 ) -> list[NodeSpec]:
     """The nodes of a fleet: its servers, and an executor (and a robot_sim) per robot.
 
@@ -232,6 +231,8 @@ def build_fleet_plan(
             server runs on its own GPU when ``device`` is an index-less ``cuda``
             (``cuda:0``, ``cuda:1``, ...); the openpi endpoint runs on the first only.
             The plan lists the servers (and the manager) first.
+        server_respawn: The servers are restarted when they die (the launch's
+            ``respawn``); the executors say so on /diagnostics while they wait.
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -262,6 +263,8 @@ def build_fleet_plan(
                 **_section(data, "rtc_executor")}
     if servers > 1:
         executor["assignment_topic"] = assignment_topic(plan)
+    if server_respawn:
+        executor["server_respawn"] = True
     for index, name in enumerate(names):
         robot_ns = f"{root.rstrip('/')}/{name}"
         plan.append(NodeSpec("rtc_executor", "rtc_executor", robot_ns, {

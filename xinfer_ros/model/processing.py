@@ -170,6 +170,7 @@ def prepare_rtc(
     prev_shift: int = 0,
     mode: str = "soft",
     beta: float | None = None,
+    prev_dims: int | None = None,
 ) -> RTCInputs | None:
     """Validate and align the previous chunk; build guidance masks and weights.
 
@@ -177,6 +178,8 @@ def prepare_rtc(
         prev_chunk: Previous chunk ``(H, D)`` in robot units, or ``None``.
         d: Commit length (frozen keyframes).
         prev_shift: Keyframes of the previous chunk executed before this chunk starts.
+        prev_dims: Real leading columns of ``prev_chunk`` (None: all); see
+            :func:`~xinfer_ros.model.rtc_inputs.build_rtc_inputs`.
         mode: ``"soft"`` or ``"hard"`` guidance mask.
         config: Model configuration.
         beta: Guidance clip; the preset's when ``None``.
@@ -195,7 +198,8 @@ def prepare_rtc(
     return build_rtc_inputs(
         prev_chunk, d, horizon=spec.horizon, action_dim=spec.action_dim,
         num_steps=spec.num_steps, beta=spec.beta if beta is None else beta,
-        normalize=lambda aligned: (aligned - mean) / std, prev_shift=prev_shift, mode=mode)
+        normalize=lambda aligned: (aligned - mean) / std, prev_shift=prev_shift, mode=mode,
+        prev_dims=prev_dims)
 
 
 def prepare_request(
@@ -212,6 +216,7 @@ def prepare_request(
     beta: float | None = None,
     seed: int = 0,
     request_id: str = "",
+    prev_dims: int | None = None,
 ) -> PreparedRequest:
     """Validate and convert one request's raw inputs into model-ready arrays.
 
@@ -226,6 +231,7 @@ def prepare_request(
         prev_chunk: Previous chunk ``(H, D)`` for real-time chunking, or ``None``.
         d: Commit length (frozen keyframes).
         prev_shift: Keyframes of ``prev_chunk`` executed before this chunk starts.
+        prev_dims: Real leading columns of ``prev_chunk`` (None: all).
         rtc_mode: ``"soft"`` or ``"hard"`` guidance mask.
         beta: RTC guidance clip (preset default when ``None``).
         seed: Seed of the flow-matching noise.
@@ -240,7 +246,8 @@ def prepare_request(
     if not isinstance(instruction, str):
         raise InputError("instruction", f"expected str, got {type(instruction)}")
     bins = discretize_state(state, config)
-    rtc = prepare_rtc(prev_chunk, d, config=config, prev_shift=prev_shift, mode=rtc_mode, beta=beta)
+    rtc = prepare_rtc(prev_chunk, d, config=config, prev_shift=prev_shift, mode=rtc_mode, beta=beta,
+                      prev_dims=prev_dims)
     pixel_groups = prepare_images(images, config)
     ids = tokenizer.build_prompt(
         config.prompt_template, instruction, bins, config.action.state_format

@@ -66,6 +66,7 @@ def build_rtc_inputs(
     normalize: Callable[[np.ndarray], np.ndarray],
     prev_shift: Any = 0,
     mode: str = "soft",
+    prev_dims: int | None = None,
 ) -> RTCInputs | None:
     """Validate and align the previous chunk; build guidance masks and weights.
 
@@ -79,6 +80,9 @@ def build_rtc_inputs(
         normalize: Robot units -> model units, ``(H, D) -> (H, D)``.
         prev_shift: Keyframes of the previous chunk executed before this chunk starts.
         mode: ``"soft"`` or ``"hard"`` guidance mask.
+        prev_dims: Leading action dimensions the client's chunk really has (None: all);
+            the others are padding and are zero in model units, as a π0 policy's
+            padded action dimensions are in training (openpi pads after normalising).
 
     Returns:
         The RTC inputs, or ``None`` when there is no previous chunk.
@@ -111,6 +115,8 @@ def build_rtc_inputs(
     aligned, overlap = align_previous_chunk(prev, shift)
     aligned_norm = np.asarray(normalize(aligned), dtype=np.float32)
     aligned_norm[overlap:] = 0.0
+    if prev_dims is not None:
+        aligned_norm[:, max(0, int(prev_dims)):] = 0.0
     weights = prefix_weights(horizon, frozen, overlap, mode)  # type: ignore[arg-type]
     return RTCInputs(
         aligned_raw=aligned,

@@ -75,7 +75,8 @@ class StageModel(ABC):
     @abstractmethod
     def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
                 prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
-                rtc_mode: str = "soft", seed: int = 0, request_id: str = "") -> StagedState:
+                rtc_mode: str = "soft", seed: int = 0, request_id: str = "",
+                prev_dims: int | None = None) -> StagedState:
         """Validate and convert one request on the CPU.
 
         Raises:
@@ -183,7 +184,8 @@ class ReferenceStageModel(StageModel):
 
     def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
                 prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
-                rtc_mode: str = "soft", seed: int = 0, request_id: str = "") -> StagedState:
+                rtc_mode: str = "soft", seed: int = 0, request_id: str = "",
+                prev_dims: int | None = None) -> StagedState:
         """See :meth:`StageModel.prepare` (every camera required, aspect ratio kept)."""
         from xinfer_ros.model.processing import prepare_request
         from xinfer_ros.model.request import RequestState
@@ -191,7 +193,7 @@ class ReferenceStageModel(StageModel):
         prepared = prepare_request(
             self.module.config, self.module.tokenizer, images, instruction, state,
             prev_chunk=prev_chunk, d=d, prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed,
-            request_id=request_id)
+            request_id=request_id, prev_dims=prev_dims)
         return RequestState(prepared)
 
     def finish(self, state: Any) -> np.ndarray:
@@ -270,18 +272,21 @@ class Pi0StageModel(StageModel):
 
     def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
                 prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
-                rtc_mode: str = "soft", seed: int = 0, request_id: str = "") -> StagedState:
+                rtc_mode: str = "soft", seed: int = 0, request_id: str = "",
+                prev_dims: int | None = None) -> StagedState:
         """See :meth:`StageModel.prepare` (missing cameras masked, any image size)."""
         from xinfer_ros.model.pi0.processing import Pi0Inputs
 
         prepared = self.processor.prepare(
             Pi0Inputs(images, instruction, state), prev_chunk=prev_chunk, d=d,
-            prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed, request_id=request_id)
+            prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed, request_id=request_id,
+            prev_dims=prev_dims)
         return self._stages.Pi0State(prepared)
 
     def finish(self, state: Any) -> np.ndarray:
         """See :meth:`StageModel.finish`."""
-        return self.processor.postprocess(state.actions, state.prepared.rtc)
+        prepared = state.prepared
+        return self.processor.postprocess(state.actions, prepared.rtc, prepared.action_offset)
 
     def set_compile(self, mode: str) -> None:
         """See :meth:`StageModel.set_compile` (``torch.compile`` of the expert step)."""

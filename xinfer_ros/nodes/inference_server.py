@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds
 from xinfer_ros.fleet.assignment import SERVERS_TOPIC
-from xinfer_ros.fleet.plan import config_file, parse_robots
+from xinfer_ros.fleet.plan import parse_robots
 from xinfer_ros.model.errors import InputError
 from xinfer_ros.model.images import decode_image
 from xinfer_ros.msg import (
@@ -63,11 +63,10 @@ from xinfer_ros.msg import (
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.nodes.raw_image import RawImage
-from xinfer_ros.nodes.server_params import PARAMS, POLICIES
 from xinfer_ros.serving.control import PolicySwitchError, policy_arguments
 from xinfer_ros.serving.frontend import FlatChunk, camera_image, request_inputs
 from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
-from xinfer_ros.serving.ledger import Outcome, ServingLedger
+from xinfer_ros.serving.ledger import Outcome, ServingLedger, request_age
 from xinfer_ros.serving.observations import (
     ObservationError,
     RobotObservations,
@@ -75,6 +74,7 @@ from xinfer_ros.serving.observations import (
     stamp_seconds,
 )
 from xinfer_ros.serving.release import ReleaseScheduler
+from xinfer_ros.serving.server_params import PARAMS, POLICIES
 from xinfer_ros.srv import GetFleetStats, SetPolicy
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
@@ -111,6 +111,8 @@ class _Received:
         budget: The budget (s); 0 when the message's ``budget_ms`` was refused, so a
             refused request counts as a miss and as a tight robot.
         budget_error: Why ``budget_ms`` was refused, or empty.
+        age: The request's age at arrival, from its stamp (s); NaN when the clocks do
+            not allow it (:func:`~xinfer_ros.serving.ledger.request_age`).
     """
 
     robot: str
@@ -118,6 +120,7 @@ class _Received:
     arrival: float
     budget: float
     budget_error: str = ""
+    age: float = math.nan
 
 
 class _RobotState:
@@ -156,7 +159,7 @@ class InferenceServer(Node):
             raise ValueError(f"parameter 'image_transports' has {len(transports)} entries; "
                              f"give one for all cameras or one per camera ({p['cameras']})")
         self._transports = transports * p["cameras"] if len(transports) == 1 else transports
-        self.engine = engine if engine is not None else self._build_engine(p, self.io)
+        self.engine = engine if engine is not None else self._load_engine(p)
         self.engine.start()
         self._openpi = start_openpi_bridge(self)
         sensors = MutuallyExclusiveCallbackGroup()
@@ -225,28 +228,18 @@ class InferenceServer(Node):
                              f"takes {allowed} cameras")
         return io
 
-    @staticmethod
-    def _build_engine(p: dict[str, Any], io: Any) -> Any:
-        from xinfer_ros.core.rate_table import resolve_rate_table
-        from xinfer_ros.engine.backends import make_backend
-        from xinfer_ros.engine.engine import StageEngine
-        from xinfer_ros.engine.types import EngineConfig
+    def _load_engine(self, p: dict[str, Any]) -> Any:
+        """The engine of the parameters; says what loads first (minutes on a CPU)."""
+        from xinfer_ros.engine.from_params import build_engine
 
-        name, slots = p[f"{p['backend']}.rate_table"], list(p[f"{p['backend']}.slots"])
-        table = resolve_rate_table(config_file(name) if name else None)
-        if p["backend"] == "emulated":
-            backend = make_backend("emulated", table=table, io=io)
-        else:
-            backend = make_backend("torch", model=p["model"], device=p["device"],
-                                   model_path=p["model_path"] or None,
-                                   action_processes=p["torch.action_processes"],
-                                   guidance=p["torch.guidance"], compile=p["torch.compile"])
-        config = EngineConfig(max_live=p["max_live_requests"], phase_spread=p["phase_spread"],
-                              phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S,
-                              max_batch=p["torch.max_batch"] if p["backend"] == "torch" else 1)
-        if slots != [0]:
-            config = replace(config, slots=(slots[0], slots[1], slots[2]))
-        return StageEngine(backend, p["policy"], config, rate_table=table)
+        source = p["model_path"] or "no model_path"
+        self.get_logger().info(f"loading model {p['model']} ({source}) on {p['device']} with "
+                               f"the {p['backend']} backend ...")
+        if p["backend"] == "torch" and not p["model_path"]:
+            self.get_logger().warning(
+                f"model {p['model']}: no model_path, so seeded RANDOM weights and identity "
+                "normalisation: for tests and benchmarks, never for a real arm")
+        return build_engine(p, self.io)
 
     def close(self) -> None:
         """Stop the openpi endpoint, the engine and the release thread.
@@ -284,11 +277,15 @@ class InferenceServer(Node):
         arrival = time.monotonic()
         if msg.server and msg.server != self.params["server_name"]:
             return  # addressed to another server of the fleet
+        stamp = msg.header.stamp
+        age = request_age(self.get_clock().now().nanoseconds,
+                          stamp.sec * 1_000_000_000 + stamp.nanosec,
+                          self.params["max_clock_skew_s"])
         try:
             rx = _Received(robot, msg, arrival,
-                           budget_seconds(msg.budget_ms, self.params["max_budget_ms"]))
+                           budget_seconds(msg.budget_ms, self.params["max_budget_ms"]), age=age)
         except BudgetError as exc:
-            rx = _Received(robot, msg, arrival, 0.0, str(exc))
+            rx = _Received(robot, msg, arrival, 0.0, str(exc), age=age)
         state = self._robots[robot]
         state.obs.last_seen = arrival
         state.present = True
@@ -319,7 +316,8 @@ class InferenceServer(Node):
 
         inputs = request_inputs(
             robot, msg.robot_id, msg.instruction, observe,
-            prev=FlatChunk(msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim),
+            prev=FlatChunk(msg.prev_chunk, msg.prev_horizon, msg.prev_action_dim,
+                           msg.prev_shift),
             commit=msg.commit_steps, action_shape=self.engine.backend.action_shape,
             seed=int(msg.seq))
         return inputs, tuple(stamps)
@@ -388,7 +386,7 @@ class InferenceServer(Node):
         record = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
                                 ok=chunk.status == ActionChunk.STATUS_OK)
         self.ledger.record(rx.robot, record, _OUTCOMES[chunk.status], reason=chunk.reason,
-                           hold_s=hold)
+                           hold_s=hold, age=rx.age)
 
     # -- presence and statistics --------------------------------------------------------
     def _check_presence(self) -> None:
@@ -468,7 +466,9 @@ class InferenceServer(Node):
                         KeyValue(key="errors", value=str(r.errors)),
                         KeyValue(key="shed", value=str(r.shed)),
                         KeyValue(key="queue_depth", value=str(r.queue_depth)),
-                        KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}")]))
+                        KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}"),
+                        KeyValue(key="request_age_p99_ms",
+                                 value=f"{r.request_age_p99_ms:.1f}")]))
         diag.status.append(self._server_status(stats))
         self._diag_pub.publish(diag)
 

@@ -29,35 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from xinfer_ros.core.constants import DEFAULT_BUDGET, DEFAULT_MAX_BUDGET, MAX_BUDGET
-from xinfer_ros.core.timing import MS_PER_S
-from xinfer_ros.nodes.params import ParamSpec, declare_params
-from xinfer_ros.openpi.layouts import ModelSpec, load_layout
-from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread, resolve_api_key
+from xinfer_ros.nodes.params import declare_params
+from xinfer_ros.openpi.from_params import endpoint_config
+from xinfer_ros.openpi.layouts import ModelSpec
+from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread
+from xinfer_ros.serving.server_params import OPENPI_PARAMS
 
 __all__ = ["OPENPI_PARAMS", "OpenPIBridge", "start_openpi_bridge"]
-
-OPENPI_PARAMS = [
-    ParamSpec("openpi_port", 0, "openpi WebSocket port (0: endpoint off)", 0, 65535),
-    ParamSpec("openpi_host", "127.0.0.1", "openpi bind address"),
-    ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
-    ParamSpec("openpi_budget_ms", DEFAULT_BUDGET * MS_PER_S,
-              "budget of openpi requests without one (ms)", 1.0, MAX_BUDGET * MS_PER_S),
-    ParamSpec("openpi_api_key_file", "", "file holding the required Api-Key (empty: "
-              "$XINFER_OPENPI_API_KEY, else no key); never the key itself"),
-    ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),
-    ParamSpec("openpi_max_message_bytes", 16 * 1024 * 1024, "largest openpi message",
-              1024, 1 << 30),
-    ParamSpec("openpi_max_connections", 64, "concurrent openpi connections (more get HTTP "
-              "503)", 1, 4096),
-    ParamSpec("openpi_idle_timeout_s", 60.0, "close an openpi connection without a complete "
-              "message for this long (s; 0: never)", 0.0, 86400.0),
-    ParamSpec("openpi_rate_limit_hz", 100.0, "messages per second one openpi connection may "
-              "send", 0.1, 100000.0),
-    ParamSpec("openpi_rate_limit_mib_s", 64.0, "message MiB per second one openpi "
-              "connection may send", 0.1, 1e6),
-]
-
 
 class OpenPIBridge:
     """An openpi endpoint on its own thread, sharing ``engine``.
@@ -103,18 +81,8 @@ def start_openpi_bridge(node: Any) -> OpenPIBridge | None:
     p = declare_params(node, OPENPI_PARAMS)
     if p["openpi_port"] == 0:
         return None
-    allow = tuple(a.strip() for a in p["openpi_allow"].split(",") if a.strip()) or None
-    config = ServerConfig(
-        host=p["openpi_host"], port=p["openpi_port"], layout=load_layout(p["openpi_layout"]),
-        default_budget_ms=p["openpi_budget_ms"],
-        max_budget_ms=float(node.params.get("max_budget_ms",
-                                            DEFAULT_MAX_BUDGET * MS_PER_S)),
-        api_key=resolve_api_key(p["openpi_api_key_file"]), allowlist=allow,
-        reserved_ids=tuple(node.params.get("robots", ())),
-        max_message_bytes=p["openpi_max_message_bytes"],
-        max_connections=p["openpi_max_connections"],
-        idle_timeout_s=p["openpi_idle_timeout_s"], rate_limit_hz=p["openpi_rate_limit_hz"],
-        rate_limit_mib_s=p["openpi_rate_limit_mib_s"], model_name=node.params["model"])
+    config = endpoint_config({**node.params, **p}, port=p["openpi_port"],
+                             reserved_ids=tuple(node.params.get("robots", ())))
     model = ModelSpec.from_io(node.io)
     bridge = OpenPIBridge(node.engine, model, config)
     port = bridge.start()

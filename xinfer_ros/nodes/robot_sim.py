@@ -127,6 +127,10 @@ class RobotSim(Node):
         self.create_timer(1.0 / (p["camera_rate_hz"] * len(widths)), self._publish_image)
         self.create_timer(1.0 / p["state_rate_hz"], self._publish_state)
         self._publish_budget()
+        self.get_logger().info(
+            f"simulated robot {p['robot_index'] + 1} of {p['fleet_size']}: {len(widths)} "
+            f"cameras at {p['camera_rate_hz']:g} Hz, {p['action_dim']} joints, workload "
+            f"{p['workload']}")
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         if len(msg.data) == len(self._target):

@@ -118,6 +118,8 @@ PARAMS = [
               "dry, then stop commanding until a chunk arrives (s)", 0.0, 3600.0),
     ParamSpec("request_timeout_s", 1.0, "abandon a request unanswered this long (s)",
               0.05, 60.0),
+    ParamSpec("server_respawn", False, "the launch restarts a dead inference server "
+              "(fleet.launch.py respawn:=true): /diagnostics says the executor waits for it"),
     ParamSpec("instruction", "pick up the parcel and place it on the conveyor",
               "language instruction sent with requests"),
     ParamSpec("stats_period_s", 1.0, "period of executor_stats (s)", 0.05, 60.0),
@@ -187,6 +189,7 @@ class RtcExecutor(Node):
         self.budget_clamps = 0
         self.startup: str = p["startup"]
         self.hold_timeout: float = p["hold_timeout_s"]
+        self.server_respawn: bool = p["server_respawn"]
         self.output: str = p["output"]
         names = [n for n in p["joint_names"] if n]
         if names and len(names) != self.action_dim:
@@ -381,6 +384,8 @@ class RtcExecutor(Node):
             prev = self.queue.planned(tick, self.horizon)
             msg.prev_chunk = prev.astype(np.float32).ravel().tolist()
             msg.prev_horizon, msg.prev_action_dim = self.horizon, self.action_dim
+            # s of Eq. 5: rows past the queued keyframes are padding, not a plan.
+            msg.prev_shift = self.horizon - min(self.horizon, self.queue.remaining(tick))
         self._sent_unheard = not self._server_present()
         self.req_pub.publish(msg)
         self.requests_sent += 1
@@ -498,6 +503,12 @@ class RtcExecutor(Node):
     def _diagnostics(self, stats: ExecutorStats) -> DiagnosticArray:
         if not self.assigned:
             level, text = DiagnosticStatus.WARN, f"not served: {self._unassigned_why}"
+        elif self._in_flight is not None and not self._server_present():
+            stopped = self.started and not self.commanding
+            level = DiagnosticStatus.ERROR if stopped else DiagnosticStatus.WARN
+            text = "no inference server publishes action_chunk" + (
+                ", waiting for the launch to restart it (respawn)" if self.server_respawn
+                else "") + (": commands stopped" if stopped else "")
         elif not self.started:
             level, text = DiagnosticStatus.WARN, f"waiting for the first chunk ({self.startup})"
         elif not self.commanding:

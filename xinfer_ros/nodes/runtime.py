@@ -22,20 +22,12 @@ from rclpy.executors import (
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions, install_signal_handlers
 
-from xinfer_ros.nodes.params import ParamSpec
+from xinfer_ros.serving.params import EXECUTOR_PARAM, EXECUTORS
 
 __all__ = ["EXECUTORS", "EXECUTOR_PARAM", "StopFlag", "keep_discovery_local", "make_executor",
            "ros_session", "spin_node"]
 
-#: Executors a node can run under (its ``executor`` parameter).
-EXECUTORS = ("events", "single")
 
-#: The ``executor`` parameter: a node that declares it is spun by that executor.
-EXECUTOR_PARAM = ParamSpec(
-    "executor", "events",
-    "rclpy executor: 'events' (rclpy.experimental.EventsExecutor: dispatch in C++, no "
-    "wait set rebuilt per message) or 'single' (SingleThreadedExecutor)",
-    choices=EXECUTORS)
 
 #: Longest the events executor waits before it checks for shutdown again (s).
 _SHUTDOWN_POLL_S = 0.1
@@ -135,11 +127,17 @@ class _StopOnSignal:
         os._exit(0 if self.loop_done else 1)
 
     def close(self) -> None:
-        """The node stopped: disarm the watcher, restore the previous signal handling."""
+        """The node stopped: disarm the watcher, restore the previous signal handling.
+
+        After a stop by signal, further SIGINT and SIGTERM are ignored instead: the
+        process is on its way out, and a Ctrl-C reaches every node twice under launch
+        (the terminal signals the whole process group, and launch forwards its own),
+        which would otherwise turn a clean stop into death by signal (status -2).
+        """
         self._finished.set()
         signal.set_wakeup_fd(self._previous_fd)
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.requested else handler)
         os.close(self._write)  # ends the watcher's read
 
 

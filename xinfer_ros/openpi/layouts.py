@@ -4,15 +4,25 @@ openpi clients send a flat or nested dict whose keys depend on the robot family.
 :class:`ObservationLayout` names, per model camera (in the model preset's order), the
 observation key that feeds it, plus the state and prompt keys. Built-in layouts:
 
-``libero`` (openpi ``LiberoInputs``)
+``libero`` (openpi ``LiberoInputs``/``LiberoOutputs``, config ``pi0_libero``)
     ``observation/image`` → camera 0, ``observation/wrist_image`` → camera 1 (both
     required), ``observation/state`` (8 values), ``prompt``. Replies carry the first 7
-    action dimensions, as openpi's ``LiberoOutputs`` does.
-``aloha`` (openpi ``AlohaInputs``)
+    action dimensions, as openpi's ``LiberoOutputs`` does. Transforms: the first 6
+    action dimensions are predicted relative to the state (``extra_delta_transform``),
+    prompt cleaning. ``pi0_libero`` is the same layout; ``pi05_libero`` has absolute
+    actions (no extra delta).
+``aloha`` (openpi ``AlohaInputs``/``AlohaOutputs``, config ``pi0_aloha``)
     ``images/cam_high`` → camera 0 (required), ``images/cam_left_wrist`` → camera 1,
     ``images/cam_right_wrist`` → camera 2, ``state`` (14 values), ``prompt``. Images
     may be CHW (as the ALOHA example client sends them) or HWC; ``cam_low`` is
-    accepted and unused, as in openpi.
+    accepted and unused, as in openpi. Transforms: ``adapt_to_pi`` (joint flips and
+    gripper conversion), joints relative to the state (``make_bool_mask(6, -1, 6,
+    -1)``), prompt cleaning. ``pi0_aloha`` and ``pi05_aloha`` are the same layout;
+    ``pi0_aloha_sim`` has absolute actions.
+
+Every layout states its openpi data transforms (:mod:`xinfer_ros.openpi.transforms`):
+a layout file without them, or with a setting this project does not know, is refused
+when it is loaded (:class:`~xinfer_ros.openpi.errors.LayoutSettingError`).
 
 A key is looked up literally first (``"observation/image"`` is one flat key in LIBERO
 messages) and then as a ``/``-separated path through nested dicts (``images`` →
@@ -46,21 +56,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from xinfer_ros.model.images import ResizeMode, fit_image
-from xinfer_ros.openpi.errors import ObservationFieldError
+from xinfer_ros.model.images import RESAMPLE_MODES, Resample, ResizeMode, fit_image
+from xinfer_ros.openpi.errors import LayoutSettingError, ObservationFieldError
+from xinfer_ros.openpi.transforms import ALOHA_DIM, OpenPITransforms
 
 if TYPE_CHECKING:
     from xinfer_ros.model.presets import ModelIO
 
 __all__ = [
     "ALOHA",
+    "ALOHA_ABSOLUTE",
     "BUILTIN_LAYOUTS",
     "LIBERO",
+    "LIBERO_ABSOLUTE",
     "MISSING",
     "CameraSource",
     "MappedObservation",
     "ModelSpec",
     "ObservationLayout",
+    "check_layout",
     "detect_layout",
     "fit_image",
     "load_layout",
@@ -141,6 +155,10 @@ class ObservationLayout:
         state_required: a missing state is an error (otherwise zeros).
         action_dim: action columns returned to the client (None: all of the model's).
         resize: ``pad`` keeps the aspect ratio and pads black; ``stretch`` does not.
+        transforms: the openpi data transforms the checkpoint was trained behind;
+            required (None is refused: nothing in a checkpoint records them).
+        resample: image resampling (:data:`~xinfer_ros.model.images.RESAMPLE_MODES`);
+            openpi trains with PIL bilinear (``image_tools.resize_with_pad``).
     """
 
     name: str
@@ -150,8 +168,17 @@ class ObservationLayout:
     state_required: bool = True
     action_dim: int | None = None
     resize: ResizeMode = "pad"
+    transforms: OpenPITransforms | None = None
+    resample: Resample = "pil_bilinear"
 
     def __post_init__(self) -> None:
+        if self.resample not in RESAMPLE_MODES:
+            raise LayoutSettingError("resample", f"must be one of {list(RESAMPLE_MODES)}, "
+                                                 f"got {self.resample!r}")
+        if self.transforms is None:
+            raise LayoutSettingError("transforms", f"layout {self.name!r} states no openpi "
+                                                   "transforms")
+        self.transforms.check_widths(self.action_dim)
         if not self.cameras:
             raise ValueError(f"layout {self.name!r} names no camera")
         if self.resize not in ("pad", "stretch"):
@@ -174,10 +201,17 @@ class ObservationLayout:
             prompt_key: task              # optional, default "prompt"
             action_dim: 7                 # optional, default: all model dims
             resize: pad                   # optional: pad | stretch
+            resample: pil_bilinear        # optional: openpi's (see model.images)
+            transforms:                   # required, every key (openpi's data transforms)
+              adapt_to_pi: false          # ALOHA joint flips + gripper conversion
+              delta_action_mask: [true, true, true, true, true, true, false]  # or []
+              clean_prompt: true          # openpi's prompt cleaning
 
         Raises:
+            LayoutSettingError: on missing or unknown transform settings.
             ValueError: on a missing or malformed entry.
         """
+        transforms = OpenPITransforms.from_dict(data.get("transforms"))
         try:
             cams = tuple(CameraSource(str(c["key"]), bool(c.get("required", False)))
                          if isinstance(c, Mapping) else CameraSource(str(c))
@@ -188,38 +222,60 @@ class ObservationLayout:
                        prompt_key=str(data.get("prompt_key", "prompt")),
                        state_required=bool(data.get("state_required", True)),
                        action_dim=None if dim is None else int(dim),
-                       resize=data.get("resize", "pad"))
+                       resize=data.get("resize", "pad"), transforms=transforms,
+                       resample=data.get("resample", "pil_bilinear"))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed layout: {exc!r}") from exc
 
     def to_dict(self) -> dict[str, Any]:
         """msgpack/JSON-ready form (sent in the connection metadata)."""
-        return {"name": self.name, "resize": self.resize, "state_key": self.state_key,
+        return {"name": self.name, "resize": self.resize, "resample": self.resample,
+                "state_key": self.state_key,
                 "prompt_key": self.prompt_key, "action_dim": self.action_dim,
-                "cameras": [{"key": c.key, "required": c.required} for c in self.cameras]}
+                "cameras": [{"key": c.key, "required": c.required} for c in self.cameras],
+                "transforms": self.transforms.to_dict() if self.transforms else None}
 
 
+_LIBERO_CAMERAS = (CameraSource("observation/image", True),
+                   CameraSource("observation/wrist_image", True))
+_ALOHA_CAMERAS = (CameraSource("images/cam_high", True), CameraSource("images/cam_left_wrist"),
+                  CameraSource("images/cam_right_wrist"))
+
+#: openpi ``pi0_libero`` (``LeRobotLiberoDataConfig(extra_delta_transform=True)``).
 LIBERO = ObservationLayout(
-    name="libero",
-    cameras=(CameraSource("observation/image", True),
-             CameraSource("observation/wrist_image", True)),
-    state_key="observation/state", action_dim=7)
+    name="libero", cameras=_LIBERO_CAMERAS, state_key="observation/state", action_dim=7,
+    transforms=OpenPITransforms(adapt_to_pi=False, delta_action_mask=(True,) * 6 + (False,),
+                                clean_prompt=True))
 
+#: openpi ``pi05_libero`` (``extra_delta_transform=False``): LIBERO's actions as they are.
+LIBERO_ABSOLUTE = ObservationLayout(
+    name="pi05_libero", cameras=_LIBERO_CAMERAS, state_key="observation/state", action_dim=7,
+    transforms=OpenPITransforms(adapt_to_pi=False, delta_action_mask=(), clean_prompt=True))
+
+#: openpi ``pi0_aloha`` (``LeRobotAlohaDataConfig()``: ``adapt_to_pi``, delta joints).
 ALOHA = ObservationLayout(
-    name="aloha",
-    cameras=(CameraSource("images/cam_high", True), CameraSource("images/cam_left_wrist"),
-             CameraSource("images/cam_right_wrist")),
-    state_key="state", action_dim=14)
+    name="aloha", cameras=_ALOHA_CAMERAS, state_key="state", action_dim=14,
+    transforms=OpenPITransforms(
+        adapt_to_pi=True, delta_action_mask=((True,) * 6 + (False,)) * 2, clean_prompt=True))
 
-#: Layouts selectable by name (``--layout``); ``auto`` picks one per observation.
-BUILTIN_LAYOUTS: dict[str, ObservationLayout] = {"libero": LIBERO, "aloha": ALOHA}
+#: openpi ``pi0_aloha_sim`` (``use_delta_joint_actions=False``; ``adapt_to_pi`` stays on).
+ALOHA_ABSOLUTE = ObservationLayout(
+    name="pi0_aloha_sim", cameras=_ALOHA_CAMERAS, state_key="state", action_dim=14,
+    transforms=OpenPITransforms(adapt_to_pi=True, delta_action_mask=(), clean_prompt=True))
+
+#: Layouts selectable by name (``--layout``), under our names and openpi's config names;
+#: ``auto`` picks ``libero`` or ``aloha`` per observation.
+BUILTIN_LAYOUTS: dict[str, ObservationLayout] = {
+    "libero": LIBERO, "aloha": ALOHA, "pi0_libero": LIBERO, "pi05_libero": LIBERO_ABSOLUTE,
+    "pi0_aloha": ALOHA, "pi05_aloha": ALOHA, "pi0_aloha_sim": ALOHA_ABSOLUTE}
 
 
 def load_layout(name_or_path: str) -> ObservationLayout | None:
     """A built-in layout by name, ``None`` for ``auto``, or one loaded from YAML/JSON.
 
     Raises:
-        ValueError: on an unknown name or a malformed file.
+        ValueError: on an unknown name or a malformed file (one line naming the file
+            and, for transform settings, the field).
     """
     if name_or_path == "auto":
         return None
@@ -229,11 +285,38 @@ def load_layout(name_or_path: str) -> ObservationLayout | None:
     if not path.is_file():
         raise ValueError(f"unknown layout {name_or_path!r}: not one of "
                          f"{['auto', *BUILTIN_LAYOUTS]} and not a file")
-    text = path.read_text()
-    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ValueError(f"layout file {path}: {' '.join(str(exc).split())}") from None
     if not isinstance(data, Mapping):
         raise ValueError(f"layout file {path} does not hold a mapping")
-    return ObservationLayout.from_dict(data)
+    try:
+        return ObservationLayout.from_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"layout file {path}: {exc}") from None
+
+
+def check_layout(layout: ObservationLayout, model: ModelSpec) -> None:
+    """Refuse, at start-up, a layout whose transforms the served model cannot carry.
+
+    Raises:
+        LayoutSettingError: ``adapt_to_pi`` on a model with fewer than 14 state or
+            action values, or a delta mask wider than the model's state or actions.
+    """
+    transforms = layout.transforms
+    assert transforms is not None  # refused when the layout was built
+    if transforms.adapt_to_pi and min(model.state_dim, model.action_dim) < ALOHA_DIM:
+        raise LayoutSettingError(
+            "transforms.adapt_to_pi", f"layout {layout.name!r} converts {ALOHA_DIM} ALOHA "
+            f"values; the model has state_dim {model.state_dim}, action_dim "
+            f"{model.action_dim}")
+    width = len(transforms.delta_action_mask)
+    for name, dim in (("state_dim", model.state_dim), ("action_dim", model.action_dim)):
+        if width > dim:
+            raise LayoutSettingError("transforms.delta_action_mask", f"{width} entries exceed "
+                                                                     f"the model's {name} {dim}")
 
 
 class _Missing:
@@ -312,10 +395,12 @@ class MappedObservation:
         images: one HxWx3 uint8 image per model camera, at the model's size; a masked
             camera is ``None`` for a model that masks cameras, else a zero image.
         image_mask: False where the camera was masked out.
-        state: float64 state, zero-padded to the model's ``state_dim``.
+        state: float64 state in the model's frame (after the layout's input
+            transforms), zero-padded to the model's ``state_dim``.
         state_dim_in: length of the state the client sent.
-        prompt: the instruction.
+        prompt: the instruction (cleaned when the layout says so).
         layout: name of the layout used.
+        transforms: that layout's openpi transforms (the reply path runs them too).
     """
 
     images: list[np.ndarray | None]
@@ -324,6 +409,7 @@ class MappedObservation:
     state_dim_in: int
     prompt: str
     layout: str
+    transforms: OpenPITransforms
 
 
 def _state(obs: Mapping[str, Any], layout: ObservationLayout, dim: int) -> tuple[np.ndarray, int]:
@@ -386,8 +472,15 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
     if not isinstance(obs, Mapping):
         raise ObservationFieldError("observation", f"expected a map, got {type(obs).__name__}")
     layout = layout if layout is not None else detect_layout(obs)
+    transforms = layout.transforms
+    assert transforms is not None  # ObservationLayout refuses a layout without them
     state, state_in = _state(obs, layout, model.state_dim)
-    prompt = _prompt(obs, layout, default_prompt)
+    if transforms.adapt_to_pi and model.state_dim < ALOHA_DIM:
+        raise ObservationFieldError(layout.state_key, f"layout {layout.name!r} converts "
+                                    f"{ALOHA_DIM} ALOHA values; the model takes "
+                                    f"{model.state_dim}")
+    state = transforms.state_in(state)
+    prompt = transforms.prompt_in(_prompt(obs, layout, default_prompt))
     images: list[np.ndarray | None] = []
     mask: list[bool] = []
     for index, (_, height, width) in enumerate(model.cameras):
@@ -401,6 +494,7 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
             mask.append(False)
             continue
         rgb = to_rgb_uint8(raw, source.key)
-        images.append(fit_image(rgb, height, width, layout.resize))
+        images.append(fit_image(rgb, height, width, layout.resize, layout.resample))
         mask.append(True)
-    return MappedObservation(images, tuple(mask), state, state_in, prompt, layout.name)
+    return MappedObservation(images, tuple(mask), state, state_in, prompt, layout.name,
+                             transforms)

@@ -18,6 +18,10 @@ key                        type                     meaning (default when absent
                                                     layout's reply width) are zero-padded
 ``xinfer/commit_steps``    int in [0, H]            keyframes of ``prev_chunk`` frozen, d
                                                     (8, capped at H; 0 without prev_chunk)
+``xinfer/prev_shift``      int in [0, H]            s of RTC's Eq. 5: keyframes of the
+                                                    previous chunk executed by now; its
+                                                    rows from H − s on are padding and get
+                                                    no guidance (0: every row is planned)
 ``xinfer/seed``            int                      flow-matching noise seed (a per-
                                                     connection counter)
 =========================  =======================  =========================================
@@ -36,12 +40,13 @@ from xinfer_ros.core.timing import budget_seconds
 from xinfer_ros.model.errors import InputError
 from xinfer_ros.openpi.errors import ObservationFieldError
 from xinfer_ros.openpi.layouts import MISSING, lookup
-from xinfer_ros.serving.frontend import commit_steps, previous_chunk
+from xinfer_ros.serving.frontend import commit_steps, prev_shift, previous_chunk
 
 __all__ = [
     "KEY_BUDGET",
     "KEY_COMMIT",
     "KEY_PREV_CHUNK",
+    "KEY_PREV_SHIFT",
     "KEY_ROBOT_ID",
     "KEY_SEED",
     "XINFER_KEYS",
@@ -54,9 +59,11 @@ KEY_ROBOT_ID = "xinfer/robot_id"
 KEY_BUDGET = "xinfer/budget_ms"
 KEY_PREV_CHUNK = "xinfer/prev_chunk"
 KEY_COMMIT = "xinfer/commit_steps"
+KEY_PREV_SHIFT = "xinfer/prev_shift"
 KEY_SEED = "xinfer/seed"
 #: Every key this module reads (reported in the connection metadata).
-XINFER_KEYS: tuple[str, ...] = (KEY_ROBOT_ID, KEY_BUDGET, KEY_PREV_CHUNK, KEY_COMMIT, KEY_SEED)
+XINFER_KEYS: tuple[str, ...] = (KEY_ROBOT_ID, KEY_BUDGET, KEY_PREV_CHUNK, KEY_COMMIT,
+                                KEY_PREV_SHIFT, KEY_SEED)
 
 #: Robot ids become engine keys and log fields: keep them short and printable.
 _MAX_ID_CHARS = 64
@@ -73,6 +80,7 @@ class RequestOptions:
         prev_chunk: ``(H, D)`` float64 previous chunk, or None.
         commit_steps: frozen keyframes d (0 without ``prev_chunk``).
         seed: noise seed, or None for the server's counter.
+        prev_shift: s of the previous chunk (0 without ``prev_chunk``).
     """
 
     robot_id: str | None
@@ -81,6 +89,7 @@ class RequestOptions:
     prev_chunk: np.ndarray | None
     commit_steps: int
     seed: int | None
+    prev_shift: int = 0
 
 
 def valid_robot_id(value: Any) -> str | None:
@@ -145,13 +154,15 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
             raise ObservationFieldError(KEY_ROBOT_ID, why)
     budget, budget_ms = _budget(obs, default_budget_ms, max_budget_ms)
     raw_commit = _int(obs, KEY_COMMIT)  # malformed is refused even without a chunk
+    raw_shift = _int(obs, KEY_PREV_SHIFT)
     try:
         prev = _prev_chunk(obs, horizon, action_dim, out_dim)
         commit = commit_steps(raw_commit, horizon, field=KEY_COMMIT) if prev is not None else 0
+        shift = prev_shift(raw_shift, horizon, field=KEY_PREV_SHIFT) if prev is not None else 0
     except InputError as exc:
         raise ObservationFieldError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) \
             from None
     seed = _int(obs, KEY_SEED)
     if seed is not None and not 0 <= seed < 2**63:
         raise ObservationFieldError(KEY_SEED, f"{seed} outside [0, 2**63)")
-    return RequestOptions(robot, budget, budget_ms, prev, commit, seed)
+    return RequestOptions(robot, budget, budget_ms, prev, commit, seed, shift)

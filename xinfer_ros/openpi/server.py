@@ -51,7 +51,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -67,10 +67,13 @@ from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.openpi.codec import CodecError, LimitError, packb, unpackb
 from xinfer_ros.openpi.errors import ObservationFieldError, OpenPIError
 from xinfer_ros.openpi.layouts import (
+    ALOHA,
     BUILTIN_LAYOUTS,
+    LIBERO,
     MappedObservation,
     ModelSpec,
     ObservationLayout,
+    check_layout,
     map_observation,
 )
 from xinfer_ros.openpi.options import XINFER_KEYS, RequestOptions, parse_options, valid_robot_id
@@ -248,12 +251,17 @@ class OpenPIServer:
 
     Use within one asyncio loop: ``await start()``, then ``await aclose()``; or run it
     on its own thread with :class:`ServerThread`.
+
+    Raises:
+        LayoutSettingError: when the configured layout's transforms do not fit the model.
     """
 
     def __init__(self, engine: Any, model: ModelSpec, config: ServerConfig | None = None) -> None:
         self.engine = engine
         self.model = model
         self.config = config if config is not None else ServerConfig()
+        if self.config.layout is not None:
+            check_layout(self.config.layout, model)
         self._server: Server | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._numbers = itertools.count(1)
@@ -279,6 +287,11 @@ class OpenPIServer:
         _LOG.info("openpi endpoint on ws://%s:%d (policy %s, backend %s%s)", cfg.host, port,
                   self.engine.policy.name, self.engine.backend.name,
                   ", EMULATED" if self.engine.backend.emulated else "")
+        layouts = [cfg.layout] if cfg.layout is not None else [LIBERO, ALOHA]
+        for layout in layouts:
+            assert layout.transforms is not None
+            _LOG.info("layout %s: openpi transforms %s", layout.name,
+                      layout.transforms.describe())
         return port
 
     @property
@@ -526,7 +539,20 @@ class OpenPIServer:
                 action_dim=self.model.action_dim, out_dim=self._out_dim(mapped.layout))
         except ObservationFieldError as exc:
             raise _ClientError("invalid_observation", str(exc)) from exc
+        if options.prev_chunk is not None:
+            options = replace(options, prev_chunk=self._chunk_in(mapped, options))
         return mapped, options
+
+    def _chunk_in(self, mapped: MappedObservation, options: RequestOptions) -> np.ndarray:
+        """The client's previous chunk in the model's frame (the reply path inverted).
+
+        Only the layout's columns carry the robot's chunk; the model's others are padding.
+        """
+        assert options.prev_chunk is not None
+        cols = self._out_dim(mapped.layout)
+        full = np.array(options.prev_chunk, dtype=np.float64)
+        full[:, :cols] = mapped.transforms.actions_in(full[:, :cols], mapped.state)
+        return full
 
     def _out_dim(self, layout_name: str) -> int:
         layout = self.config.layout or BUILTIN_LAYOUTS.get(layout_name)
@@ -566,7 +592,8 @@ class OpenPIServer:
         session.seq += 1
         inputs = engine_inputs(
             mapped.images, mapped.prompt, mapped.state, prev_chunk=options.prev_chunk,
-            commit=options.commit_steps,
+            commit=options.commit_steps, shift=options.prev_shift,
+            prev_dims=self._out_dim(mapped.layout),
             seed=options.seed if options.seed is not None else session.seq)
         future = self.engine.submit(inputs, options.budget, robot)
         try:
@@ -587,7 +614,8 @@ class OpenPIServer:
 
     def _response(self, session: _Session, mapped: MappedObservation, options: RequestOptions,
                   result: Any, infer_ms: float) -> dict[str, Any]:
-        actions = np.asarray(result.actions, dtype=np.float64)[:, :self._out_dim(mapped.layout)]
+        actions = mapped.transforms.actions_out(np.asarray(result.actions, dtype=np.float64),
+                                                mapped.state, self._out_dim(mapped.layout))
         timing: dict[str, float] = {"infer_ms": infer_ms}
         if session.prev_total_ms is not None:
             timing["prev_total_ms"] = session.prev_total_ms

@@ -21,16 +21,25 @@ from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, ImageErr
 from xinfer_ros.model.images import fit_image
 
 __all__ = ["FlatChunk", "Observe", "camera_image", "commit_steps", "engine_inputs", "flat_chunk",
-           "previous_chunk", "request_inputs", "robot_state"]
+           "prev_shift", "previous_chunk", "request_inputs", "robot_state"]
 
 
 @dataclass(frozen=True, slots=True)
 class FlatChunk:
-    """A previous chunk as a flat message carries it: values row by row and its shape."""
+    """A previous chunk as a flat message carries it: values row by row and its shape.
+
+    Attributes:
+        values: The aligned previous chunk, row by row (row 0 at the send tick).
+        horizon: Its rows.
+        action_dim: Its columns.
+        shift: ``s``, keyframes of the previous chunk executed by the send tick: its
+            rows from ``horizon - s`` on are padding (``PolicyRequest.prev_shift``).
+    """
 
     values: Sequence[float]
     horizon: int
     action_dim: int
+    shift: int = 0
 
 
 def previous_chunk(values: Any, horizon: int, action_dim: int, *,
@@ -42,8 +51,9 @@ def previous_chunk(values: Any, horizon: int, action_dim: int, *,
         horizon: The model's H.
         action_dim: The model's D.
         columns: Fewer columns the client's layout uses, if any; such a chunk is
-            zero-padded to D (the model's extra dimensions are dropped on the way out,
-            so their guidance is moot).
+            zero-padded to D here, and :func:`engine_inputs` (``prev_dims``) tells the
+            model to zero the padding in normalised units, where π0 was trained with
+            zeros on padded dimensions.
         field: The request field named in errors.
 
     Raises:
@@ -130,9 +140,10 @@ def request_inputs(robot: str, claimed_robot: str, instruction: str, observe: Ob
     horizon, dim = action_shape
     d = commit_steps(commit, horizon)
     prev_chunk = flat_chunk(prev, horizon, dim)
+    shift = prev_shift(prev.shift, horizon) if prev_chunk is not None else 0
     images, positions = observe()
     return engine_inputs(images, instruction, robot_state(positions), prev_chunk=prev_chunk,
-                         commit=d, seed=seed)
+                         commit=d, seed=seed, shift=shift)
 
 
 def commit_steps(value: int | None, horizon: int, *, field: str = "commit_steps") -> int:
@@ -148,16 +159,54 @@ def commit_steps(value: int | None, horizon: int, *, field: str = "commit_steps"
     return int(value)
 
 
+def prev_shift(value: int | None, horizon: int, *, field: str = "prev_shift") -> int:
+    """The request's shift ``s`` (0 when not given: every row of the chunk is real).
+
+    Raises:
+        CommitLengthError: When ``value`` lies outside ``[0, horizon]``.
+    """
+    if value is None:
+        return 0
+    if not 0 <= value <= horizon:
+        raise CommitLengthError(field, f"{value} outside [0, {horizon}]")
+    return int(value)
+
+
 def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: np.ndarray, *,
-                  prev_chunk: np.ndarray | None, commit: int, seed: int) -> dict[str, Any]:
+                  prev_chunk: np.ndarray | None, commit: int, seed: int,
+                  shift: int = 0, prev_dims: int | None = None) -> dict[str, Any]:
     """The input mapping every backend's ``prepare`` reads.
 
     A camera the client masked out is None. Without a previous chunk nothing is
     committed (d = 0).
+
+    Requests carry the previous chunk *aligned* (row 0 at the send tick) with its
+    shift ``s`` (RTC paper Eq. 5): only rows ``< H − s`` are the previous chunk, the
+    rest repeat its last command. The models take the previous chunk on its own time
+    axis with ``prev_shift`` and align it themselves, so it is put back there: row
+    ``i`` of the request becomes row ``i + s``, and the guidance mask covers exactly
+    the ``H − s`` real rows (Eq. 5; no weight on padding). The committed prefix is the
+    exception: its ``d`` keyframes execute while the new chunk is computed, so when the
+    robot holds its last command there (``H − s < d``) they stay pinned to it and
+    ``s`` is capped at ``H − d``.
+
+    ``prev_dims``: the previous chunk's real leading columns when a client sent fewer
+    than the model's D (the rest is padding: the model zeroes it after normalising,
+    so guidance does not pull those dimensions to ``−mean / std``).
     """
-    return {"images": list(images), "instruction": instruction, "state": state,
-            "prev_chunk": prev_chunk, "d": commit if prev_chunk is not None else 0,
-            "seed": seed}
+    inputs = {"images": list(images), "instruction": instruction, "state": state,
+              "prev_chunk": prev_chunk, "d": commit if prev_chunk is not None else 0,
+              "seed": seed}
+    if prev_chunk is not None and shift:
+        horizon = len(prev_chunk)
+        s = min(shift, horizon - commit)
+        own = np.empty_like(prev_chunk)
+        own[s:] = prev_chunk[:horizon - s]
+        own[:s] = prev_chunk[0]  # executed already: the models drop these rows
+        inputs.update(prev_chunk=own, prev_shift=s)
+    if prev_chunk is not None and prev_dims is not None and prev_dims < prev_chunk.shape[1]:
+        inputs["prev_dims"] = prev_dims
+    return inputs
 
 
 def camera_image(rgb: np.ndarray, camera: int, size: tuple[int, int], *, strict: bool,

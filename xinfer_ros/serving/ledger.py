@@ -17,9 +17,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from xinfer_ros.core.metrics import ResponseRecord, summarize
+import numpy as np
 
-__all__ = ["RECORDS_PER_ROBOT", "Outcome", "RobotSummary", "ServingLedger"]
+from xinfer_ros.core.metrics import ResponseRecord, summarize
+from xinfer_ros.core.timing import MS_PER_S, budget_met
+
+__all__ = ["RECORDS_PER_ROBOT", "Outcome", "RobotSummary", "ServingLedger", "request_age"]
 
 #: Answered requests kept per robot for the statistics window.
 RECORDS_PER_ROBOT = 4096
@@ -55,11 +58,21 @@ class RobotSummary:
     errors: int
     shed: int
     queue_depth: int
+    request_age_p50_ms: float
+    request_age_p99_ms: float
+    stamp_attainment: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    record: ResponseRecord  # arrival at the callback, publication, budget
+    outcome: Outcome
+    age: float  # the request's age at the callback (s); NaN when its stamp was unusable
 
 
 @dataclass
 class _Book:
-    records: deque[tuple[ResponseRecord, Outcome]]
+    records: deque[_Entry]
     live: int = 0
     last_error: str = ""
 
@@ -94,7 +107,7 @@ class ServingLedger:
             return self._books[robot].live
 
     def record(self, robot: str, record: ResponseRecord, outcome: Outcome, *,
-               reason: str = "", hold_s: float = 0.0) -> None:
+               reason: str = "", hold_s: float = 0.0, age: float = math.nan) -> None:
         """A chunk went out to ``robot``.
 
         Args:
@@ -103,10 +116,12 @@ class ServingLedger:
             outcome: How it counts.
             reason: Why it failed (kept as the robot's last error).
             hold_s: How long phase spreading held it (s).
+            age: The request's age when it arrived (s; :func:`request_age`), NaN when
+                unknown.
         """
         with self._lock:
             book = self._books[robot]
-            book.records.append((record, outcome))
+            book.records.append(_Entry(record, outcome, age))
             if outcome is Outcome.FAILED:
                 book.last_error = reason
             if hold_s > 0:
@@ -128,7 +143,7 @@ class ServingLedger:
         since = now - window_s
         with self._lock:
             return [name for name, b in self._books.items()
-                    if b.records and b.records[-1][0].send_time >= since]
+                    if b.records and b.records[-1].record.send_time >= since]
 
     def summaries(self, now: float, window_s: float) -> tuple[list[RobotSummary], RobotSummary]:
         """Each robot's figures, and the fleet's, over a window of arrivals.
@@ -140,7 +155,7 @@ class ServingLedger:
         window = (now - window_s, now + 1e-9)
         with self._lock:
             books = {name: (list(b.records), b.live) for name, b in self._books.items()}
-        everything: list[tuple[ResponseRecord, Outcome]] = []
+        everything: list[_Entry] = []
         robots = []
         for name, (records, live) in books.items():
             robots.append(_summary(name, records, window, window_s, live))
@@ -150,16 +165,48 @@ class ServingLedger:
         return robots, total
 
 
-def _summary(name: str, records: list[tuple[ResponseRecord, Outcome]],
-             window: tuple[float, float], window_s: float, live: int) -> RobotSummary:
-    chosen = [(r, o) for r, o in records if window[0] <= r.send_time < window[1]]
-    m = summarize([r for r, _ in chosen], window=window)
+def _summary(name: str, entries: list[_Entry], window: tuple[float, float],
+             window_s: float, live: int) -> RobotSummary:
+    chosen = [e for e in entries if window[0] <= e.record.send_time < window[1]]
+    m = summarize([e.record for e in chosen], window=window)
+    stamped = [e for e in chosen if math.isfinite(e.age)]
+    ages = np.array([e.age for e in stamped]) * MS_PER_S
     return RobotSummary(
         robot_id=name, requests=m.requests, on_time=m.on_time,
         attainment=m.attainment if m.requests else math.nan,
         on_time_goodput_hz=m.on_time / window_s,
         latency_p50_ms=m.latency_p50_ms, latency_p95_ms=m.latency_p95_ms,
         latency_p99_ms=m.latency_p99_ms, mean_wide_latency_ms=m.mean_wide_latency_ms,
-        errors=sum(1 for _, o in chosen if o is Outcome.FAILED),
-        shed=sum(1 for _, o in chosen if o is Outcome.SHED),
-        queue_depth=max(0, live))
+        errors=sum(1 for e in chosen if e.outcome is Outcome.FAILED),
+        shed=sum(1 for e in chosen if e.outcome is Outcome.SHED),
+        queue_depth=max(0, live),
+        request_age_p50_ms=float(np.percentile(ages, 50)) if stamped else math.nan,
+        request_age_p99_ms=float(np.percentile(ages, 99)) if stamped else math.nan,
+        stamp_attainment=(sum(e.record.ok and budget_met(e.age + e.record.latency,
+                                                         e.record.budget)
+                              for e in stamped) / len(stamped)) if stamped else math.nan)
+
+
+def request_age(now_ns: int, stamp_ns: int, max_skew_s: float) -> float:
+    """A request's age (s) from its stamp, or NaN where the clocks do not allow it.
+
+    Args:
+        now_ns: The server's clock when the callback took the request (ns).
+        stamp_ns: The request's header stamp, the robot's send time (ns; 0: unset).
+        max_skew_s: Largest clock difference believed: an age below ``-max_skew_s``
+            (a stamp from the future) or above one hour means clocks of different
+            kinds (simulated and wall time) or unsynchronised machines.
+
+    Returns:
+        The age in seconds (a small negative one, within the skew, as 0), or NaN.
+    """
+    if stamp_ns <= 0:
+        return math.nan
+    age = (now_ns - stamp_ns) / 1e9
+    if age < -max_skew_s or age > _MAX_BELIEVED_AGE_S:
+        return math.nan
+    return max(age, 0.0)
+
+
+#: An older stamp is taken for a clock of another kind, not for a queued request.
+_MAX_BELIEVED_AGE_S = 3600.0

@@ -255,7 +255,7 @@ class Simulation:
                          if cfg.phase_spread else None)
         # Policies say themselves whether time alone can change their decisions
         # (Policy.time_dependent); only those are ticked while work waits.
-        self._ticks = bool(getattr(self.policy, "time_dependent", True))
+        self._ticks = self.policy.time_dependent
 
     def _push(self, t: float, kind: int, robot: int, payload: Any = None) -> None:
         self._seq += 1

@@ -13,7 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from xinfer_ros.core.baselines import EDFPolicy, FIFOPolicy, SlackGatePolicy
 from xinfer_ros.core.constants import ATTAINMENT_TARGET
+from xinfer_ros.core.xinfer_policy import XInferPolicy
 from xinfer_ros.sim.projection import ProjectionPoint
 
 __all__ = [
@@ -23,7 +25,8 @@ __all__ = [
     "plot_projection",
 ]
 
-_COLORS = {"xinfer": "#d62728", "slack_gate": "#1f77b4", "edf": "#2ca02c", "fifo": "#7f7f7f"}
+_COLORS = {XInferPolicy.name: "#d62728", SlackGatePolicy.name: "#1f77b4",
+           EDFPolicy.name: "#2ca02c", FIFOPolicy.name: "#7f7f7f"}
 
 
 def _save(fig: Figure, path: Path) -> Path:

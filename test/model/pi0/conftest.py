@@ -57,13 +57,13 @@ def unseen_model() -> Any:
 
 def write_stats(directory: Path, layout: str, dim: int = 7, seed: int = 0) -> dict[str, Any]:
     """Write normalisation statistics in ``layout`` (openpi or lerobot); return them."""
-    from xinfer_ros.model.pi0.checkpoint import write_lerobot_stats, write_openpi_stats
+    from xinfer_ros.model.pi0.checkpoint import write_lerobot_pipeline, write_openpi_stats
 
     rng = np.random.default_rng(seed)
     state = {"mean": rng.normal(size=dim), "std": rng.uniform(0.2, 2.0, dim)}
     action = {"mean": rng.normal(size=dim), "std": rng.uniform(0.2, 2.0, dim)}
     if layout == "lerobot":
-        write_lerobot_stats(directory, state, action)
+        write_lerobot_pipeline(directory, state, action)
     else:
         write_openpi_stats(directory, state, action)
     return {"state": state, "action": action}

@@ -100,6 +100,19 @@ def test_lerobot_config_json_names_the_robot(tmp_path: Path) -> None:
     assert spec.cameras == ("top", "wrist")
     assert (spec.state_dim, spec.action_dim, spec.prompt_tokens) == (6, 6, 48)
     assert (spec.chunk_size, spec.num_steps, spec.tokens_per_image) == (50, 10, 256)
+    # empty_cameras: lerobot's validate_features lists them among the input features
+    # before saving; an older config does not. Either way each counts once.
+    data = json.loads((ckpt / "config.json").read_text())
+    for listed in (True, False):
+        inputs = dict(data["input_features"])
+        if listed:
+            inputs["observation.images.empty_camera_0"] = {"type": "VISUAL",
+                                                           "shape": [3, 224, 224]}
+        (ckpt / "config.json").write_text(json.dumps(data | {"empty_cameras": 1,
+                                                             "input_features": inputs}))
+        cameras = resolve_pi0(load_model_preset("pi0"), ckpt)[1].cameras
+        assert cameras == ("top", "wrist", "empty_camera_0"), listed
+    (ckpt / "config.json").write_text(json.dumps(data))
     bad = json.loads((ckpt / "config.json").read_text()) | {"paligemma_variant": "gemma_300m"}
     (ckpt / "config.json").write_text(json.dumps(bad))
     with pytest.raises(CheckpointError, match="paligemma_variant"):

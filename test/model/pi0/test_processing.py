@@ -148,6 +148,27 @@ def test_normalisation_round_trips(mode: str) -> None:
         np.testing.assert_allclose(stats.normalize(high), 1.0)
 
 
+def test_each_source_applies_its_own_epsilon_on_a_constant_joint() -> None:
+    from xinfer_ros.model.pi0.normalization import LEROBOT, OPENPI
+
+    mean, std = np.array([0.5, 1.0]), np.array([0.0, 2.0])  # joint 0 never moved
+    x, a = np.array([0.5 + 1e-7, 3.0]), np.array([[2.0, 2.0]])
+    lerobot = FeatureStats("mean_std", mean, std, LEROBOT)
+    openpi = FeatureStats("mean_std", mean, std, OPENPI)
+    # lerobot: (x - mean) / (std + 1e-8), back a * std + mean (normalize_processor.py)
+    np.testing.assert_allclose(lerobot.normalize(x), [1e-7 / 1e-8, 2.0 / (2.0 + 1e-8)])
+    np.testing.assert_allclose(lerobot.unnormalize(a), [[0.5, 5.0]])
+    # openpi: 1e-6 on both sides (transforms.py)
+    np.testing.assert_allclose(openpi.normalize(x), [1e-7 / 1e-6, 2.0 / (2.0 + 1e-6)])
+    np.testing.assert_allclose(openpi.unnormalize(a), [[0.5 + 2e-6, 5.0 + 2e-6]])
+    q = {"q01": np.array([1.0, 0.0]), "q99": np.array([1.0, 4.0])}
+    span = FeatureStats("quantiles", q["q01"], q["q99"], OPENPI)
+    np.testing.assert_allclose(span.normalize(np.array([1.0, 2.0])),
+                               [-1.0, 2.0 * 2.0 / (4.0 + 1e-6) - 1.0])
+    same = FeatureStats("quantiles", q["q01"], q["q99"], LEROBOT)
+    np.testing.assert_allclose(same.normalize(np.array([1.0, 2.0])), [-1.0, 0.0])
+
+
 @pytest.mark.parametrize("layout", ["openpi", "lerobot", "openpi_asset"])
 def test_checkpoint_statistics_are_found_in_either_layout(tmp_path: Path, layout: str) -> None:
     if layout == "openpi_asset":
@@ -160,7 +181,15 @@ def test_checkpoint_statistics_are_found_in_either_layout(tmp_path: Path, layout
         np.testing.assert_array_equal(found.state.high, [3.0, 4.0])
         return
     stats = write_stats(tmp_path, layout, dim=3)
-    found = find_checkpoint_stats(tmp_path)
+    if layout == "lerobot":
+        from xinfer_ros.model.pi0.lerobot_pipeline import read_lerobot_pipeline
+
+        assert find_checkpoint_stats(tmp_path) is None  # not openpi's or transformers'
+        pipeline = read_lerobot_pipeline(tmp_path, action_dim=3, state_dim=3)
+        assert pipeline is not None
+        found = pipeline.normalizer
+    else:
+        found = find_checkpoint_stats(tmp_path)
     assert found is not None
     np.testing.assert_allclose(found.action.low, stats["action"]["mean"], rtol=1e-6)
     found.check_dims(3, 3)

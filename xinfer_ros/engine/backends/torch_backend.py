@@ -29,6 +29,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import signal
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from multiprocessing.connection import Connection
@@ -54,8 +55,8 @@ _PROGRESS = {Stage.VIT: StageProgress.VIT, Stage.PREFILL: StageProgress.PREFILL,
 
 #: Keys a torch request's inputs mapping may carry (``images``, ``instruction`` and
 #: ``state`` are required; π0 accepts ``None`` images for missing cameras).
-INPUT_KEYS = ("images", "instruction", "state", "prev_chunk", "d", "prev_shift", "rtc_mode",
-              "seed")
+INPUT_KEYS = ("images", "instruction", "state", "prev_chunk", "d", "prev_shift", "prev_dims",
+              "rtc_mode", "seed")
 
 
 class TorchBackend(Backend):
@@ -208,7 +209,8 @@ class TorchBackend(Backend):
             inputs["images"], inputs["instruction"], inputs["state"],
             prev_chunk=inputs.get("prev_chunk"), d=inputs.get("d", 0),
             prev_shift=inputs.get("prev_shift", 0), rtc_mode=inputs.get("rtc_mode", "soft"),
-            seed=int(inputs.get("seed", request_id)), request_id=f"{robot_id}/{request_id}")
+            seed=int(inputs.get("seed", request_id)), request_id=f"{robot_id}/{request_id}",
+            prev_dims=inputs.get("prev_dims"))
 
     def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
         """Run one stage unit (a batch of one)."""
@@ -396,6 +398,9 @@ class _ActionWorkers:
 
 def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
     """Worker process: load the same model, then serve Action units."""
+    # The parent owns the worker's life (a None message or a closed pipe ends it); a
+    # Ctrl-C, which the terminal sends to the whole process group, is the parent's.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         if spec.cpus is not None:
             os.sched_setaffinity(0, set(spec.cpus))

@@ -11,8 +11,11 @@ Public API::
     chunk = model.finish(state)                                        # (H, D), robot units
 
 Modules: :mod:`.preset` (presets, checkpoint directories, the resolved spec),
-:mod:`.normalization` (statistics), :mod:`.tokenizer`, :mod:`.processing` (CPU
-preparation and output), :mod:`.checkpoint` (weights in, checkpoints out),
+:mod:`.normalization` (statistics and each source's convention), :mod:`.lerobot_pipeline`
+(lerobot's saved pre/post-processor pipelines), :mod:`.relative` (relative actions),
+:mod:`.tokenizer`, :mod:`.processing` (CPU preparation and output), :mod:`.report`
+(what a checkpoint holds and what runs, ``xinfer-check-checkpoint``),
+:mod:`.checkpoint` (weights in, checkpoints out),
 :mod:`.stages` (ViT / Prefill / Action with RTC) and :mod:`.parity` (the check against
 ``sample_actions``). Only :mod:`.checkpoint`, :mod:`.stages` and :mod:`.parity` import
 torch at module level.

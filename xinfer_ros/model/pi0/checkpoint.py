@@ -24,7 +24,8 @@ import torch
 from transformers import PI0Config, PI0ForConditionalGeneration
 
 from xinfer_ros.model.errors import CheckpointError
-from xinfer_ros.model.pi0.normalization import LEROBOT_PIPELINE, OPENPI_STATS
+from xinfer_ros.model.pi0.lerobot_pipeline import POSTPROCESSOR, PREPROCESSOR
+from xinfer_ros.model.pi0.normalization import OPENPI_STATS
 from xinfer_ros.model.vla import resolve_dtype
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ __all__ = [
     "build_model",
     "lerobot_key",
     "save_checkpoint",
-    "write_lerobot_stats",
+    "write_lerobot_pipeline",
     "write_openpi_stats",
 ]
 
@@ -179,24 +180,85 @@ def write_openpi_stats(directory: str | Path, state: Mapping[str, Any],
     return path
 
 
-def write_lerobot_stats(directory: str | Path, state: Mapping[str, Any],
-                        action: Mapping[str, Any], state_mode: str = "MEAN_STD",
-                        action_mode: str = "MEAN_STD") -> Path:
-    """Write lerobot's pre-processor files: the pipeline JSON and the normaliser stats."""
+def _step(name: str, config: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"registry_name": name, "config": dict(config), **extra}
+
+
+def write_lerobot_pipeline(directory: str | Path, state: Mapping[str, Any],
+                           action: Mapping[str, Any], *, state_mode: str = "MEAN_STD",
+                           action_mode: str = "MEAN_STD", relative: bool = False,
+                           exclude_joints: tuple[str, ...] = ("gripper",),
+                           action_names: list[str] | None = None, max_length: int = 48,
+                           tokenizer: PreTrainedTokenizerBase | None = None,
+                           cameras: tuple[str, ...] = ("front",)) -> tuple[Path, Path]:
+    """Write lerobot's π0 pipelines as ``make_pi0_pre_post_processors`` saves them.
+
+    ``policy_preprocessor.json`` (rename, batch, newline, tokenizer, device, relative
+    actions, normaliser) and ``policy_postprocessor.json`` (unnormaliser, absolute
+    actions, device), with the normaliser statistics in their safetensors files.
+
+    Args:
+        directory: Checkpoint directory (created).
+        state: Statistics of ``observation.state`` by name (``mean``, ``std``, ...).
+        action: Statistics of ``action``.
+        state_mode: lerobot's mode of the STATE features.
+        action_mode: lerobot's mode of the ACTION features.
+        relative: ``use_relative_actions``.
+        exclude_joints: ``relative_exclude_joints``.
+        action_names: The action names (lerobot's ``action_feature_names``).
+        max_length: ``tokenizer_max_length``.
+        tokenizer: Saved as the tokenizer step's artifact (``tokenizer/``) when given;
+            else the step names PaliGemma's Hub tokenizer.
+        cameras: Image feature names (``observation.images.<name>``).
+
+    Returns:
+        The two pipeline files.
+    """
     from safetensors.numpy import save_file
 
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    state_file = "policy_preprocessor_step_3_normalizer_processor.safetensors"
-    flat = {f"observation.state.{k}": np.asarray(v, np.float32) for k, v in state.items()}
-    flat.update({f"action.{k}": np.asarray(v, np.float32) for k, v in action.items()})
-    save_file(flat, str(root / state_file))
-    pipeline = {"name": "policy_preprocessor", "steps": [
-        {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-        {"registry_name": "normalizer_processor", "state_file": state_file,
-         "config": {"eps": 1e-8, "norm_map": {"VISUAL": "IDENTITY", "STATE": state_mode,
-                                              "ACTION": action_mode}}},
+    state_vectors = {k: np.asarray(v, np.float32).reshape(-1) for k, v in state.items()}
+    action_vectors = {k: np.asarray(v, np.float32).reshape(-1) for k, v in action.items()}
+    width = {"observation.state": len(next(iter(state_vectors.values()))),
+             "action": len(next(iter(action_vectors.values())))}
+    features = {f"observation.images.{c}": {"type": "VISUAL", "shape": [3, 224, 224]}
+                for c in cameras}
+    features["observation.state"] = {"type": "STATE", "shape": [width["observation.state"]]}
+    features["action"] = {"type": "ACTION", "shape": [width["action"]]}
+    norm = {"eps": 1e-8, "norm_map": {"VISUAL": "IDENTITY", "STATE": state_mode,
+                                      "ACTION": action_mode}}
+    pre_stats = "policy_preprocessor_step_6_normalizer_processor.safetensors"
+    post_stats = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+    flat = {f"observation.state.{k}": v for k, v in state_vectors.items()}
+    flat.update({f"action.{k}": v for k, v in action_vectors.items()})
+    save_file(flat, str(root / pre_stats))
+    save_file({f"action.{k}": v for k, v in action_vectors.items()}, str(root / post_stats))
+    tokenizer_step = _step("tokenizer_processor", {
+        "max_length": max_length, "task_key": "task", "padding_side": "right",
+        "padding": "max_length", "truncation": True,
+        "tokenizer_name": "tokenizer" if tokenizer is not None else "google/paligemma-3b-pt-224"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(root / "tokenizer"))
+        tokenizer_step["artifacts"] = {"tokenizer_name": "tokenizer"}
+    pre = {"name": "policy_preprocessor", "steps": [
+        _step("rename_observations_processor", {"rename_map": {}}),
+        _step("to_batch_processor", {}),
+        _step("pi0_new_line_processor", {}),
+        tokenizer_step,
+        _step("device_processor", {"device": "cpu", "float_dtype": None}),
+        _step("relative_actions_processor", {"enabled": relative,
+                                             "exclude_joints": list(exclude_joints),
+                                             "action_names": action_names}),
+        _step("normalizer_processor", norm | {"features": features}, state_file=pre_stats),
     ]}
-    path = root / LEROBOT_PIPELINE
-    path.write_text(json.dumps(pipeline, indent=2) + "\n", encoding="utf-8")
-    return path
+    post = {"name": "policy_postprocessor", "steps": [
+        _step("unnormalizer_processor", norm | {"features": {"action": features["action"]}},
+              state_file=post_stats),
+        _step("absolute_actions_processor", {"enabled": relative}),
+        _step("device_processor", {"device": "cpu", "float_dtype": None}),
+    ]}
+    paths = (root / PREPROCESSOR, root / POSTPROCESSOR)
+    for path, payload in zip(paths, (pre, post), strict=True):
+        path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return paths

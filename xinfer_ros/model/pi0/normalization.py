@@ -1,19 +1,27 @@
 """State and action normalisation of a π0 checkpoint (NumPy only).
 
 A π0 policy sees its state and predicts its actions in normalised units, with the
-statistics of the data set it was trained on. Three places may hold them:
+statistics of the data set it was trained on. Four places may hold them:
 
+* lerobot: the normaliser step of ``policy_preprocessor.json`` and the unnormaliser
+  step of ``policy_postprocessor.json`` (read by :mod:`.lerobot_pipeline`);
 * openpi: ``norm_stats.json`` (``{"norm_stats": {"state": {...}, "actions": {...}}}``
   with ``mean``/``std``/``q01``/``q99``) in the checkpoint directory or one
   ``assets/<name>/`` folder below it;
-* lerobot: the normaliser step of ``policy_preprocessor.json``, whose ``state_file``
-  (``*_normalizer_processor.safetensors``) holds ``observation.state.mean``,
-  ``action.std``, … and whose ``norm_map`` gives the mode per feature type;
+* transformers: ``processor_config.json`` of a saved ``PI0Processor``
+  (``state_mean``, ``state_std``, ``actions_mean``, ``actions_std``);
 * a preset: ``normalization: {mode, state: {mean, std}, action: {...}}``.
 
-Modes: ``mean_std`` (``(x − mean) / (std + eps)``), ``quantiles`` (``q01``/``q99``
-mapped to ``[−1, 1]``) and ``identity``, which is never a fallback: it has to be
-chosen by name.
+Modes: ``mean_std``, ``min_max`` (``min``/``max`` mapped to ``[−1, 1]``), ``quantiles``
+(``q01``/``q99``), ``quantile10`` (``q10``/``q90``) and ``identity``, which is never a
+fallback: it has to be chosen by name.
+
+Each source applies its statistics its own way (:class:`NormConvention`): openpi adds
+its epsilon 1e-6 to every std and every quantile range, in both directions; lerobot
+adds its 1e-8 to the std when normalising only and substitutes it for a zero range;
+transformers' ``PI0Processor`` adds 1e-8 to the std (it has no inverse; ours adds it
+back). On a zero-variance joint these differ, so the convention travels with the
+statistics.
 """
 
 from __future__ import annotations
@@ -29,28 +37,66 @@ import numpy as np
 from xinfer_ros.model.errors import CheckpointError
 
 __all__ = [
+    "CONVENTIONS",
     "IDENTITY",
-    "NORM_EPS",
+    "LEROBOT",
     "NORM_MODES",
+    "OPENPI",
+    "OPENPI_STATS",
+    "TRANSFORMERS",
+    "TRANSFORMERS_PROCESSOR",
     "FeatureStats",
+    "NormConvention",
     "NormMode",
     "Normalizer",
+    "feature_stats",
     "find_checkpoint_stats",
     "normalizer_from_mapping",
 ]
 
-NormMode = Literal["mean_std", "quantiles", "identity"]
+NormMode = Literal["mean_std", "min_max", "quantiles", "quantile10", "identity"]
 #: Modes by name, as presets and the CLI write them.
-NORM_MODES: tuple[str, ...] = ("mean_std", "quantiles", "identity")
-#: Added to std (and to a zero quantile range) so a constant joint cannot divide by 0;
-#: lerobot's and transformers' value.
-NORM_EPS: float = 1e-8
+NORM_MODES: tuple[str, ...] = ("mean_std", "min_max", "quantiles", "quantile10", "identity")
+#: The statistics each mode reads: (low, high).
+STAT_KEYS: dict[str, tuple[str, str]] = {
+    "mean_std": ("mean", "std"), "min_max": ("min", "max"),
+    "quantiles": ("q01", "q99"), "quantile10": ("q10", "q90")}
 
-#: openpi statistics file, and lerobot's pre-processor pipeline file.
+#: openpi statistics file, and transformers' saved processor (with its statistics).
 OPENPI_STATS = "norm_stats.json"
-LEROBOT_PIPELINE = "policy_preprocessor.json"
-_LEROBOT_MODES = {"MEAN_STD": "mean_std", "QUANTILES": "quantiles", "IDENTITY": "identity"}
-_STAT_KEYS = {"mean_std": ("mean", "std"), "quantiles": ("q01", "q99")}
+TRANSFORMERS_PROCESSOR = "processor_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class NormConvention:
+    """How one source of statistics applies them.
+
+    Attributes:
+        name: The source (``lerobot``, ``openpi``, ``transformers``).
+        eps: Its epsilon.
+        eps_in_unnormalize: mean_std: the inverse multiplies by ``std + eps`` (else
+            by ``std``).
+        eps_on_every_range: Range modes add ``eps`` to every range (else they replace
+            a zero range by ``eps``).
+    """
+
+    name: str
+    eps: float
+    eps_in_unnormalize: bool
+    eps_on_every_range: bool
+
+
+#: lerobot's ``_NormalizationMixin`` (normalize_processor.py): default eps 1e-8 (a
+#: pipeline file may state another), ``(x − mean) / (std + eps)`` but ``x · std + mean``
+#: back, a zero range replaced by eps.
+LEROBOT = NormConvention("lerobot", 1e-8, eps_in_unnormalize=False, eps_on_every_range=False)
+#: openpi's ``Normalize`` / ``Unnormalize`` (transforms.py): 1e-6 on every std and range.
+OPENPI = NormConvention("openpi", 1e-6, eps_in_unnormalize=True, eps_on_every_range=True)
+#: transformers' ``PI0Processor.normalize``: ``(x − mean) / (std + 1e-8)``; also what a
+#: preset's own statistics use.
+TRANSFORMERS = NormConvention("transformers", 1e-8, eps_in_unnormalize=True,
+                              eps_on_every_range=False)
+CONVENTIONS: dict[str, NormConvention] = {c.name: c for c in (LEROBOT, OPENPI, TRANSFORMERS)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +105,15 @@ class FeatureStats:
 
     Attributes:
         mode: How the feature is normalised.
-        low: ``mean`` (mean_std) or ``q01`` (quantiles); empty for identity.
-        high: ``std`` (mean_std) or ``q99`` (quantiles); empty for identity.
+        low: ``mean`` (mean_std) or the range's lower end; empty for identity.
+        high: ``std`` (mean_std) or the range's upper end; empty for identity.
+        convention: How the source applies them (its epsilon).
     """
 
     mode: NormMode
     low: np.ndarray
     high: np.ndarray
+    convention: NormConvention = TRANSFORMERS
 
     @property
     def dim(self) -> int | None:
@@ -74,23 +122,26 @@ class FeatureStats:
 
     def normalize(self, values: np.ndarray) -> np.ndarray:
         """Robot units -> model units (last axis is the feature's dimensions)."""
+        if self.mode == "identity":
+            return np.asarray(values, dtype=np.float64)
         if self.mode == "mean_std":
-            return (values - self.low) / (self.high + NORM_EPS)
-        if self.mode == "quantiles":
-            return 2.0 * (values - self.low) / self._range() - 1.0
-        return np.asarray(values, dtype=np.float64)
+            return (values - self.low) / (self.high + self.convention.eps)
+        return 2.0 * (values - self.low) / self._range() - 1.0
 
     def unnormalize(self, values: np.ndarray) -> np.ndarray:
         """Model units -> robot units (the inverse of :meth:`normalize`)."""
+        if self.mode == "identity":
+            return np.asarray(values, dtype=np.float64)
         if self.mode == "mean_std":
-            return values * (self.high + NORM_EPS) + self.low
-        if self.mode == "quantiles":
-            return (values + 1.0) * 0.5 * self._range() + self.low
-        return np.asarray(values, dtype=np.float64)
+            eps = self.convention.eps if self.convention.eps_in_unnormalize else 0.0
+            return values * (self.high + eps) + self.low
+        return (values + 1.0) * 0.5 * self._range() + self.low
 
     def _range(self) -> np.ndarray:
         span = self.high - self.low
-        return np.where(span == 0.0, NORM_EPS, span)
+        if self.convention.eps_on_every_range:
+            return span + self.convention.eps
+        return np.where(span == 0.0, self.convention.eps, span)
 
 
 #: The identity "statistics" (fits any dimension).
@@ -131,13 +182,26 @@ def _vector(value: Any, where: str, key: str) -> np.ndarray:
     return arr
 
 
-def _feature(mode: str, stats: Mapping[str, Any] | None, where: str, name: str) -> FeatureStats:
+def feature_stats(mode: str, stats: Mapping[str, Any] | None, where: str, name: str,
+                  convention: NormConvention) -> FeatureStats:
+    """One feature's statistics, checked.
+
+    Args:
+        mode: One of :data:`NORM_MODES`.
+        stats: The feature's statistics by name (``mean``, ``std``, ``q01``, ...).
+        where: The file (or preset) they come from, for errors.
+        name: The feature, for errors (``observation.state``, ``actions``, ...).
+        convention: How their source applies them.
+
+    Raises:
+        CheckpointError: On an unknown mode, or missing, mismatched or non-finite stats.
+    """
     if mode not in NORM_MODES:
         raise CheckpointError(where, f"{name}: unknown normalisation mode {mode!r}; "
                                      f"choose one of {list(NORM_MODES)}")
     if mode == "identity":
         return IDENTITY
-    low_key, high_key = _STAT_KEYS[mode]
+    low_key, high_key = STAT_KEYS[mode]
     if not isinstance(stats, Mapping) or low_key not in stats or high_key not in stats:
         have = sorted(stats) if isinstance(stats, Mapping) else []
         raise CheckpointError(where, f"{name}: mode {mode} needs {low_key} and {high_key}; "
@@ -149,28 +213,43 @@ def _feature(mode: str, stats: Mapping[str, Any] | None, where: str, name: str) 
                                      f"{high_key} {high.size}")
     if mode == "mean_std" and np.any(high < 0):
         raise CheckpointError(where, f"{name}.std has negative values")
-    return FeatureStats(mode, low, high)  # type: ignore[arg-type]
+    return FeatureStats(mode, low, high, convention)  # type: ignore[arg-type]
 
 
 def normalizer_from_mapping(data: Mapping[str, Any], source: str) -> Normalizer:
     """Build from a preset's ``normalization`` mapping.
 
-    ``{mode: mean_std | quantiles | identity, state: {...}, action: {...}}``; ``mode``
-    may also be given per feature inside ``state`` / ``action``.
+    ``{mode, convention, state: {...}, action: {...}}``; ``mode`` (default
+    ``mean_std``) may also be given per feature inside ``state`` / ``action``;
+    ``convention`` (``transformers`` by default, ``lerobot`` or ``openpi``) says whose
+    epsilon and formulas apply, for statistics copied from such a checkpoint.
 
     Raises:
-        CheckpointError: On an unknown mode or missing, mismatched or non-finite stats.
+        CheckpointError: On an unknown mode, convention or key, or missing, mismatched
+            or non-finite stats.
     """
+    unknown = sorted(set(data) - {"mode", "convention", "state", "action"})
+    if unknown:
+        raise CheckpointError(source, f"normalization: unknown keys {unknown}")
+    name = str(data.get("convention", TRANSFORMERS.name))
+    if name not in CONVENTIONS:
+        raise CheckpointError(source, f"normalization.convention {name!r} is not one of "
+                                      f"{sorted(CONVENTIONS)}")
     default = str(data.get("mode", "mean_std"))
     features = {}
-    for name in ("state", "action"):
-        stats = data.get(name)
+    for feature in ("state", "action"):
+        stats = data.get(feature)
         mode = str(stats.get("mode", default)) if isinstance(stats, Mapping) else default
-        features[name] = _feature(mode, stats, source, name)
+        features[feature] = feature_stats(mode, stats, source, feature, CONVENTIONS[name])
     return Normalizer(features["state"], features["action"], source)
 
 
-def _openpi_file(directory: Path) -> Path | None:
+def openpi_stats_file(directory: Path) -> Path | None:
+    """Openpi's ``norm_stats.json`` at the top of ``directory`` or in one asset folder.
+
+    Raises:
+        CheckpointError: When several asset folders hold one.
+    """
     direct = directory / OPENPI_STATS
     if direct.is_file():
         return direct
@@ -182,63 +261,66 @@ def _openpi_file(directory: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _from_openpi(path: Path, mode: str) -> Normalizer:
+def _read_json(path: Path) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        stats = data["norm_stats"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(path, f"not an openpi norm_stats file: {exc!r}") from exc
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(path, f"unreadable: {exc}") from exc
+
+
+def _from_openpi(path: Path, mode: str) -> Normalizer:
+    if mode not in ("mean_std", "quantiles", "identity"):
+        raise CheckpointError(path, f"mode {mode!r}: openpi normalises with mean_std or "
+                                    "quantiles only")
+    data = _read_json(path)
+    stats = data.get("norm_stats") if isinstance(data, Mapping) else None
     if not isinstance(stats, Mapping) or "state" not in stats or "actions" not in stats:
         raise CheckpointError(path, "norm_stats needs 'state' and 'actions' entries")
-    return Normalizer(_feature(mode, stats["state"], str(path), "state"),
-                      _feature(mode, stats["actions"], str(path), "actions"), str(path))
+    where = str(path)
+    return Normalizer(feature_stats(mode, stats["state"], where, "state", OPENPI),
+                      feature_stats(mode, stats["actions"], where, "actions", OPENPI), where)
 
 
-def _from_lerobot(directory: Path) -> Normalizer | None:
-    pipeline = directory / LEROBOT_PIPELINE
-    if not pipeline.is_file():
+def _from_transformers(path: Path) -> Normalizer | None:
+    data = _read_json(path)
+    if not isinstance(data, Mapping):
+        raise CheckpointError(path, "does not hold a JSON object")
+    if data.get("processor_class") != "PI0Processor":
+        raise CheckpointError(path, f"processor_class {data.get('processor_class')!r} is not "
+                                    "PI0Processor")
+    features = {}
+    for ours, theirs in (("state", "state"), ("action", "actions")):
+        mean, std = data.get(f"{theirs}_mean"), data.get(f"{theirs}_std")
+        if (mean is None) != (std is None):
+            raise CheckpointError(path, f"{theirs}_mean and {theirs}_std come together")
+        features[ours] = None if mean is None else feature_stats(
+            "mean_std", {"mean": mean, "std": std}, str(path), f"{theirs}_mean/std",
+            TRANSFORMERS)
+    if features["state"] is None and features["action"] is None:
         return None
-    try:
-        steps = json.loads(pipeline.read_text(encoding="utf-8"))["steps"]
-        step = next(s for s in steps if s.get("registry_name") == "normalizer_processor")
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
-        raise CheckpointError(pipeline, f"no normalizer_processor step: {exc!r}") from exc
-    state_file = directory / str(step.get("state_file", ""))
-    if not state_file.is_file():
-        raise CheckpointError(pipeline, f"normaliser statistics {state_file.name!r} are missing")
-    from safetensors.numpy import load_file
-
-    flat = load_file(str(state_file))
-    grouped: dict[str, dict[str, np.ndarray]] = {}
-    for key, value in flat.items():
-        feature, stat = key.rsplit(".", 1)
-        grouped.setdefault(feature, {})[stat] = value
-    norm_map = step.get("config", {}).get("norm_map", {})
-    modes = {kind: _LEROBOT_MODES.get(str(norm_map.get(kind, "IDENTITY")))
-             for kind in ("STATE", "ACTION")}
-    for kind, mode in modes.items():
-        if mode is None:
-            raise CheckpointError(pipeline, f"{kind} normalisation {norm_map.get(kind)!r} is "
-                                            f"not supported; use one of {list(_LEROBOT_MODES)}")
-    where = str(state_file)
-    return Normalizer(_feature(str(modes["STATE"]), grouped.get("observation.state"), where,
-                               "observation.state"),
-                      _feature(str(modes["ACTION"]), grouped.get("action"), where, "action"),
-                      where)
+    if features["state"] is None or features["action"] is None:
+        raise CheckpointError(path, "holds state or action statistics but not both")
+    return Normalizer(features["state"], features["action"], str(path))
 
 
 def find_checkpoint_stats(directory: str | Path, mode: str = "mean_std") -> Normalizer | None:
-    """Statistics shipped in a checkpoint directory, or ``None`` when it has none.
+    """Statistics a non-lerobot checkpoint directory ships, or ``None`` when it has none.
 
-    lerobot's pre-processor files are read first (they name their own modes), then an
-    openpi ``norm_stats.json`` (normalised with ``mode``).
+    transformers' ``processor_config.json`` (when it holds statistics), else an openpi
+    ``norm_stats.json`` (normalised with ``mode``). lerobot's pipeline files are read
+    by :mod:`.lerobot_pipeline`. Both present is refused: nothing says which one the
+    checkpoint was trained with.
 
     Raises:
-        CheckpointError: When a statistics file is present but unusable.
+        CheckpointError: When a statistics file is present but unusable, or both are.
     """
     root = Path(directory)
-    lerobot = _from_lerobot(root)
-    if lerobot is not None:
-        return lerobot
-    openpi = _openpi_file(root)
+    processor = root / TRANSFORMERS_PROCESSOR
+    found = _from_transformers(processor) if processor.is_file() else None
+    openpi = openpi_stats_file(root)
+    if found is not None and openpi is not None:
+        raise CheckpointError(root, f"both {TRANSFORMERS_PROCESSOR} and {openpi.name} hold "
+                                    "statistics; keep the one the robot was trained with")
+    if found is not None:
+        return found
     return _from_openpi(openpi, mode) if openpi is not None else None

@@ -15,9 +15,15 @@ from_pretrained`` loads:
   lerobot's own (``type: pi0``); lerobot's is translated here, and its features name
   the robot's cameras and dimensions.
 
+A lerobot directory's saved pipelines (``policy_preprocessor.json``,
+``policy_postprocessor.json``) are read by :mod:`.lerobot_pipeline`: their statistics,
+relative actions, prompt settings and tokenizer are what the server runs.
+
 Everything is checked at start-up (:func:`resolve_pi0`), so a missing file fails with
 one :class:`~xinfer_ros.model.errors.CheckpointError` naming the path, never on the
-first request. This module imports transformers (for ``PI0Config``) but not the
+first request. A file of the directory the server does not use is listed
+(:attr:`Pi0Spec.unused_files`, logged at start-up and in ``xinfer-check-checkpoint``),
+never read half-way. This module imports transformers (for ``PI0Config``) but not the
 weights.
 """
 
@@ -25,17 +31,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xinfer_ros.model.errors import CheckpointError
+from xinfer_ros.model.images import RESAMPLE_MODES
+from xinfer_ros.model.pi0.lerobot_pipeline import (
+    LerobotPipeline,
+    PipelineStep,
+    read_lerobot_pipeline,
+)
 from xinfer_ros.model.pi0.normalization import (
     IDENTITY,
+    OPENPI_STATS,
+    TRANSFORMERS_PROCESSOR,
     Normalizer,
     find_checkpoint_stats,
     normalizer_from_mapping,
 )
+from xinfer_ros.model.pi0.relative import RelativeActions
+from xinfer_ros.model.pi0.tokenizer import TOKENIZER_FILES
 from xinfer_ros.model.presets import CameraIO, ModelIO
 from xinfer_ros.rtc.masks import DEFAULT_BETA
 
@@ -45,10 +62,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_FILE",
     "FAMILY",
+    "LAYOUTS",
     "PROMPT_TOKENS",
     "WEIGHT_FILES",
     "Pi0Preset",
     "Pi0Spec",
+    "default_resample",
     "resolve_pi0",
 ]
 
@@ -59,6 +78,13 @@ CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 #: Prompt tokens (BOS, instruction, newline, padding): lerobot's and openpi's 48.
 PROMPT_TOKENS = 48
+#: What a resolved spec's weights come from: a checkpoint of transformers' or lerobot's
+#: layout (by its ``config.json`` and pipeline files), or seeded random weights.
+LAYOUTS: tuple[str, ...] = ("transformers", "lerobot", "random")
+#: Files a tokenizer directory may hold besides :data:`TOKENIZER_FILES`.
+_TOKENIZER_EXTRA = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "chat_template.jinja")
+_LOG = logging.getLogger("xinfer_ros.model.pi0")
 #: lerobot's model variants that match ``PI0Config()``'s defaults.
 _LEROBOT_VARIANTS = {"paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m"}
 #: lerobot ``PI0Config`` fields that are ``PI0Config`` fields of the same name.
@@ -85,6 +111,9 @@ class Pi0Preset:
         beta: RTC guidance weight clip.
         dtype: Parameter dtype name.
         seed: Seed of the random weights.
+        image_resample: Image resampling (:data:`~xinfer_ros.model.images.
+            RESAMPLE_MODES`); ``None``: the checkpoint's training convention
+            (:func:`default_resample`).
     """
 
     name: str
@@ -99,6 +128,7 @@ class Pi0Preset:
     beta: float = DEFAULT_BETA
     dtype: str = "float32"
     seed: int = 0
+    image_resample: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Pi0Preset:
@@ -126,6 +156,7 @@ class Pi0Preset:
                 beta=float(data.get("beta", DEFAULT_BETA)),
                 dtype=str(data.get("dtype", "float32")),
                 seed=int(data.get("seed", 0)),
+                image_resample=_resample_key(data.get("image_resample")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"π0 preset {data.get('name')!r}: missing or malformed "
@@ -156,6 +187,12 @@ class Pi0Spec:
         beta: RTC guidance clip.
         dtype: Parameter dtype name.
         seed: Seed of random weights and of nothing else.
+        layout: One of :data:`LAYOUTS`.
+        newline: How the instruction gets its newline (``tokenizer.NEWLINE_RULES``).
+        relative: The joint mask of a relative-action policy (lerobot), else ``None``.
+        steps: A lerobot checkpoint's pipeline steps and what runs for each.
+        unused_files: Entries of the checkpoint directory the server does not use.
+        resample: Image resampling of the checkpoint's training pipeline.
     """
 
     name: str
@@ -177,6 +214,12 @@ class Pi0Spec:
     beta: float
     dtype: str
     seed: int
+    layout: str = "random"
+    newline: str = "always"
+    relative: RelativeActions | None = None
+    steps: tuple[PipelineStep, ...] = ()
+    unused_files: tuple[str, ...] = ()
+    resample: str = "area"
 
     def io(self) -> ModelIO:
         """What the model takes and returns (cameras at the model's square input)."""
@@ -186,6 +229,33 @@ class Pi0Spec:
             cameras=tuple(CameraIO(name, side, side) for name in self.cameras),
             state_dim=self.state_dim, action_dim=self.action_dim, horizon=self.chunk_size,
             num_steps=self.num_steps, masks_missing_cameras=True, resizes_images=True)
+
+
+def _resample_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in RESAMPLE_MODES:
+        raise ValueError(f"image_resample must be one of {list(RESAMPLE_MODES)}, got {value!r}")
+    return str(value)
+
+
+def default_resample(layout: str, stats_source: str) -> str:
+    """The image resampling a checkpoint was trained with, from what its directory holds.
+
+    Args:
+        layout: The checkpoint's layout (:data:`LAYOUTS`).
+        stats_source: Where its statistics came from (``Normalizer.source``).
+
+    openpi's statistics (``norm_stats.json``): openpi's PIL bilinear. A lerobot
+    checkpoint: lerobot's bilinear without antialiasing. transformers' own: its
+    ``PI0ImageProcessor``'s antialiased bicubic. Random weights were trained on
+    nothing: the area filter.
+    """
+    if layout == "random":
+        return "area"
+    if stats_source.endswith(OPENPI_STATS):
+        return "pil_bilinear"
+    return "bilinear_noaa" if layout == "lerobot" else "pil_bicubic"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -206,6 +276,8 @@ class _RobotMeta:
     state_dim: int | None = None
     action_dim: int | None = None
     prompt_tokens: int | None = None
+    relative: bool | None = None
+    lerobot: bool = False
 
 
 def _lerobot_config(data: Mapping[str, Any], path: Path) -> tuple[PI0Config, _RobotMeta]:
@@ -226,15 +298,23 @@ def _lerobot_config(data: Mapping[str, Any], path: Path) -> tuple[PI0Config, _Ro
     outputs = data.get("output_features") or {}
     cameras = tuple(k.rsplit(".", 1)[-1] for k, f in inputs.items()
                     if isinstance(f, Mapping) and f.get("type") == "VISUAL")
-    cameras += tuple(f"empty_camera_{i}" for i in range(int(data.get("empty_cameras", 0))))
+    # lerobot's validate_features adds its empty cameras to input_features before the
+    # config is saved; an older config may not list them. Each counts once.
+    empty = tuple(f"empty_camera_{i}" for i in range(int(data.get("empty_cameras", 0))))
+    cameras += tuple(name for name in empty if name not in cameras)
 
     def _dim(features: Mapping[str, Any], key: str) -> int | None:
         shape = (features.get(key) or {}).get("shape")
         return int(shape[0]) if shape else None
 
+    relative = data.get("use_relative_actions")
+    if relative is not None and not isinstance(relative, bool):
+        raise CheckpointError(path, f"use_relative_actions: expected true or false, got "
+                                    f"{relative!r}")
     meta = _RobotMeta(cameras=cameras or None, state_dim=_dim(inputs, "observation.state"),
                       action_dim=_dim(outputs, "action"),
-                      prompt_tokens=data.get("tokenizer_max_length"))
+                      prompt_tokens=data.get("tokenizer_max_length"), relative=relative,
+                      lerobot=True)
     return config, meta
 
 
@@ -260,12 +340,17 @@ def _checkpoint_config(directory: Path) -> tuple[PI0Config, _RobotMeta]:
     raise CheckpointError(config_path, f"not a PI0 config (model_type {kind!r}; need 'pi0')")
 
 
-def _normalizer(preset: Pi0Preset, directory: Path | None, strict: bool) -> Normalizer:
+def _normalizer(preset: Pi0Preset, directory: Path | None, strict: bool,
+                pipeline: LerobotPipeline | None) -> Normalizer:
     chosen = preset.normalization or {}
-    if directory is not None:
+    found = pipeline.normalizer if pipeline is not None else None
+    if found is None and directory is not None:
         found = find_checkpoint_stats(directory, str(chosen.get("mode", "mean_std")))
-        if found is not None:
-            return found
+    if found is not None:
+        if chosen.get("state") is not None or chosen.get("action") is not None:
+            _LOG.warning("preset %s: its normalization statistics are not used; the "
+                         "checkpoint ships its own (%s)", preset.name, found.source)
+        return found
     if chosen.get("state") is not None or chosen.get("action") is not None \
             or chosen.get("mode") == "identity":
         return normalizer_from_mapping(chosen, f"preset {preset.name}")
@@ -275,8 +360,58 @@ def _normalizer(preset: Pi0Preset, directory: Path | None, strict: bool) -> Norm
     if not strict:
         return Normalizer(IDENTITY, IDENTITY, "identity (model units only)")
     raise CheckpointError(directory, "no normalisation statistics: expected lerobot's "
-                                     "policy_preprocessor.json or openpi's norm_stats.json, "
-                                     "or statistics (or mode: identity) in the preset")
+                                     "policy_preprocessor.json, openpi's norm_stats.json or "
+                                     "transformers' processor_config.json, or statistics "
+                                     "(or mode: identity) in the preset")
+
+
+def _weight_files(directory: Path) -> set[str]:
+    index = directory / "model.safetensors.index.json"
+    if not index.is_file():
+        return {"model.safetensors"}
+    weight_map = _read_json(index).get("weight_map", {})
+    return {index.name, *(str(v) for v in weight_map.values())}
+
+
+def _unused_files(directory: Path, spec: Pi0Spec,
+                  pipeline: LerobotPipeline | None) -> tuple[str, ...]:
+    """Top-level entries of ``directory`` nothing of ``spec`` comes from."""
+    used = {CONFIG_FILE} | _weight_files(directory)
+    if spec.tokenizer_path is not None and Path(spec.tokenizer_path) == directory:
+        used |= {*TOKENIZER_FILES, *_TOKENIZER_EXTRA}
+    if pipeline is not None:
+        used |= set(pipeline.files)
+    source = Path(spec.normalizer.source)
+    if source.parent == directory:
+        used.add(source.name)
+    elif source.name == OPENPI_STATS and directory / "assets" in source.parents:
+        used.add("assets")
+    return tuple(sorted(p.name for p in directory.iterdir() if p.name not in used))
+
+
+def _check_processor_config(spec: Pi0Spec) -> None:
+    """The widths of transformers' saved processor (it pads and reshapes) must be the model's."""
+    path = Path(spec.normalizer.source)
+    if path.name != TRANSFORMERS_PROCESSOR:
+        return
+    data = _read_json(path)
+    for key, ours in (("max_state_dim", spec.max_state_dim), ("chunk_size", spec.chunk_size)):
+        if key in data and data[key] != ours:
+            raise CheckpointError(path, f"{key}: {data[key]} but the model's config says {ours}")
+
+
+def _layout(directory: Path | None, meta: _RobotMeta, pipeline: LerobotPipeline | None) -> str:
+    if directory is None:
+        return "random"
+    return "lerobot" if pipeline is not None or meta.lerobot else "transformers"
+
+
+def _newline(meta: _RobotMeta, pipeline: LerobotPipeline | None) -> str:
+    if pipeline is not None:
+        return pipeline.newline
+    # lerobot's π0 appends the newline only when missing, pipeline files or not;
+    # transformers' PI0Processor always does.
+    return "if_missing" if meta.lerobot else "always"
 
 
 def _check_robot(spec: Pi0Spec, where: str) -> None:
@@ -326,7 +461,24 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
     # PI0Config's __post_init__ turns the sub-config dicts into configs.
     vlm: Any = config.vlm_config
     vision = vlm.vision_config
-    tokenizer = preset.tokenizer_path or (str(directory) if directory is not None else None)
+    state_dim = meta.state_dim or preset.state_dim
+    action_dim = meta.action_dim or preset.action_dim
+    pipeline = None
+    prompt_tokens = int(meta.prompt_tokens or preset.prompt_tokens)
+    if directory is not None:
+        pipeline = read_lerobot_pipeline(directory, action_dim=action_dim, state_dim=state_dim,
+                                         config_relative=meta.relative)
+    if directory is not None and pipeline is not None:
+        if meta.prompt_tokens is not None and meta.prompt_tokens != pipeline.prompt_tokens:
+            raise CheckpointError(directory / CONFIG_FILE,
+                                  f"tokenizer_max_length {meta.prompt_tokens} differs from the "
+                                  f"tokenizer step's max_length {pipeline.prompt_tokens}")
+        prompt_tokens = pipeline.prompt_tokens
+    tokenizer = preset.tokenizer_path
+    if tokenizer is None and pipeline is not None and pipeline.tokenizer_dir is not None:
+        tokenizer = str(pipeline.tokenizer_dir)
+    if tokenizer is None and directory is not None:
+        tokenizer = str(directory)
     spec = Pi0Spec(
         name=preset.name,
         model_path=str(directory) if directory is not None else None,
@@ -338,15 +490,27 @@ def resolve_pi0(preset: Pi0Preset, model_path: str | Path | None = None, *,
         num_steps=int(config.num_inference_steps),
         max_state_dim=int(config.max_state_dim),
         max_action_dim=int(config.max_action_dim),
-        state_dim=meta.state_dim or preset.state_dim,
-        action_dim=meta.action_dim or preset.action_dim,
-        prompt_tokens=int(meta.prompt_tokens or preset.prompt_tokens),
+        state_dim=state_dim,
+        action_dim=action_dim,
+        prompt_tokens=prompt_tokens,
         image_token_id=int(vlm.image_token_id),
         vocab_size=int(vlm.text_config.vocab_size),
-        normalizer=_normalizer(preset, directory, strict),
+        normalizer=_normalizer(preset, directory, strict, pipeline),
         beta=preset.beta,
         dtype=preset.dtype,
         seed=preset.seed,
+        layout=_layout(directory, meta, pipeline),
+        newline=_newline(meta, pipeline),
+        relative=pipeline.relative if pipeline is not None else None,
+        steps=pipeline.steps if pipeline is not None else (),
     )
+    spec = dataclasses.replace(spec, resample=preset.image_resample
+                               or default_resample(spec.layout, spec.normalizer.source))
     _check_robot(spec, str(directory) if directory is not None else f"preset {preset.name}")
+    _check_processor_config(spec)
+    if directory is not None:
+        spec = dataclasses.replace(spec, unused_files=_unused_files(directory, spec, pipeline))
+        if spec.unused_files:
+            _LOG.warning("%s: not used by this server: %s", directory,
+                         ", ".join(spec.unused_files))
     return config, spec

@@ -7,28 +7,38 @@ Inputs as a robot sends them become the tensors ``PI0ForConditionalGeneration`` 
   left out of the prefix, as transformers' ``embed_prefix`` does for a camera whose
   ``pixel_attention_mask`` is False). Each image (an ``HxWx3`` uint8 RGB array or
   JPEG/PNG bytes, any size) is resized with padding to the model's square input
-  (openpi's ``resize_with_pad``) and scaled to ``[-1, 1]``;
+  (openpi's ``resize_with_pad``), with the checkpoint's resampling
+  (``Pi0Spec.resample``), and scaled to ``[-1, 1]``;
 * **prompt**: the visual tokens, ``<bos>``, the instruction and a newline, padded to the preset's
   prompt length with masked pad tokens;
 * **state**: normalised with the checkpoint's statistics and zero-padded to
   ``max_state_dim``;
-* **previous chunk**: aligned and normalised for real-time chunking.
+* **previous chunk**: aligned and normalised for real-time chunking (for a
+  relative-action policy, first made relative to this request's state).
 
-The output is sliced back to the robot's ``action_dim``, unnormalised, and its first
-``d`` keyframes are the previous chunk's, bit for bit (they are already executing).
+The output is sliced back to the robot's ``action_dim``, unnormalised, made absolute
+again for a relative-action policy (the raw state added on its joint mask), and its
+first ``d`` keyframes are the previous chunk's, bit for bit (they are already
+executing).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from xinfer_ros.model.errors import ImageError, StateError
-from xinfer_ros.model.images import ImageInput, decode_image, fit_image, normalize_image
+from xinfer_ros.model.images import (
+    ImageInput,
+    Resample,
+    decode_image,
+    fit_image,
+    normalize_image,
+)
 from xinfer_ros.model.pi0.tokenizer import encode_prompt
 from xinfer_ros.model.rtc_inputs import RTCInputs, build_rtc_inputs
 
@@ -53,6 +63,8 @@ class Pi0Prepared:
         state: ``(max_state_dim,)`` float32, normalised and zero-padded.
         rtc: Real-time-chunking inputs, or ``None`` without a previous chunk.
         seed: Seed of the flow-matching noise.
+        action_offset: ``(action_dim,)`` float64 added to the unnormalised output: the
+            raw state on a relative-action policy's joint mask; ``None`` otherwise.
     """
 
     request_id: str
@@ -63,6 +75,7 @@ class Pi0Prepared:
     state: np.ndarray
     rtc: RTCInputs | None
     seed: int
+    action_offset: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,21 +107,22 @@ class Pi0Processor:
 
     def prepare(self, inputs: Pi0Inputs, *, prev_chunk: Any = None, d: int = 0,
                 prev_shift: int = 0, rtc_mode: str = "soft", seed: int = 0,
-                request_id: str = "") -> Pi0Prepared:
+                request_id: str = "", prev_dims: int | None = None) -> Pi0Prepared:
         """Validate and convert one request (cheap checks first).
 
         Raises:
             InputError: A subclass naming the malformed field.
         """
         spec = self.spec
-        state = self._state(inputs.state)
+        raw = self._raw_state(inputs.state)
+        offset = spec.relative.offset(raw) if spec.relative is not None else None
         rtc = build_rtc_inputs(
             prev_chunk, d, horizon=spec.chunk_size, action_dim=spec.action_dim,
-            num_steps=spec.num_steps, beta=spec.beta,
-            normalize=spec.normalizer.action.normalize, prev_shift=prev_shift, mode=rtc_mode)
+            num_steps=spec.num_steps, beta=spec.beta, normalize=self._action_normalizer(offset),
+            prev_shift=prev_shift, mode=rtc_mode, prev_dims=prev_dims)
         with self._lock:
             prompt, prompt_mask = encode_prompt(self.tokenizer, inputs.instruction,
-                                                spec.prompt_tokens)
+                                                spec.prompt_tokens, spec.newline)
         pixels, mask = self._images(inputs.images)
         visual = np.full(len(pixels) * spec.tokens_per_image, spec.image_token_id, np.int64)
         return Pi0Prepared(
@@ -117,12 +131,20 @@ class Pi0Processor:
             camera_mask=mask,
             input_ids=np.concatenate([visual, prompt]),
             attention_mask=np.concatenate([np.ones_like(visual), prompt_mask]),
-            state=state,
+            state=self._model_state(raw),
             rtc=rtc,
             seed=int(seed),
+            action_offset=offset,
         )
 
-    def _state(self, state: Any) -> np.ndarray:
+    def _action_normalizer(self, offset: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
+        """Robot-unit actions -> model units for this request (relative to its state)."""
+        normalize = self.spec.normalizer.action.normalize
+        if offset is None:
+            return normalize
+        return lambda actions: normalize(actions - offset)
+
+    def _raw_state(self, state: Any) -> np.ndarray:
         spec = self.spec
         try:
             arr = np.asarray(state, dtype=np.float64)
@@ -137,8 +159,11 @@ class Pi0Processor:
             raise StateError("state", f"expected {spec.state_dim} values, got {arr.size}")
         if not np.all(np.isfinite(arr)):
             raise StateError("state", "contains NaN or Inf")
-        padded = np.zeros(spec.max_state_dim, dtype=np.float32)
-        padded[:arr.size] = spec.normalizer.state.normalize(arr)
+        return arr
+
+    def _model_state(self, raw: np.ndarray) -> np.ndarray:
+        padded = np.zeros(self.spec.max_state_dim, dtype=np.float32)
+        padded[:raw.size] = self.spec.normalizer.state.normalize(raw)
         return padded
 
     def _images(self, images: Any) -> tuple[list[np.ndarray], tuple[bool, ...]]:
@@ -155,18 +180,21 @@ class Pi0Processor:
             if image is None:
                 continue
             rgb = decode_image(image, f"images[{index}]")
-            pixels.append(normalize_image(fit_image(rgb, size, size, "pad")))
+            pixels.append(normalize_image(fit_image(
+                rgb, size, size, "pad", cast("Resample", self.spec.resample))))
             mask[index] = True
         if not pixels:
             raise ImageError("images", "no camera image: at least one is needed")
         return pixels, tuple(mask)
 
-    def postprocess(self, actions: Any, rtc: RTCInputs | None) -> np.ndarray:
+    def postprocess(self, actions: Any, rtc: RTCInputs | None,
+                    action_offset: np.ndarray | None = None) -> np.ndarray:
         """The chunk in robot units ``(H, action_dim)`` from the model's padded output.
 
         Args:
             actions: ``(H, max_action_dim)`` or ``(1, H, max_action_dim)`` array or tensor.
             rtc: The request's RTC inputs; its committed keyframes are copied exactly.
+            action_offset: The request's :attr:`Pi0Prepared.action_offset`.
         """
         if hasattr(actions, "detach"):
             actions = actions.detach().to("cpu").float().numpy()
@@ -174,6 +202,8 @@ class Pi0Processor:
         arr = np.asarray(actions, dtype=np.float64).reshape(spec.chunk_size,
                                                             spec.max_action_dim)
         out = spec.normalizer.action.unnormalize(arr[:, :spec.action_dim])
+        if action_offset is not None:
+            out = out + action_offset
         if rtc is not None and rtc.frozen:
             out[:rtc.frozen] = rtc.aligned_raw[:rtc.frozen]
         return out

@@ -10,6 +10,10 @@ Random-weight presets have no trained vocabulary to be faithful to; they use
 :func:`offline_tokenizer`, a byte-level tokenizer built here with the ``tokenizers``
 library (one token per UTF-8 byte, PaliGemma's special ids ``<pad>`` 0, ``<eos>`` 1,
 ``<bos>`` 2, ``<unk>`` 3). Tests save it into the checkpoints they write.
+
+Instructions are text: special tokens spelled in them are tokenized as characters
+(``split_special_tokens``), so ``"<image>"`` in an instruction never becomes the
+image placeholder that ``embed_prefix`` would fill with a camera's features.
 """
 
 from __future__ import annotations
@@ -24,11 +28,22 @@ from xinfer_ros.model.errors import CheckpointError, InputError
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["TOKENIZER_FILES", "encode_prompt", "load_tokenizer", "offline_tokenizer"]
+__all__ = [
+    "NEWLINE_RULES",
+    "TOKENIZER_FILES",
+    "check_prompt_ids",
+    "encode_prompt",
+    "load_tokenizer",
+    "offline_tokenizer",
+    "prompt_ids",
+]
 
 #: Files of which one makes a directory a tokenizer directory.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 _SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")
+#: How an instruction gets its closing newline: always (transformers' ``PI0Processor``),
+#: only when missing (lerobot's ``pi0_new_line_processor``) or never.
+NEWLINE_RULES: tuple[str, ...] = ("always", "if_missing", "never")
 
 
 def offline_tokenizer() -> PreTrainedTokenizerBase:
@@ -47,20 +62,63 @@ def offline_tokenizer() -> PreTrainedTokenizerBase:
                                    pad_token=pad, unk_token=unk)
 
 
+def _tokenizer_file(root: Path) -> Path:
+    return next((root / name for name in TOKENIZER_FILES if (root / name).is_file()), root)
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
+    """Every id a prompt can hold, with its token: what :func:`encode_prompt` can emit.
+
+    The base vocabulary and added tokens that are not special (an instruction may
+    spell them), plus BOS and the pad token; special added tokens (PaliGemma's
+    ``<image>``) are never parsed from an instruction, so they need no embedding row.
+    """
+    special = {index for index, token in tokenizer.added_tokens_decoder.items()
+               if token.special}
+    ids = {index: token for token, index in tokenizer.get_vocab().items()
+           if index not in special}
+    for name in ("bos_token", "pad_token"):
+        index = getattr(tokenizer, f"{name}_id")
+        if index is not None:
+            ids[int(index)] = str(getattr(tokenizer, name))
+    return ids
+
+
+def check_prompt_ids(tokenizer: PreTrainedTokenizerBase, vocab_size: int, where: object) -> int:
+    """Refuse a tokenizer whose prompts could hold an id outside the model's embedding.
+
+    Returns:
+        The largest id a prompt can hold.
+
+    Raises:
+        CheckpointError: Naming ``where``, the id and its token.
+    """
+    ids = prompt_ids(tokenizer)
+    largest = max(ids)
+    if largest >= vocab_size:
+        raise CheckpointError(where, f"vocab: token {ids[largest]!r} (id {largest}) can appear "
+                                     f"in a prompt but the model embeds ids 0..{vocab_size - 1}")
+    return largest
+
+
 def load_tokenizer(directory: str | Path | None, vocab_size: int) -> PreTrainedTokenizerBase:
     """The tokenizer in ``directory``, or the offline one when ``directory`` is None.
 
+    PaliGemma's tokenizer ships as its SentencePiece vocabulary (as many pieces as the
+    model embeds) plus ``<image>`` added after it; only the ids a prompt can hold must
+    fit the embedding (:func:`check_prompt_ids`).
+
     Args:
         directory: Tokenizer directory (a checkpoint's, or ``tokenizer_path``).
-        vocab_size: Rows of the model's embedding; every token id must be below it.
+        vocab_size: Rows of the model's embedding.
 
     Raises:
         CheckpointError: When the directory has no tokenizer, it does not load, it has
-            no BOS token, or its vocabulary does not fit the model.
+            no BOS token, or a prompt could hold an id the model does not embed.
     """
     if directory is None:
         tokenizer = offline_tokenizer()
-        where = "offline tokenizer"
+        where: object = "offline tokenizer"
     else:
         root = Path(directory)
         if not any((root / name).is_file() for name in TOKENIZER_FILES):
@@ -71,24 +129,38 @@ def load_tokenizer(directory: str | Path | None, vocab_size: int) -> PreTrainedT
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
         except (OSError, ValueError, TypeError) as exc:
-            raise CheckpointError(root, f"tokenizer does not load: {exc}") from exc
-        where = str(root)
+            raise CheckpointError(root, f"tokenizer does not load: {_first_line(exc)}") from exc
+        where = _tokenizer_file(root)
     if tokenizer.bos_token_id is None:
-        raise CheckpointError(where, "tokenizer has no BOS token (π0 prompts start with one)")
-    if len(tokenizer) > vocab_size:
-        raise CheckpointError(where, f"tokenizer has {len(tokenizer)} tokens but the model "
-                                     f"embeds {vocab_size}")
+        raise CheckpointError(where, "bos_token: none (π0 prompts start with one)")
+    check_prompt_ids(tokenizer, vocab_size, where)
     return tokenizer
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _with_newline(instruction: str, newline: str) -> str:
+    if newline == "always" or (newline == "if_missing" and not instruction.endswith("\n")):
+        return instruction + "\n"
+    return instruction
+
+
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, instruction: str,
-                  length: int) -> tuple[np.ndarray, np.ndarray]:
+                  length: int, newline: str = "always") -> tuple[np.ndarray, np.ndarray]:
     """Token ids and attention mask of π0's prompt (BOS, instruction, newline), padded.
+
+    The instruction is text: special tokens spelled in it (``<image>``, ``<bos>``) are
+    tokenized as the characters they are, never as their ids.
 
     Args:
         tokenizer: The model's tokenizer.
         instruction: The task instruction.
         length: Prompt length in tokens (the pad tokens are masked out).
+        newline: One of :data:`NEWLINE_RULES`: transformers' ``PI0Processor`` always
+            appends a newline, lerobot's ``pi0_new_line_processor`` only when missing.
 
     Returns:
         ``(ids, mask)``, int64 arrays of shape ``(length,)``.
@@ -98,7 +170,16 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, instruction: str,
     """
     if not isinstance(instruction, str):
         raise InputError("instruction", f"expected str, got {type(instruction).__name__}")
-    body = tokenizer(instruction + "\n", add_special_tokens=False)["input_ids"]
+    if newline not in NEWLINE_RULES:
+        raise ValueError(f"newline rule {newline!r} is not one of {NEWLINE_RULES}")
+    body = tokenizer(_with_newline(instruction, newline), add_special_tokens=False,
+                     split_special_tokens=True)["input_ids"]
+    # <unk> is what the model saw in training for a character it lacks; the others must
+    # not appear: split_special_tokens keeps them out, a tokenizer that still emits one
+    # is refused.
+    special = (set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}) & set(body)
+    if special:
+        raise InputError("instruction", f"tokenizes to special token ids {sorted(special)}")
     used = 1 + len(body)
     if used > length:
         raise InputError("instruction", f"{used} tokens with BOS exceed the model's prompt "

@@ -1,16 +1,20 @@
 """The inference server's parameters: names, defaults, ranges and checks.
 
 Plain data, declared and validated by :func:`xinfer_ros.nodes.params.declare_params`
-when the node starts: every invalid value ends the node with exit status 2 and one line
-naming the parameter and what it accepts.
+when the node starts, and read from the same parameter file by ``xinfer-serve``
+(:func:`read_server_params`): every invalid value ends either with exit status 2 and
+one line naming the parameter and what it accepts.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 from xinfer_ros.core.constants import (
     ATTAINMENT_TARGET,
+    DEFAULT_BUDGET,
     DEFAULT_MAX_BUDGET,
     MAX_BUDGET,
     MAX_LIVE_REQUESTS,
@@ -19,10 +23,14 @@ from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.model.presets import COMPILE_MODES
-from xinfer_ros.nodes.params import ParamSpec
-from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+from xinfer_ros.serving.params import (
+    EXECUTOR_PARAM,
+    ParamSpec,
+    read_param_file,
+    resolve_params,
+)
 
-__all__ = ["PARAMS", "POLICIES", "TRANSPORTS"]
+__all__ = ["OPENPI_PARAMS", "PARAMS", "POLICIES", "TRANSPORTS", "read_server_params"]
 
 POLICIES = SERVED_POLICIES
 #: Camera transports, by image_transport's names.
@@ -89,6 +97,10 @@ PARAMS = [
               "read by these names ([\"\"]: in the message's order)",
               check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
     ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
+    ParamSpec("max_clock_skew_s", 0.05, "clock difference between robots and server "
+              "believed when a request's age is measured from its stamp (s; statistics "
+              "request_age_*, stamp_attainment: a stamp further in the future, or over an "
+              "hour old, counts as unusable)", 0.0, 60.0),
     ParamSpec("max_budget_ms", DEFAULT_MAX_BUDGET * MS_PER_S, "largest accepted budget (ms)", 1.0,
               MAX_BUDGET * MS_PER_S),
     ParamSpec("max_live_requests", MAX_LIVE_REQUESTS,
@@ -101,8 +113,8 @@ PARAMS = [
               "the statistics window make a robot ERROR in /diagnostics", 1, 1_000_000),
     ParamSpec("diagnostics.attainment_target", ATTAINMENT_TARGET, "attainment below this "
               "makes a robot WARN in /diagnostics", 0.0, 1.0),
-    ParamSpec("allow_set_policy", True, "serve ~/set_policy (false: the policy is fixed at "
-              "start-up; any node on the ROS graph could otherwise switch it)"),
+    ParamSpec("allow_set_policy", False, "serve ~/set_policy (true: any node on the ROS "
+              "graph may switch the fleet's scheduling policy; false: fixed at start-up)"),
     ParamSpec("phase_spread", False,
               "hold responses later than T_E, within their deadline, so robots' next sends "
               "spread over the period"),
@@ -111,3 +123,43 @@ PARAMS = [
               0.0, 1000.0),
     EXECUTOR_PARAM,
 ]
+
+#: The openpi endpoint beside ROS (nodes/openpi_bridge.py); the same node's parameters.
+OPENPI_PARAMS = [
+    ParamSpec("openpi_port", 0, "openpi WebSocket port (0: endpoint off)", 0, 65535),
+    ParamSpec("openpi_host", "127.0.0.1", "openpi bind address"),
+    ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
+    ParamSpec("openpi_budget_ms", DEFAULT_BUDGET * MS_PER_S,
+              "budget of openpi requests without one (ms)", 1.0, MAX_BUDGET * MS_PER_S),
+    ParamSpec("openpi_api_key_file", "", "file holding the required Api-Key (empty: "
+              "$XINFER_OPENPI_API_KEY, else no key); never the key itself"),
+    ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),
+    ParamSpec("openpi_max_message_bytes", 16 * 1024 * 1024, "largest openpi message",
+              1024, 1 << 30),
+    ParamSpec("openpi_max_connections", 64, "concurrent openpi connections (more get HTTP "
+              "503)", 1, 4096),
+    ParamSpec("openpi_idle_timeout_s", 60.0, "close an openpi connection without a complete "
+              "message for this long (s; 0: never)", 0.0, 86400.0),
+    ParamSpec("openpi_rate_limit_hz", 100.0, "messages per second one openpi connection may "
+              "send", 0.1, 100000.0),
+    ParamSpec("openpi_rate_limit_mib_s", 64.0, "message MiB per second one openpi "
+              "connection may send", 0.1, 1e6),
+]
+
+
+#: The node whose section of a parameter file holds these parameters.
+SERVER_NODE = "inference_server"
+
+
+def read_server_params(path: str | Path) -> dict[str, Any]:
+    """The server's parameters from a ROS parameter file, validated as the node would.
+
+    Every parameter of :data:`PARAMS` and :data:`OPENPI_PARAMS`: the file's value
+    (``inference_server`` and ``/**`` sections) where it gives one, else the default.
+
+    Raises:
+        ValueError: On an unreadable file, an unknown parameter (a typo is never
+            ignored), a wrong type or an invalid value; one line naming the file.
+    """
+    return resolve_params([*PARAMS, *OPENPI_PARAMS], read_param_file(path, SERVER_NODE),
+                          str(path))
