@@ -37,6 +37,9 @@ ARGUMENTS = {
                    "sections (default: share/xinfer_ros/config/fleet.yaml)"),
     "use_sim_time": ("false", "every node follows /clock"),
     "openpi_port": ("", "also serve openpi clients on this port (default: from config)"),
+    "autostart": ("", "executors configure and activate themselves (false: they wait for "
+                      "ros2 lifecycle set <robot>/rtc_executor configure, then activate; "
+                      "default: true with sim:=true, false with sim:=false)"),
     "servers": ("1", "inference servers (server_0, server_1, ...); more than one adds the "
                      "fleet_manager, which assigns the robots to them"),
     "respawn": ("false", "restart a dead inference server after respawn_delay_s (false: a "
@@ -83,7 +86,8 @@ def _nodes(context, *_args, **_kwargs):
         sim=_flag(value["sim"], "sim"), namespace=value["namespace"],
         use_sim_time=_flag(value["use_sim_time"], "use_sim_time"),
         openpi_port=int(value["openpi_port"]) if value["openpi_port"] else None,
-        servers=int(value["servers"]), server_respawn=respawn)
+        servers=int(value["servers"]), server_respawn=respawn,
+        autostart=_flag(value["autostart"], "autostart") if value["autostart"] else None)
     actions = []
     for spec in plan:
         server = spec.executable == "inference_server"

@@ -73,7 +73,7 @@ class BagFactory:
             prev_horizon=0, prev_action_dim=0, instruction="pick up the parcel",
             # Recorded from a fleet of several servers: the replay's one unnamed server
             # still answers (the player readdresses requests to any server).
-            server="gpu_a")
+            server="gpu_a", prev_shift=0)
 
     def chunk(self, ns: int, robot: str, seq: int, *, actions: np.ndarray, stamps: list[int],
               state_ns: int):

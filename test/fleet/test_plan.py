@@ -35,7 +35,7 @@ def test_plan_has_server_and_a_group_per_robot() -> None:
     # Executors clamp budgets to the server's own bound; fleet.yaml's rtc_executor section.
     assert plan[1].parameters == {"robot_id": "r1", "action_dim": 14, "max_budget_ms": 10000.0,
                                   "startup": "silent", "hold_timeout_s": 1.0,
-                                  "output": "commands"}
+                                  "output": "commands", "autostart": True}
     assert all(s.parameters["workload"] == "parcel" for s in sims)
     assert plan[1].module == "xinfer_ros.nodes.rtc_executor"
 
@@ -153,3 +153,13 @@ def test_a_misspelt_server_parameter_stops_the_plan(tmp_path) -> None:
     config.write_text(default_config().read_text().replace("max_budget_ms:", "max_budgt_ms:"))
     with pytest.raises(PlanError, match=r"unknown parameter 'max_budgt_ms'"):
         build_fleet_plan(2, config=config)
+
+
+def test_executors_autostart_unless_told_to_wait_for_activation() -> None:
+    def autostart(**kw: object) -> list[bool]:
+        plan = build_fleet_plan(["r1", "r2"], backend="emulated", **kw)  # type: ignore[arg-type]
+        return [n.parameters["autostart"] for n in plan if n.executable == "rtc_executor"]
+
+    # Simulated robots start at once; a real arm waits for an operator's activate.
+    assert autostart() == autostart(sim=False, autostart=True) == [True, True]
+    assert autostart(sim=False) == autostart(autostart=False) == [False, False]

@@ -6,7 +6,8 @@ servers and the fleet manager) or ``backend:=emulated``. Without ``backend`` the
 runs as shipped: config/fleet.yaml's torch backend, pi0-tiny, two Action worker
 processes and the CPU rate table. With ``sim:=false``
 no simulated robot runs: this test publishes the robots' cameras and joint states, as
-their drivers would. Shutdown sends SIGINT to every process; each must exit with 0.
+their drivers would, and activates the executors (they wait for it with real robots).
+Shutdown sends SIGINT to every process; each must exit with 0.
 """
 
 import time
@@ -21,6 +22,8 @@ import rclpy
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from xinfer_ros.msg import ActionChunk
@@ -50,6 +53,16 @@ def generate_test_description() -> LaunchDescription:
     ])
 
 
+def _activate(node, name: str) -> None:
+    """``ros2 lifecycle set NAME configure`` then ``activate``, as an operator would."""
+    client = node.create_client(ChangeState, f"{name}/change_state")
+    assert client.wait_for_service(timeout_sec=60.0), f"{name} offers no change_state"
+    for transition in (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
+        future = client.call_async(ChangeState.Request(transition=Transition(id=transition)))
+        rclpy.spin_until_future_complete(node, future, timeout_sec=30.0)
+        assert future.done() and future.result().success, f"{name}: transition {transition}"
+
+
 class TestFleetServes(unittest.TestCase):
     """While the fleet runs."""
 
@@ -72,6 +85,9 @@ class TestFleetServes(unittest.TestCase):
                                            qos_profile_sensor_data) for i in range(3)],
                     node.create_publisher(JointState, f"/{robot}/joint_states",
                                           qos_profile_sensor_data))
+        if not sim:  # a real arm's executor waits for the operator: configure, activate
+            for robot in ROBOTS:
+                _activate(node, f"/{robot}/rtc_executor")
         frame = rgb_to_image_fields(np.full((240, 320, 3), 80, np.uint8))
         try:
             # The shipped torch configuration loads π0 and starts two Action worker

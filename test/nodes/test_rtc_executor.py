@@ -8,6 +8,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 pytestmark = pytest.mark.ros
 
+from builtin_interfaces.msg import Time  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
@@ -62,9 +63,11 @@ class Harness:
             prev = np.asarray(req.prev_chunk, dtype=np.float32).reshape(H, D)
             actions[: req.commit_steps] = prev[: req.commit_steps]
         # The stand-in answers as whichever server the request was addressed to.
+        # As a server does, it names the observation it used: stamped at the request.
         msg = ActionChunk(robot_id=req.robot_id, seq=req.seq, status=ActionChunk.STATUS_OK,
                           horizon=H, action_dim=D, commit_steps=req.commit_steps,
-                          server=req.server)
+                          server=req.server, state_stamp=Time(
+                              sec=req.header.stamp.sec, nanosec=req.header.stamp.nanosec))
         msg.actions = actions.ravel().tolist()
         return msg
 
@@ -297,7 +300,7 @@ def test_a_switch_resends_at_once_and_drops_the_left_servers_late_chunks(
     managed.answer = False  # server_a stalls with a request in flight
     managed.spin(0.3)
     stalled = managed.requests[-1][1]
-    assert stalled.server == "server_a" and ex._in_flight is not None
+    assert stalled.server == "server_a" and ex.core.in_flight_seq is not None
     applied = ex.queue.counters.chunks_applied
     switched_at = time.monotonic()
     managed.answer = True
@@ -335,3 +338,168 @@ def test_an_unserved_robot_sends_nothing_and_says_why(managed: Harness) -> None:
     _assign(managed, 3, "server_b", robots=("other_robot",))
     managed.spin(0.3)
     assert "not in the fleet assignment" in managed.diagnostics[-1].status[0].message
+
+
+# -- a real arm: lifecycle, engage, limits, chunk sanity, watchdog ----------------------
+def _last_status(h: Harness) -> DiagnosticStatus:
+    return h.diagnostics[-1].status[0]
+
+
+@pytest.mark.timeout(30)
+def test_lifecycle_nothing_commanded_until_activated_and_deactivate_stops_at_once() -> None:
+    h = Harness(autostart=False)
+    try:
+        ex = h.executor_node
+        h.spin(0.4)
+        assert h.requests == [] and h.commands == [] and h.stats == []  # unconfigured
+        ex.trigger_configure()
+        h.spin(0.5)
+        assert h.requests == [] and h.commands == []
+        assert h.stats[-1].lifecycle == "inactive" and "inactive" in _last_status(h).message
+        ex.trigger_activate()
+        h.spin(0.8)
+        assert h.requests and h.commands and h.stats[-1].lifecycle == "active"
+        ex.trigger_deactivate()
+        assert not ex.commanding  # at once, not at the next tick
+        h.spin(0.05)  # what was published before the transition is delivered
+        count, sent = len(h.commands), len(h.requests)
+        h.spin(0.5)
+        assert len(h.commands) == count and len(h.requests) == sent
+        assert h.stats[-1].lifecycle == "inactive" and not h.stats[-1].commanding
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+def test_engage_blends_from_joint_states_within_the_velocity_limit() -> None:
+    vmax = 5.0
+    h = Harness(autostart=False, engage_ramp_s=0.3, max_velocity=[vmax])
+    try:
+        ex = h.executor_node
+        ex.trigger_configure()
+        for _ in range(3):
+            h.joints_pub.publish(JointState(position=[0.0] * D))
+            h.spin(0.05)
+        ex.trigger_activate()
+        h.spin(1.2)
+        commands = np.array([[0.0] * D, *h.commands])
+        assert len(commands) > 20
+        assert np.abs(np.diff(commands, axis=0)).max() <= vmax * 0.03 + 1e-9
+        assert commands[1, 0] < 1.0  # the first chunk is at 101: no jump to it
+        assert h.stats[-1].limit_clamps > 0
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+def test_limit_stop_reports_error_and_stops_commands() -> None:
+    h = Harness(max_position=[50.0], limit_action="stop")
+    try:
+        h.spin(1.0)
+        ex = h.executor_node
+        # Every chunk lies beyond the bound (levels 101, 201, ...): dropped, nothing sent;
+        # the request stays in flight until its timeout (0.5 s), then the next goes out.
+        assert h.commands == [] and not ex.commanding
+        assert h.stats[-1].out_of_limit_chunks >= 2
+    finally:
+        h.close()
+    h = Harness(max_velocity=[10.0], limit_action="stop", engage_ramp_s=0.03)
+    try:
+        h.spin(1.2)  # the first chunk starts the ramp; the next steps by 100 at once
+        assert h.stats[-1].limit_stops == 1 and not h.stats[-1].commanding
+        status = _last_status(h)
+        assert status.level == DiagnosticStatus.ERROR and "velocity limit" in status.message
+        assert all(abs(c[0] - h.commands[0][0]) < 1e-9 for c in h.commands)
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+def test_forged_chunks_are_dropped_and_counted_by_reason(harness: Harness) -> None:
+    harness.spin(0.5)
+    harness.answer = False
+    count = len(harness.requests)
+    harness.spin(0.25)  # the next request goes out (T_E = 0.18 s) and stays in flight
+    assert len(harness.requests) == count + 1
+    _, req = harness.requests[-1]
+    ex = harness.executor_node
+    forged = []
+    for change in ({"actions": [float("nan")] * (H * D)}, {"seq": req.seq + 7}):
+        msg = harness.chunk_for(req, offset=55.0)
+        for key, value in change.items():
+            setattr(msg, key, value)
+        forged.append(msg)
+    old = harness.chunk_for(req, offset=55.0)
+    old.state_stamp.sec = 0  # 1970
+    future = harness.chunk_for(req, offset=55.0)
+    future.state_stamp.sec += 3600  # an hour ahead
+    applied = ex.queue.counters.chunks_applied
+    for msg in (*forged, old, future):
+        harness.chunk_pub.publish(msg)
+    harness.spin(0.4)
+    assert ex.queue.counters.chunks_applied == applied
+    assert all(c[0] % 100.0 != 55.0 for c in harness.commands)
+    stats = harness.stats[-1]
+    assert stats.invalid_chunks == 1 and stats.unanswering_chunks == 1
+    assert stats.stale_observation_chunks == 1 and stats.future_observation_chunks == 1
+
+
+@pytest.mark.timeout(30)
+def test_stopped_node_clock_trips_the_wall_clock_watchdog() -> None:
+    h = Harness(use_sim_time=True)  # and no /clock: the node's timers never fire
+    try:
+        h.spin(0.6)
+        assert h.requests == [] and h.commands == []
+        status = _last_status(h)
+        assert status.level == DiagnosticStatus.ERROR
+        assert "control tick stalled" in status.message
+        assert h.stats[-1].watchdog_trips == 1
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("params", "needle"), [
+    ({"min_position": [1.0], "max_position": [0.0]}, "min_position 1 exceeds max_position 0"),
+    ({"max_velocity": [0.0]}, "max_velocity must be > 0"),
+    ({"max_acceleration": [1.0, 2.0]}, "needs 1 or 4 values"),
+    ({"engage_ramp_s": 0.0}, "'engage_ramp_s': must be > 0"),
+    ({"limit_action": "ignore"}, "'limit_action'"),
+])
+def test_contradicting_limits_are_refused_at_start(params: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        Harness(**params)
+    rclpy.try_shutdown()
+
+
+@pytest.mark.timeout(30)
+def test_joint_limits_file_with_an_unknown_joint_is_refused(tmp_path) -> None:
+    path = tmp_path / "limits.yaml"
+    path.write_text("joint_limits:\n  wrist_9: {has_velocity_limits: true, max_velocity: 1.0}\n")
+    with pytest.raises(ValueError, match=r"limits.yaml: .*does not have: wrist_9"):
+        Harness(joint_limits_file=str(path))
+    rclpy.try_shutdown()
+    path.write_text("joint_limits:\n  joint_1: {has_position_limits: true, min_position: -1.0,"
+                    " max_position: 1.0}\n")
+    h = Harness(joint_limits_file=str(path))
+    try:
+        h.spin(1.0)
+        assert h.commands == [] and h.stats[-1].out_of_limit_chunks >= 2
+    finally:
+        h.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_second_publisher_of_requests_is_a_warning_naming_it(harness: Harness) -> None:
+    intruder = rclpy.create_node("intruder", namespace="elsewhere")
+    intruder.create_publisher(PolicyRequest, f"/{NS}/policy_request", 10)
+    harness.spinner.add_node(intruder)
+    try:
+        harness.spin(1.0)
+        entries = [s for s in harness.diagnostics[-1].status if s.name.endswith("/publishers")]
+        assert entries and entries[0].level == DiagnosticStatus.WARN
+        assert "/elsewhere/intruder" in entries[0].message
+        assert harness.diagnostics[-1].status[0].level == DiagnosticStatus.OK
+    finally:
+        harness.spinner.remove_node(intruder)
+        intruder.destroy_node()

@@ -156,6 +156,7 @@ def test_aloha_checkpoint_serves_openpis_chunk(serve: Any) -> None:
 
 def test_libero_checkpoint_serves_openpis_chunk(serve: Any) -> None:
     served = serve(LIBERO, 8, 7)
+    assert served.processor.spec.resample == "pil_bilinear"  # openpi's norm_stats.json
     rng = np.random.default_rng(8)
     base = rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)
     wrist = rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)

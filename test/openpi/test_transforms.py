@@ -186,3 +186,14 @@ def test_a_layout_the_model_cannot_carry_is_refused_at_start_up(
                  "--layout", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "field transforms.delta_action_mask: 16 entries exceed" in err
+
+
+def test_auto_detected_aloha_on_a_narrow_model_names_the_state_field() -> None:
+    from xinfer_ros.openpi.errors import ObservationFieldError
+
+    narrow = ModelSpec((("cam", 8, 8),), state_dim=14, horizon=4, action_dim=7)
+    obs = {"images": {"cam_high": np.zeros((8, 8, 3), np.uint8)}, "state": np.zeros(14),
+           "prompt": "fold"}
+    with pytest.raises(ObservationFieldError, match="action_dim 7") as info:
+        map_observation(obs, None, narrow)
+    assert info.value.field == "state"

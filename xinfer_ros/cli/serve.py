@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rate-table JSON for the backend (default: the file's)")
     p.add_argument("--max-live", type=int, default=None, help="engine backpressure bound")
     p.add_argument("--layout", default=None,
-                   help="observation layout: auto, libero, aloha, or a YAML/JSON file")
+                   help="observation layout and openpi transforms: auto, libero, aloha, "
+                        "pi0_libero, pi05_libero, pi0_aloha, pi05_aloha, pi0_aloha_sim, or a "
+                        "YAML/JSON file (docs/PI0.md)")
     p.add_argument("--budget-ms", type=float, default=None,
                    help="budget of requests without xinfer/budget_ms")
     p.add_argument("--max-budget-ms", type=float, default=None)

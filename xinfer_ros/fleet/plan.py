@@ -200,6 +200,7 @@ def build_fleet_plan(
     openpi_port: int | None = None,
     servers: int = 1,
     server_respawn: bool = False,
+    autostart: bool | None = None,
 ) -> list[NodeSpec]:
     """The nodes of a fleet: its servers, and an executor (and a robot_sim) per robot.
 
@@ -233,6 +234,9 @@ def build_fleet_plan(
             The plan lists the servers (and the manager) first.
         server_respawn: The servers are restarted when they die (the launch's
             ``respawn``); the executors say so on /diagnostics while they wait.
+        autostart: The executors configure and activate themselves (``False``: they
+            wait for ``ros2 lifecycle set <executor> configure`` and ``activate``;
+            ``None``: ``sim``, so a real arm moves only once an operator activates it).
 
     Raises:
         PlanError: On invalid robots, an unknown backend or an unreadable config.
@@ -269,7 +273,8 @@ def build_fleet_plan(
         robot_ns = f"{root.rstrip('/')}/{name}"
         plan.append(NodeSpec("rtc_executor", "rtc_executor", robot_ns, {
             **executor, **_section(data, f"/{name}/rtc_executor"), "robot_id": name,
-            "action_dim": robot["action_dim"], **clock}))
+            "action_dim": robot["action_dim"],
+            "autostart": sim if autostart is None else autostart, **clock}))
         if not sim:
             continue
         params = {"robot_index": index, "fleet_size": len(names), "workload": workload,

@@ -44,10 +44,11 @@ from xinfer_ros.bags.reader import BagMessage
 from xinfer_ros.bags.scan import RecordedChunk, RecordedRequest, RecordedRun, chunk_from_msg
 from xinfer_ros.bags.types import BagTopic, Role, TopicKind
 from xinfer_ros.core.constants import SEND_PERIOD
-from xinfer_ros.core.timing import MS_PER_S, next_send
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.msg import ActionChunk, PolicyRequest
 from xinfer_ros.nodes.qos import LATCHED_QOS
 from xinfer_ros.nodes.recorder import message_class
+from xinfer_ros.rtc.request_cycle import RequestCycle
 
 __all__ = ["MODES", "BagPlayer", "PlayConfig", "PlayResult", "SentRequest", "play_bag"]
 
@@ -140,8 +141,7 @@ class _Robot:
     """Closed-loop executor state of one robot."""
 
     pending: list[RecordedRequest]
-    next_send: float = 0.0
-    in_flight: tuple[int, float] | None = None  # seq, monotonic send time
+    cycle: RequestCycle  # in flight, Eq. 1 and timeout on the monotonic clock
     template: RecordedRequest | None = None
     next_seq: int = 0
     answered: int = 0  # responses so far: a budget pattern advances with them
@@ -419,7 +419,10 @@ class BagPlayer(Node):
                 self.result.max_lag_s = max(self.result.max_lag_s, time.monotonic() - due)
 
     def _play_closed(self, t0: float, stop: Callable[[], bool]) -> None:
-        robots = {name: _Robot(list(track.replayable), self._due(t0, self._first_send_ns(name)))
+        period = self.config.period_s / self.config.rate
+        robots = {name: _Robot(list(track.replayable), RequestCycle(
+                      period, self.config.request_timeout_s,
+                      next_send=self._due(t0, self._first_send_ns(name))))
                   for name, track in self.run.robots.items()}
         stream = self._stream()
         upcoming = next(stream, None)
@@ -434,7 +437,7 @@ class BagPlayer(Node):
             for name, state in robots.items():
                 self._step_robot(name, state, t0, now, bag_end)
                 if now < bag_end:
-                    wake.append(state.next_send if state.in_flight is None
+                    wake.append(state.cycle.next_send if state.cycle.in_flight is None
                                 else now + _SLICE_S)
             if upcoming is None and now >= bag_end:
                 return
@@ -445,20 +448,16 @@ class BagPlayer(Node):
 
     def _step_robot(self, name: str, state: _Robot, t0: float, now: float,
                     bag_end: float) -> None:
-        period = self.config.period_s / self.config.rate
-        if state.in_flight is not None:
-            seq, sent = state.in_flight
-            answer = self._answer(name, seq)
+        cycle = state.cycle
+        if cycle.in_flight is not None:
+            answer = self._answer(name, cycle.in_flight.seq)
             if answer is not None:
                 # Eq. 1 with r_j the receipt of this answer on the monotonic clock.
-                received = now - max(0.0, time.time_ns() - answer.log_ns) / 1e9
-                state.next_send = next_send(sent, received, period)
-                state.in_flight = None
+                cycle.answered(now - max(0.0, time.time_ns() - answer.log_ns) / 1e9)
                 state.answered += 1
-            elif now - sent >= self.config.request_timeout_s:
-                state.next_send = now
-                state.in_flight = None
-        if state.in_flight is None and state.next_send <= now < bag_end:
+            elif cycle.expired(now):
+                cycle.abandon(now)
+        if cycle.due(now) and now < bag_end:
             request = state.take()
             bag_ns = self._bag_time_ns(t0, now)
             if request.data:
@@ -474,7 +473,7 @@ class BagPlayer(Node):
             if budget is not None:
                 msg.budget_ms = budget
             self._send(name, request, msg, bag_ns)
-            state.in_flight = (request.seq, now)
+            cycle.sent(request.seq, now)
 
     def _first_send_ns(self, robot: str) -> int:
         """A robot's first send on the recording's time line.

@@ -27,6 +27,34 @@ forward command controller) and/or ``joint_trajectory`` (trajectory_msgs/JointTr
 of the spliced chunk from the next tick on, keyframes Δ apart, published per applied
 chunk, for ``joint_trajectory_controller``), chosen by ``output``.
 
+The decisions live in :class:`xinfer_ros.rtc.executor_core.ExecutorCore` (no ROS);
+this node turns messages into its calls. On a real arm (see the README, "Real
+robots"):
+
+- **Managed lifecycle.** A lifecycle node: ``configure`` (subscribed, validated,
+  nothing commanded), ``activate`` (requesting and commanding), ``deactivate``
+  (commands stop at once; a ``joint_trajectory`` output gets an empty trajectory, which
+  stops joint_trajectory_controller). ``autostart`` (default true) configures and
+  activates at start; with ``autostart:=false``, ``ros2 lifecycle set <node>
+  configure`` / ``activate``.
+- **Engage.** Commanding (re)starts with a blend from the measured ``joint_states``
+  into the policy's commands over ``engage_ramp_s``.
+- **Command limits** per joint (``min_position``, ``max_position``, ``max_velocity``,
+  ``max_acceleration``, ``max_jerk``, or ``joint_limits_file`` in ros2_control's
+  ``joint_limits`` format): clamped, or commands stop (``limit_action``).
+- **Chunk sanity.** Chunks answering no request in flight, from another server, with
+  observation stamps older than the request minus ``max_observation_age_s`` or later
+  than it plus ``max_clock_skew_s``, with NaN/Inf or actions beyond the position
+  bounds are dropped and counted by reason in ``executor_stats``.
+- **Wall-clock watchdog.** A steady-clock timer reports ERROR on ``/diagnostics`` and
+  stops commands when the control tick has not run for ``watchdog_ticks × Δ`` (a node
+  clock that stopped: ``use_sim_time`` without ``/clock``).
+- **Strangers.** Any node but this executor publishing ``policy_request``, or a second
+  publisher of ``action_chunk`` without a fleet manager, is a WARN on ``/diagnostics``
+  (``xinfer/executor/<robot>/publishers``) naming it. ``policy_request`` is keep-last 1
+  (:data:`xinfer_ros.nodes.qos.REQUEST_QOS`): a server resuming after a stall gets the
+  newest request, not a replay of the stale ones.
+
 The ``budget`` subscription matches both a latched (transient local) and a default
 (volatile) publisher. A budget outside ``[min_budget_ms, max_budget_ms]`` (the
 server's accepted range) is clamped into it, with a throttled warning, and counted.
@@ -42,14 +70,17 @@ from __future__ import annotations
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from builtin_interfaces.msg import Duration
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration as RosDuration
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.time import Time as RosTime
 from rclpy.timer import Timer
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -63,7 +94,7 @@ from xinfer_ros.core.constants import (
     MAX_BUDGET,
     SEND_PERIOD,
 )
-from xinfer_ros.core.timing import MS_PER_S, next_send
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.msg import (
     ActionChunk,
     ExecutorStats,
@@ -72,11 +103,21 @@ from xinfer_ros.msg import (
     ResponseBudget,
 )
 from xinfer_ros.nodes.params import ParamSpec, declare_params
-from xinfer_ros.nodes.qos import LATCHED_QOS
+from xinfer_ros.nodes.qos import LATCHED_QOS, REQUEST_QOS
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
-from xinfer_ros.rtc.send_lag import SendLagStats
-from xinfer_ros.rtc.smoothness import SpliceSmoothness
-from xinfer_ros.rtc.splice import ActionQueue, SpliceError
+from xinfer_ros.rtc.command_gate import LimitAction
+from xinfer_ros.rtc.executor_core import (
+    STARTUP_MODES,
+    Chunk,
+    DropReason,
+    ExecutorConfig,
+    ExecutorCore,
+    Level,
+    Lifecycle,
+    Request,
+    strangers,
+)
+from xinfer_ros.rtc.limits import CommandLimits, limits_from_yaml
 
 __all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
 
@@ -86,10 +127,17 @@ BUDGET_QOS = LATCHED_QOS
 #: default QoS); the executor subscribes with both so that either kind reaches it.
 BUDGET_QOS_VOLATILE = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                  durability=DurabilityPolicy.VOLATILE)
-#: Startup behaviours before the first chunk.
-STARTUP_MODES = ("silent", "hold_state")
 #: Command outputs: per-tick commands, the chunk as a joint trajectory, or both.
 OUTPUTS = ("commands", "trajectory", "both")
+
+
+def _limit_list(name: str, default: float, what: str) -> ParamSpec:
+    return ParamSpec(name, [default], f"{what}: one value for every joint or one per "
+                     f"joint in the model's order ({default} : none; tightened by "
+                     "joint_limits_file)",
+                     check=lambda v: None if len(v) and all(
+                         isinstance(x, float) for x in v) else "needs floats")
+
 
 PARAMS = [
     ParamSpec("robot_id", "", "robot name sent with requests (default: the last part of "
@@ -111,8 +159,8 @@ PARAMS = [
               choices=STARTUP_MODES),
     ParamSpec("output", "commands", "commands (Float64MultiArray per tick), trajectory "
               "(JointTrajectory per chunk on joint_trajectory) or both", choices=OUTPUTS),
-    ParamSpec("joint_names", [""], "joint names of the trajectory output, in the model's "
-              "order ([\"\"]: joint_0 .. joint_{D-1})",
+    ParamSpec("joint_names", [""], "joint names of the trajectory output, joint_states "
+              "and joint_limits_file, in the model's order ([\"\"]: joint_0 .. joint_{D-1})",
               check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
     ParamSpec("hold_timeout_s", 1.0, "hold the last command this long once the queue runs "
               "dry, then stop commanding until a chunk arrives (s)", 0.0, 3600.0),
@@ -127,270 +175,273 @@ PARAMS = [
               "(e.g. /xinfer/assignment) when several servers serve the fleet: requests go "
               "to the assigned server only, chunks of any other are dropped, nothing is "
               "sent while none is assigned (empty: one server, whichever answers)"),
+    ParamSpec("autostart", True, "configure and activate at start (false: wait for "
+              "'ros2 lifecycle set <node> configure' and 'activate')"),
+    ParamSpec("engage_ramp_s", 1.0, "on activation (and when commands resume) blend from "
+              "the measured joint_states into the policy's commands over this long (s)",
+              check=lambda v: None if v > 0.0 and math.isfinite(v)
+              else f"must be > 0, got {v}"),
+    ParamSpec("limit_action", "clamp", "a command beyond a joint limit is clamped (clamp) "
+              "or stops commands until the executor is activated again (stop)",
+              choices=tuple(a.value for a in LimitAction)),
+    ParamSpec("joint_limits_file", "", "ros2_control joint_limits YAML keyed by joint_names "
+              "(has_position_limits, min_position, ..., max_jerk; empty: none)"),
+    _limit_list("min_position", -math.inf, "lowest position per joint"),
+    _limit_list("max_position", math.inf, "highest position per joint"),
+    _limit_list("max_velocity", math.inf, "speed limit per joint (units/s)"),
+    _limit_list("max_acceleration", math.inf, "acceleration limit per joint (units/s²)"),
+    _limit_list("max_jerk", math.inf, "jerk limit per joint (units/s³)"),
+    ParamSpec("max_observation_age_s", 0.5, "drop chunks whose observations are stamped "
+              "more than this before their request (s; the server's max_observation_age_s)",
+              0.001, 60.0),
+    ParamSpec("max_clock_skew_s", 0.1, "drop chunks whose observations are stamped more "
+              "than this after their request (s)", 0.0, 60.0),
+    ParamSpec("watchdog_ticks", 2.0, "stop commanding when the control tick has not run "
+              "for this many ticks of wall time", 1.5, 1000.0),
     EXECUTOR_PARAM,
 ]
 
 
-def _check_params(p: dict[str, Any]) -> None:
-    """Reject parameter combinations that no single range check catches.
+def _robot_id(namespace: str, p: dict[str, Any]) -> tuple[str, str]:
+    """The robot's name and the namespace's robot (the namespace's last part)."""
+    ns_robot = namespace.strip("/").rsplit("/", 1)[-1]
+    return p["robot_id"] or ns_robot or "robot", ns_robot
 
-    Raises:
-        ValueError: If ``commit_steps`` exceeds a fixed ``horizon`` or the budget range is
-            empty.
+
+def _joint_names(p: dict[str, Any]) -> list[str]:
+    names = [n for n in p["joint_names"] if n]
+    if names and len(names) != p["action_dim"]:
+        raise ValueError(f"parameter 'joint_names' has {len(names)} names for "
+                         f"action_dim {p['action_dim']}")
+    return names or [f"joint_{i}" for i in range(p["action_dim"])]
+
+
+def _limits(p: dict[str, Any], names: list[str]) -> CommandLimits:
+    """The parameters' limits, tightened by ``joint_limits_file`` (raises ``ValueError``)."""
+    fields = ("min_position", "max_position", "max_velocity", "max_acceleration", "max_jerk")
+    try:
+        limits = CommandLimits.build(len(names), names=names,
+                                     **{f: list(p[f]) for f in fields})
+    except ValueError as exc:
+        raise ValueError(f"limit parameters: {exc}") from None
+    if not p["joint_limits_file"]:
+        return limits
+    file = limits_from_yaml(Path(p["joint_limits_file"]), names)
+    return CommandLimits.build(
+        len(names), names=names,
+        min_position=np.maximum(limits.min_position, file.min_position).tolist(),
+        max_position=np.minimum(limits.max_position, file.max_position).tolist(),
+        max_velocity=np.minimum(limits.max_velocity, file.max_velocity).tolist(),
+        max_acceleration=np.minimum(limits.max_acceleration, file.max_acceleration).tolist(),
+        max_jerk=np.minimum(limits.max_jerk, file.max_jerk).tolist())
+
+
+def _config(robot_id: str, p: dict[str, Any], limits: CommandLimits) -> ExecutorConfig:
+    """The core's settings from the declared parameters (raises ``ValueError``)."""
+    return ExecutorConfig(
+        robot_id=robot_id, action_dim=p["action_dim"], spacing=p["keyframe_spacing_s"],
+        commit=p["commit_steps"], min_period=p["min_period_s"],
+        request_timeout=p["request_timeout_s"], hold_timeout=p["hold_timeout_s"],
+        fixed_horizon=p["horizon"], startup=p["startup"],
+        managed=bool(p["assignment_topic"]),
+        budget_range=(p["min_budget_ms"], p["max_budget_ms"]),
+        default_budget_ms=p["default_budget_ms"], limits=limits,
+        limit_action=LimitAction(p["limit_action"]), engage_ramp=p["engage_ramp_s"],
+        max_observation_age=p["max_observation_age_s"],
+        max_clock_skew=p["max_clock_skew_s"], watchdog_ticks=p["watchdog_ticks"],
+        server_respawn=p["server_respawn"])
+
+
+def _seconds(stamp: Any) -> float:
+    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+
+
+class RtcExecutor(LifecycleNode):
+    """The executor of one robot; see the module docstring.
+
+    Parameters are declared and validated at construction (bad ones raise
+    ``ValueError``: exit 2), before any transition.
     """
-    if p["horizon"] and p["commit_steps"] > p["horizon"]:
-        raise ValueError(f"commit_steps {p['commit_steps']} exceeds horizon {p['horizon']}")
-    if p["min_budget_ms"] > p["max_budget_ms"]:
-        raise ValueError(f"parameter 'min_budget_ms'={p['min_budget_ms']} exceeds "
-                         f"'max_budget_ms'={p['max_budget_ms']}")
-
-
-class RtcExecutor(Node):
-    """The executor of one robot; see the module docstring."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("rtc_executor", **kwargs)
         p = declare_params(self, PARAMS)
-        _check_params(p)
-        self._configure(p)
-        self._init_state()
-        self._declare_interfaces()
-        self._create_timers(p["stats_period_s"])
-        self.get_logger().info(
-            f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, "
-            f"H={self.horizon or 'from the chunks'}, "
-            f"d={self.commit}, T_E={self.min_period * 1e3:.0f} ms, startup {self.startup}, "
-            f"hold {self.hold_timeout:g} s")
-
-    def _configure(self, p: dict[str, Any]) -> None:
-        """Set the robot's name and the settings from the declared parameters ``p``."""
-        # The robot's name is its namespace's last part (a site prefix may come first).
-        namespace = self.get_namespace().strip("/").rsplit("/", 1)[-1]
-        self.robot_id: str = p["robot_id"] or namespace or "robot"
-        if namespace and self.robot_id != namespace:
+        self.robot_id, ns_robot = _robot_id(self.get_namespace(), p)
+        if ns_robot and self.robot_id != ns_robot:
             self.get_logger().warning(
                 f"robot_id {self.robot_id!r} differs from the namespace's robot "
-                f"{namespace!r}: the server rejects requests whose robot_id does not "
+                f"{ns_robot!r}: the server rejects requests whose robot_id does not "
                 "match their namespace")
+        self.joint_names = _joint_names(p)
+        self.params = p
         self.spacing: float = p["keyframe_spacing_s"]
-        self.fixed_horizon: int = p["horizon"]
-        #: H of the chunks being executed (the served model's; 0 until one arrives).
-        self.horizon: int = p["horizon"]
         self.action_dim: int = p["action_dim"]
-        self.commit: int = p["commit_steps"]
-        self.min_period: float = p["min_period_s"]
-        self.timeout: float = p["request_timeout_s"]
-        self.instruction: str = p["instruction"]
-        self.assignment_topic: str = p["assignment_topic"]
-        #: Requests go to an assigned server (a fleet manager runs).
-        self.managed = bool(self.assignment_topic)
-        self.budget_range: tuple[float, float] = (p["min_budget_ms"], p["max_budget_ms"])
-        self.budget_ms: float = self._clamp_budget(p["default_budget_ms"])
-        self.budget_clamps = 0
-        self.startup: str = p["startup"]
-        self.hold_timeout: float = p["hold_timeout_s"]
-        self.server_respawn: bool = p["server_respawn"]
         self.output: str = p["output"]
-        names = [n for n in p["joint_names"] if n]
-        if names and len(names) != self.action_dim:
-            raise ValueError(f"parameter 'joint_names' has {len(names)} names for "
-                             f"action_dim {self.action_dim}")
-        self.joint_names = names or [f"joint_{i}" for i in range(self.action_dim)]
-
-    def _init_state(self) -> None:
-        """The chunk queue, the request bookkeeping and the counters, before any chunk."""
-        self.queue = ActionQueue(self.action_dim)
-        self.smoothness = SpliceSmoothness(self.action_dim)
-        #: A chunk has been applied: commands flow (before it, see ``startup``).
-        self.started = False
-        #: Commands are being published now.
-        self.commanding = False
-        self.halts = 0
-        self._dry_since: float | None = None
-        self._measured: np.ndarray | None = None  # latest joint positions (hold_state)
-        self.seq = 0
-        self.requests_sent = 0
-        self.request_timeouts = 0
-        self.non_ok_chunks = 0
-        self.last_latency_ms = float("nan")
-        self._in_flight: tuple[int, int, float] | None = None  # (seq, send tick, send time)
-        #: The server requests go to ("" without a fleet manager: any).
-        self.server = ""
-        #: Requests may be sent: always without a fleet manager; with one, once assigned.
-        self.assigned = not self.managed
-        self._unassigned_why = "waiting for the fleet assignment"
-        self.server_switches = 0
-        self.foreign_chunks = 0
-        self._sent_unheard = False  # the request in flight went out with no server listening
-        self._miss_counted = False
-        self._next_send = 0.0
-        self._eq1_due = False  # _next_send was set by Eq. 1 from a received chunk
-        self.send_lag = SendLagStats()
-        self._t0 = time.monotonic()
-        self._tick = 0
+        self.assignment_topic: str = p["assignment_topic"]
+        self.core = ExecutorCore(_config(self.robot_id, p, _limits(p, self.joint_names)),
+                                 t0=time.monotonic(), log=self._log)
+        self.core.state = Lifecycle.UNCONFIGURED
+        self._timers: list[Timer] = []
+        self._subs: list[Any] = []
         self._send_timer: Timer | None = None
+        self._last_wall_diag = -math.inf
+        self._stopped_output = False  # an empty trajectory went out since the last chunk
+        self._warned_strangers: list[str] = []
+        if p["autostart"]:
+            self.trigger_configure()
+            self.trigger_activate()
 
+    # -- lifecycle ----------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Subscribe and start the timers; nothing is commanded until activation."""
+        self._declare_interfaces()
+        self._create_timers(self.params["stats_period_s"])
+        self.core.state = Lifecycle.INACTIVE
+        lim = self.core.limits
+        self.get_logger().info(
+            f"executor for {self.robot_id}: Δ={self.spacing * 1e3:.0f} ms, "
+            f"H={self.core.horizon or 'from the chunks'}, d={self.core.config.commit}, "
+            f"T_E={self.core.config.min_period * 1e3:.0f} ms, startup "
+            f"{self.core.config.startup}, hold {self.core.config.hold_timeout:g} s, engage "
+            f"{self.core.config.engage_ramp:g} s, limits "
+            f"{'on (' + self.core.config.limit_action.value + ')' if lim.bounded else 'none'}"
+            "; inactive")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start requesting; commands follow the first chunk through the engage ramp."""
+        # The first request goes out at the next tick (the node is spinning by then).
+        self.core.activate(time.monotonic())
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop commands at once (and a trajectory being executed)."""
+        self.core.deactivate()
+        self._stop_trajectory()
+        self._publish_stats()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Back to unconfigured: timers and interfaces go."""
+        self._teardown()
+        self.core.state = Lifecycle.UNCONFIGURED
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop commands on the way out."""
+        self.core.deactivate()
+        self._stop_trajectory()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _teardown(self) -> None:
+        for timer in [*self._timers, *([self._send_timer] if self._send_timer else [])]:
+            self.destroy_timer(timer)
+        self._timers, self._send_timer = [], None
+        for sub in self._subs:
+            self.destroy_subscription(sub)
+        self._subs = []
+
+    # -- interfaces ---------------------------------------------------------------------
     def _declare_interfaces(self) -> None:
         """Create the publishers (joint_trajectory only if ``output`` uses it) and subscriptions."""
-        self.cmd_pub = self.create_publisher(Float64MultiArray, "commands", 10)
-        self.traj_pub = self.create_publisher(JointTrajectory, "joint_trajectory", 10) \
-            if self.output != "commands" else None
-        self.req_pub = self.create_publisher(PolicyRequest, "policy_request", 10)
-        self.stats_pub = self.create_publisher(ExecutorStats, "executor_stats", 10)
-        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        for qos in (BUDGET_QOS, BUDGET_QOS_VOLATILE):
-            self.create_subscription(ResponseBudget, "budget", self._on_budget, qos)
-        if self.startup == "hold_state":
-            self.create_subscription(JointState, "joint_states", self._on_joints,
-                                     qos_profile_sensor_data)
+        if not hasattr(self, "cmd_pub"):
+            self.cmd_pub = self.create_publisher(Float64MultiArray, "commands", 10)
+            self.traj_pub = self.create_publisher(JointTrajectory, "joint_trajectory", 10) \
+                if self.output != "commands" else None
+            self.req_pub = self.create_publisher(PolicyRequest, "policy_request", REQUEST_QOS)
+            self.stats_pub = self.create_publisher(ExecutorStats, "executor_stats", 10)
+            self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._subs = [self.create_subscription(ResponseBudget, "budget", self._on_budget, qos)
+                      for qos in (BUDGET_QOS, BUDGET_QOS_VOLATILE)]
+        self._subs.append(self.create_subscription(JointState, "joint_states", self._on_joints,
+                                                   qos_profile_sensor_data))
+        # Chunks are matched to the request in flight; a deeper queue loses none of them
+        # to a busy spin (dropped ones are counted by reason).
         self._chunk_sub = self.create_subscription(ActionChunk, "action_chunk", self._on_chunk,
                                                    10)
-        if self.managed:
-            self.create_subscription(FleetAssignment, self.assignment_topic,
-                                     self._on_assignment, LATCHED_QOS)
+        self._subs.append(self._chunk_sub)
+        if self.assignment_topic:
+            self._subs.append(self.create_subscription(
+                FleetAssignment, self.assignment_topic, self._on_assignment, LATCHED_QOS))
 
     def _create_timers(self, stats_period: float) -> None:
-        """Start the keyframe tick and the ``executor_stats`` timer."""
-        self.create_timer(self.spacing, self._on_timer)
-        self.create_timer(stats_period, self._publish_stats)
+        """The keyframe tick, ``executor_stats`` and the wall-clock watchdog."""
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self._timers = [self.create_timer(self.spacing, self._on_timer),
+                        self.create_timer(stats_period, self._publish_stats),
+                        self.create_timer(self.spacing, self._on_watchdog, clock=steady)]
 
-    def _now_tick(self) -> int:
-        return int((time.monotonic() - self._t0) / self.spacing)
+    def _log(self, level: Level, text: str) -> None:
+        # One call site per severity: rclpy's logger refuses another severity at a site.
+        logger = self.get_logger()
+        if level == Level.ERROR:
+            logger.error(text)
+        elif level == Level.WARN:
+            logger.warning(text)
+        else:
+            logger.info(text)
 
-    def _clamp_budget(self, budget_ms: float) -> float:
-        low, high = self.budget_range
-        return min(max(budget_ms, low), high)
-
+    # -- callbacks ----------------------------------------------------------------------
     def _on_budget(self, msg: ResponseBudget) -> None:
-        if not math.isfinite(msg.budget_ms) or msg.budget_ms <= 0:
-            self.budget_clamps += 1
-            self.get_logger().warning(f"ignoring budget {msg.budget_ms} ms (must be > 0)",
-                                      throttle_duration_sec=5.0)
-            return
-        budget = self._clamp_budget(float(msg.budget_ms))
-        if budget != msg.budget_ms:
-            self.budget_clamps += 1
-            low, high = self.budget_range
-            self.get_logger().warning(
-                f"budget {msg.budget_ms:g} ms outside [{low:g}, {high:g}] ms; sending "
-                f"{budget:g} ms", throttle_duration_sec=5.0)
-        self.budget_ms = budget
+        warning = self.core.set_budget(float(msg.budget_ms))
+        if warning:
+            self.get_logger().warning(warning, throttle_duration_sec=5.0)
 
     def _on_joints(self, msg: JointState) -> None:
-        if len(msg.position) == self.action_dim:
-            self._measured = np.asarray(msg.position, dtype=np.float64)
+        positions = list(msg.position)
+        if msg.name and all(n in msg.name for n in self.joint_names) \
+                and len(msg.name) == len(positions):
+            index = {n: i for i, n in enumerate(msg.name)}
+            positions = [positions[index[n]] for n in self.joint_names]
+        if len(positions) == self.action_dim and all(map(math.isfinite, positions)):
+            self.core.measure(np.asarray(positions, dtype=np.float64))
         else:
             self.get_logger().warning(
-                f"joint_states has {len(msg.position)} positions, the robot {self.action_dim}"
-                "; startup hold_state publishes nothing", throttle_duration_sec=10.0)
+                f"joint_states has {len(msg.position)} positions (or a non-finite one), "
+                f"the robot {self.action_dim}: not used (startup hold_state and engage)",
+                throttle_duration_sec=10.0)
 
     def _on_timer(self) -> None:
-        now = time.monotonic()
-        # Catch up on ticks a busy executor missed, so keyframes stay on the time grid.
-        target = self._now_tick()
-        if not self.started:
-            self._tick = max(self._tick, target + 1)
-            if self.startup == "hold_state" and self._measured is not None:
-                self._command(self._measured)
-            self._maybe_send(now)
-            return
-        command, starved = None, False
-        while self._tick <= target:
-            command, starved = self.queue.pop(self._tick)
-            self.smoothness.record(command, None if starved else self.queue.origin_tick)
-            self._tick += 1
-        if command is not None:
-            self._hold_or_halt(now, starved)
-        if command is not None and self.commanding:
-            self._command(command)
-        self._maybe_send(now)
-
-    def _command(self, command: np.ndarray) -> None:
-        """Publish one tick's command (``output`` commands or both)."""
-        if self.output != "trajectory":
+        command = self.core.tick(time.monotonic())
+        if command is not None and self.output != "trajectory":
             self.cmd_pub.publish(Float64MultiArray(data=command.tolist()))
+        if self.core.limit_stopped and not self._stopped_output:
+            self._stop_trajectory()
+        self._maybe_send()
 
-    def _publish_trajectory(self) -> None:
-        """The queued keyframes from the next tick on, as a joint trajectory."""
-        if self.traj_pub is None:
+    def _on_watchdog(self) -> None:
+        now = time.monotonic()
+        was = self.core.watchdog_tripped
+        if not self.core.check_watchdog(now):
             return
-        start = self._tick
-        keyframes = self.queue.planned(start, self.queue.remaining(start))
-        msg = JointTrajectory(joint_names=self.joint_names)
-        # The stamp is the next tick's time: point k is due k keyframes after it.
-        due = self._t0 + start * self.spacing - time.monotonic()
-        msg.header.stamp = (self.get_clock().now()
-                            + RosDuration(seconds=max(0.0, due))).to_msg()
-        for k, row in enumerate(keyframes):
-            nanos = round(k * self.spacing * 1e9)
-            msg.points.append(JointTrajectoryPoint(
-                positions=row.tolist(),
-                time_from_start=Duration(sec=nanos // 10**9, nanosec=nanos % 10**9)))
-        self.traj_pub.publish(msg)
+        if not was:
+            self._stop_trajectory()
+        # The node clock is stopped: report from here, at the stats period.
+        if now - self._last_wall_diag >= self.params["stats_period_s"] or not was:
+            self._last_wall_diag = now
+            self._publish_stats()
 
-    def _hold_or_halt(self, now: float, starved: bool) -> None:
-        """Hold the last command for ``hold_timeout_s`` of an empty queue, then stop."""
-        if not starved:
-            self._dry_since = None
+    def _maybe_send(self) -> None:
+        if not hasattr(self, "req_pub"):
             return
-        if self._dry_since is None:
-            self._dry_since = now
-        if self.commanding and now - self._dry_since > self.hold_timeout:
-            self.commanding = False
-            self.halts += 1
-            self.get_logger().error(
-                f"no new chunk for {now - self._dry_since:.2f} s after the queue ran dry: "
-                "commands stopped (the controller holds) until a chunk arrives")
+        request = self.core.poll_send(time.monotonic(),
+                                      _seconds(self.get_clock().now().to_msg()),
+                                      self._server_present())
+        if request is not None:
+            self.req_pub.publish(self._request_msg(request))
 
-    def _maybe_send(self, now: float) -> None:
-        if self._in_flight is not None:
-            seq, _, sent = self._in_flight
-            if not self._miss_counted and now > sent + self.min_period:
-                self.queue.record_trigger_miss()
-                self._miss_counted = True
-            # A server that (re)appeared never saw the request in flight: resend now
-            # rather than wait for the timeout.
-            reappeared = self._sent_unheard and self._server_present()
-            if now - sent < self.timeout and not reappeared:
-                return
-            if reappeared:
-                self.get_logger().info(f"server appeared; resending request {seq}")
-                self._in_flight = None
-                self._next_send = now
-                self._eq1_due = False
-                self._send(now)
-                return
-            self.request_timeouts += 1
-            self.get_logger().warning(
-                f"request {seq} unanswered after {self.timeout:.2f} s; holding and resending")
-            self._in_flight = None
-            self._next_send = now
-            self._eq1_due = False
-        if now < self._next_send or not self.assigned:
-            return
-        if self._eq1_due:
-            self.send_lag.record(now - self._next_send)
-            self._eq1_due = False
-        self._send(now)
-
-    def _send(self, now: float) -> None:
-        self.seq += 1
-        tick = self._tick
-        msg = PolicyRequest(robot_id=self.robot_id, seq=self.seq, budget_ms=self.budget_ms,
-                            commit_steps=self.commit, keyframe_spacing_s=self.spacing,
-                            instruction=self.instruction, server=self.server)
-        msg.header.stamp = self.get_clock().now().to_msg()
-        if self.requests_sent > 0 and self.horizon:
-            prev = self.queue.planned(tick, self.horizon)
-            msg.prev_chunk = prev.astype(np.float32).ravel().tolist()
-            msg.prev_horizon, msg.prev_action_dim = self.horizon, self.action_dim
-            # s of Eq. 5: rows past the queued keyframes are padding, not a plan.
-            msg.prev_shift = self.horizon - min(self.horizon, self.queue.remaining(tick))
-        self._sent_unheard = not self._server_present()
-        self.req_pub.publish(msg)
-        self.requests_sent += 1
-        self._in_flight = (self.seq, tick, now)
-        self._miss_counted = False
+    def _request_msg(self, req: Request) -> PolicyRequest:
+        """The PolicyRequest for the core's ``req`` (every field set here)."""
+        msg = PolicyRequest(robot_id=self.robot_id, seq=req.seq, budget_ms=req.budget_ms,
+                            commit_steps=self.core.config.commit,
+                            keyframe_spacing_s=self.spacing,
+                            instruction=self.params["instruction"], server=req.server)
+        msg.header.stamp = RosTime(nanoseconds=round(req.stamp * 1e9)).to_msg()
+        if req.prev_chunk is not None:
+            msg.prev_chunk = req.prev_chunk.astype(np.float32).ravel().tolist()
+            msg.prev_horizon, msg.prev_action_dim = req.prev_chunk.shape
+            msg.prev_shift = req.prev_shift
+        return msg
 
     def _server_present(self) -> bool:
         # Only a server publishes action_chunk; recorders and monitors also subscribe to
@@ -406,67 +457,57 @@ class RtcExecutor(Node):
         else:
             why = ("no live server has room for this robot or may serve it (fleet "
                    f"assignment {msg.epoch}: {msg.reason})")
-        if server == self.server and self.assigned == bool(server):
-            self._unassigned_why = "" if server else why
+        previous = self.core.server
+        if not self.core.assign(server, why, time.monotonic()):
             return
-        if self.server and server:
-            self.server_switches += 1
-        previous, self.server, self.assigned = self.server, server, bool(server)
-        self._unassigned_why = "" if server else why
-        # The request in flight went to the server left behind: its answer is never
-        # applied, and the new server gets a request now, not at the timeout.
-        self._in_flight = None
-        self._next_send = time.monotonic()
-        self._eq1_due = False
         if server:
             self.get_logger().info(f"assigned to server {server!r}"
                                    + (f" (was {previous!r})" if previous else "")
                                    + f": {msg.reason}")
-            self._maybe_send(self._next_send)
+            self._maybe_send()
         else:
             self.get_logger().error(f"no server assigned: {why}; sending nothing")
 
     def _on_chunk(self, msg: ActionChunk) -> None:
-        if msg.robot_id != self.robot_id:
-            return
-        if self.managed and msg.server != self.server:
-            self.foreign_chunks += 1  # a late answer of a server this robot left
-            return
-        if self._in_flight is None or msg.seq != self._in_flight[0]:
-            return  # an answer to an abandoned request, or a replay: never applied
-        seq, send_tick, sent = self._in_flight
-        now = time.monotonic()
-        self.last_latency_ms = (now - sent) * 1e3
-        self._in_flight = None
-        self._next_send = next_send(sent, now, self.min_period)
-        self._eq1_due = True
-        self._arm_send_timer(self._next_send - now)
-        if msg.status != ActionChunk.STATUS_OK:
-            self.non_ok_chunks += 1
-            self.get_logger().warning(f"request {seq}: status {msg.status}: {msg.reason}")
-            return
-        try:
-            self._check_horizon(msg.horizon)
-            chunk = np.asarray(msg.actions, dtype=np.float64).reshape(
-                msg.horizon, msg.action_dim)
-            self.queue.splice(chunk, send_tick, max(self._tick, send_tick), self.commit)
-            self.horizon = int(msg.horizon)
-            if not self.commanding:
-                self.get_logger().info("chunk received: commanding the robot")
-            self.started = self.commanding = True
-            self._dry_since = None
+        stamps = (*(_seconds(s) for s in msg.image_stamps), _seconds(msg.state_stamp))
+        chunk = Chunk(robot_id=msg.robot_id, seq=int(msg.seq), server=msg.server,
+                      status=int(msg.status), reason=msg.reason, horizon=int(msg.horizon),
+                      action_dim=int(msg.action_dim), actions=msg.actions, stamps=stamps)
+        before = self.core.in_flight_seq
+        dropped = self.core.on_chunk(chunk, time.monotonic())
+        if self.core.in_flight_seq is None and before is not None:
+            self._arm_send_timer(self.core.next_send_at - time.monotonic())
+        if dropped is None:
+            self._stopped_output = False
             self._publish_trajectory()
-        except (ValueError, SpliceError) as exc:
-            self.non_ok_chunks += 1
-            self.get_logger().warning(f"request {seq}: unusable chunk: {exc}")
 
-    def _check_horizon(self, horizon: int) -> None:
-        """Refuse a chunk of the wrong length (raises ``ValueError``)."""
-        if self.fixed_horizon and horizon != self.fixed_horizon:
-            raise ValueError(f"chunk has H={horizon}; parameter horizon requires "
-                             f"{self.fixed_horizon}")
-        if horizon < self.commit:
-            raise ValueError(f"chunk has H={horizon}, shorter than commit_steps {self.commit}")
+    # -- outputs ------------------------------------------------------------------------
+
+    def _publish_trajectory(self) -> None:
+        """The queued keyframes from the next tick on, through the gate."""
+        if self.traj_pub is None:
+            return
+        keyframes = self.core.trajectory()
+        if keyframes is None:
+            return
+        msg = JointTrajectory(joint_names=self.joint_names)
+        # The stamp is the next tick's time: point k is due k keyframes after it.
+        due = self.core.t0 + self.core.next_tick * self.spacing - time.monotonic()
+        msg.header.stamp = (self.get_clock().now()
+                            + RosDuration(seconds=max(0.0, due))).to_msg()
+        for k, row in enumerate(keyframes):
+            nanos = round(k * self.spacing * 1e9)
+            msg.points.append(JointTrajectoryPoint(
+                positions=row.tolist(),
+                time_from_start=Duration(sec=nanos // 10**9, nanosec=nanos % 10**9)))
+        self.traj_pub.publish(msg)
+
+    def _stop_trajectory(self) -> None:
+        """An empty trajectory: joint_trajectory_controller stops and holds where it is."""
+        self._stopped_output = True
+        publisher = getattr(self, "traj_pub", None)
+        if publisher is not None:
+            publisher.publish(JointTrajectory(joint_names=self.joint_names))
 
     def _arm_send_timer(self, delay: float) -> None:
         # Sends happen at s_j + T_E itself, not at the next control tick.
@@ -478,59 +519,124 @@ class RtcExecutor(Node):
         if self._send_timer is not None:
             self.destroy_timer(self._send_timer)
             self._send_timer = None
-        self._maybe_send(time.monotonic())
+        self._maybe_send()
 
+    # -- state the tests and tools read --------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """A chunk was applied since the activation."""
+        return self.core.started
+
+    @property
+    def commanding(self) -> bool:
+        """Commands are being published."""
+        return self.core.commanding
+
+    @property
+    def queue(self) -> Any:
+        """The core's action queue (its counters)."""
+        return self.core.queue
+
+    @property
+    def smoothness(self) -> Any:
+        """Splice smoothness per joint."""
+        return self.core.smoothness
+
+    @property
+    def send_lag(self) -> Any:
+        """Lateness of Eq. 1 sends."""
+        return self.core.send_lag
+
+    @property
+    def foreign_chunks(self) -> int:
+        """Chunks dropped for coming from another server than the one asked."""
+        return self.core.drops[DropReason.FOREIGN_SERVER]
+
+    def __getattr__(self, name: str) -> Any:
+        # Counters and settings the node reports as its own (halts, seq, budget_ms, ...).
+        if name in _CORE_FIELDS and "core" in self.__dict__:
+            return getattr(self.__dict__["core"], name)
+        raise AttributeError(name)
+
+    # -- stats and diagnostics ------------------------------------------------------------
     def _publish_stats(self) -> None:
-        c = self.queue.counters
+        if not hasattr(self, "stats_pub"):
+            return
+        core, c, drops = self.core, self.core.queue.counters, self.core.drops
         msg = ExecutorStats(
             robot_id=self.robot_id, ticks=c.ticks, starved_ticks=c.starved_ticks,
             handoff_violations=c.handoff_violations, stale_chunks=c.stale_chunks,
             trigger_misses=c.trigger_misses, chunks_applied=c.chunks_applied,
-            requests_sent=self.requests_sent, request_timeouts=self.request_timeouts,
-            non_ok_chunks=self.non_ok_chunks, server=self.server, assigned=self.assigned,
-            server_switches=self.server_switches, foreign_chunks=self.foreign_chunks,
-            budget_ms=self.budget_ms,
-            budget_clamps=self.budget_clamps,
-            last_latency_ms=self.last_latency_ms, send_lag_mean_ms=self.send_lag.mean_ms,
-            send_lag_p95_ms=self.send_lag.p95_ms, send_lag_max_ms=self.send_lag.max_ms,
-            commanding=self.commanding, halts=self.halts,
-            switch_step_max=self.smoothness.switch_max.tolist(),
-            within_step_max=self.smoothness.within_max.tolist())
+            requests_sent=core.requests_sent, request_timeouts=core.request_timeouts,
+            non_ok_chunks=drops[DropReason.NON_OK], server=core.server,
+            assigned=core.assigned, server_switches=core.server_switches,
+            foreign_chunks=drops[DropReason.FOREIGN_SERVER], budget_ms=core.budget_ms,
+            budget_clamps=core.budget_clamps,
+            last_latency_ms=core.last_latency_ms, send_lag_mean_ms=core.send_lag.mean_ms,
+            send_lag_p95_ms=core.send_lag.p95_ms, send_lag_max_ms=core.send_lag.max_ms,
+            commanding=core.commanding, halts=core.halts,
+            switch_step_max=core.smoothness.switch_max.tolist(),
+            within_step_max=core.smoothness.within_max.tolist(),
+            lifecycle=core.state.value, engaging=core.commanding and core.gate.engaging,
+            limit_clamps=core.gate.clamps, limit_stops=core.gate.stops,
+            last_limit=",".join(core.gate.last_broken), watchdog_trips=core.watchdog_trips,
+            unanswering_chunks=drops[DropReason.NOT_IN_FLIGHT],
+            invalid_chunks=drops[DropReason.MALFORMED] + drops[DropReason.NON_FINITE],
+            out_of_limit_chunks=drops[DropReason.OUT_OF_LIMITS],
+            stale_observation_chunks=drops[DropReason.STALE_OBSERVATION],
+            future_observation_chunks=drops[DropReason.FUTURE_OBSERVATION])
         msg.header.stamp = self.get_clock().now().to_msg()
         self.stats_pub.publish(msg)
         self.diag_pub.publish(self._diagnostics(msg))
 
+    def _publishing_nodes(self, topic: str) -> list[str]:
+        """Fully qualified names of the nodes publishing ``topic`` (from the graph)."""
+        return [f"{info.node_namespace.rstrip('/')}/{info.node_name}" if info.node_name
+                else "" for info in self.get_publishers_info_by_topic(topic)]
+
+    def _strangers(self) -> list[str]:
+        """Unexpected publishers on this robot's request and chunk topics."""
+        if not hasattr(self, "req_pub"):
+            return []
+        chunk_publishers = self._publishing_nodes(self._chunk_sub.topic_name)
+        # With a fleet manager every server publishes every robot's chunks.
+        servers = len(chunk_publishers) if self.assignment_topic else 1
+        return strangers(self.get_fully_qualified_name(),
+                         self._publishing_nodes(self.req_pub.topic_name), chunk_publishers,
+                         servers)
+
     def _diagnostics(self, stats: ExecutorStats) -> DiagnosticArray:
-        if not self.assigned:
-            level, text = DiagnosticStatus.WARN, f"not served: {self._unassigned_why}"
-        elif self._in_flight is not None and not self._server_present():
-            stopped = self.started and not self.commanding
-            level = DiagnosticStatus.ERROR if stopped else DiagnosticStatus.WARN
-            text = "no inference server publishes action_chunk" + (
-                ", waiting for the launch to restart it (respawn)" if self.server_respawn
-                else "") + (": commands stopped" if stopped else "")
-        elif not self.started:
-            level, text = DiagnosticStatus.WARN, f"waiting for the first chunk ({self.startup})"
-        elif not self.commanding:
-            level, text = DiagnosticStatus.ERROR, (
-                f"no chunk for over {self.hold_timeout:g} s: commands stopped")
-        elif self._dry_since is not None:
-            level, text = DiagnosticStatus.WARN, "action queue empty: holding the last command"
-        else:
-            level, text = DiagnosticStatus.OK, "commanding"
+        level, text = self.core.status(server_present=self._server_present())
         diag = DiagnosticArray()
         diag.header.stamp = stats.header.stamp
+        values = {
+            "lifecycle": stats.lifecycle, "commanding": str(stats.commanding).lower(),
+            "halts": str(stats.halts), "starved_ticks": str(stats.starved_ticks),
+            "request_timeouts": str(stats.request_timeouts), "server": stats.server,
+            "foreign_chunks": str(stats.foreign_chunks), "budget_ms": f"{stats.budget_ms:g}",
+            "limit_clamps": str(stats.limit_clamps), "limit_stops": str(stats.limit_stops),
+            "watchdog_trips": str(stats.watchdog_trips),
+            **{f"dropped_{r.value}": str(n) for r, n in sorted(self.core.drops.items())}}
         diag.status.append(DiagnosticStatus(
-            level=level, name=f"xinfer/executor/{self.robot_id}", hardware_id=self.robot_id,
-            message=text, values=[
-                KeyValue(key="commanding", value=str(self.commanding).lower()),
-                KeyValue(key="halts", value=str(self.halts)),
-                KeyValue(key="starved_ticks", value=str(stats.starved_ticks)),
-                KeyValue(key="request_timeouts", value=str(self.request_timeouts)),
-                KeyValue(key="server", value=self.server),
-                KeyValue(key="foreign_chunks", value=str(self.foreign_chunks)),
-                KeyValue(key="budget_ms", value=f"{self.budget_ms:g}")]))
+            level=bytes([int(level)]), name=f"xinfer/executor/{self.robot_id}",
+            hardware_id=self.robot_id, message=text,
+            values=[KeyValue(key=k, value=v) for k, v in values.items()]))
+        found = self._strangers()
+        if found:
+            if found != self._warned_strangers:
+                self.get_logger().warning("; ".join(found))
+            diag.status.append(DiagnosticStatus(
+                level=DiagnosticStatus.WARN, name=f"xinfer/executor/{self.robot_id}/publishers",
+                hardware_id=self.robot_id, message="; ".join(found)))
+        self._warned_strangers = found
         return diag
+
+
+#: Core attributes the node exposes under their own names.
+_CORE_FIELDS = frozenset({
+    "halts", "seq", "requests_sent", "request_timeouts", "budget_ms", "budget_clamps",
+    "server", "assigned", "server_switches", "horizon", "last_latency_ms",
+    "watchdog_trips", "limit_stopped", "drops"})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -475,10 +475,10 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
     transforms = layout.transforms
     assert transforms is not None  # ObservationLayout refuses a layout without them
     state, state_in = _state(obs, layout, model.state_dim)
-    if transforms.adapt_to_pi and model.state_dim < ALOHA_DIM:
+    if transforms.adapt_to_pi and min(model.state_dim, model.action_dim) < ALOHA_DIM:
         raise ObservationFieldError(layout.state_key, f"layout {layout.name!r} converts "
-                                    f"{ALOHA_DIM} ALOHA values; the model takes "
-                                    f"{model.state_dim}")
+                                    f"{ALOHA_DIM} ALOHA values; the model has state_dim "
+                                    f"{model.state_dim}, action_dim {model.action_dim}")
     state = transforms.state_in(state)
     prompt = transforms.prompt_in(_prompt(obs, layout, default_prompt))
     images: list[np.ndarray | None] = []

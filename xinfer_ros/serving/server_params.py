@@ -128,7 +128,8 @@ PARAMS = [
 OPENPI_PARAMS = [
     ParamSpec("openpi_port", 0, "openpi WebSocket port (0: endpoint off)", 0, 65535),
     ParamSpec("openpi_host", "127.0.0.1", "openpi bind address"),
-    ParamSpec("openpi_layout", "auto", "observation layout: auto, libero, aloha or a file"),
+    ParamSpec("openpi_layout", "auto", "observation layout with its openpi transforms: auto, "
+              "a built-in (libero, aloha, pi0_aloha_sim, ...) or a file"),
     ParamSpec("openpi_budget_ms", DEFAULT_BUDGET * MS_PER_S,
               "budget of openpi requests without one (ms)", 1.0, MAX_BUDGET * MS_PER_S),
     ParamSpec("openpi_api_key_file", "", "file holding the required Api-Key (empty: "

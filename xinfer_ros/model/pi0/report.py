@@ -189,8 +189,8 @@ def _transforms(spec: Pi0Spec) -> tuple[str, ...]:
     newline = {"always": "a newline appended", "if_missing": "a newline appended unless "
                "present", "never": "no newline added"}[spec.newline]
     steps = [
-        f"images: resized with padding to {spec.image_size}x{spec.image_size}, scaled to "
-        "[-1, 1]; missing cameras masked",
+        f"images: resized with padding to {spec.image_size}x{spec.image_size} "
+        f"({spec.resample} resampling), scaled to [-1, 1]; missing cameras masked",
         f"prompt: <bos> + instruction ({newline}; special tokens as text), padded to "
         f"{spec.prompt_tokens} tokens",
         f"state: {_normalise_words(spec.normalizer.state)}, zero-padded to "
