@@ -106,3 +106,32 @@ def test_robots_beyond_the_total_capacity_are_unassigned_and_reported() -> None:
         assert all(f"xinfer/fleet_manager/robots/{r}" in status for r in unserved)
     finally:
         site.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_second_node_claiming_a_taken_server_name_is_ignored_and_reported() -> None:
+    site = Site()
+    fake = rclpy.create_node("fake_server")
+    fake_pub = fake.create_publisher(ServerStatus, "/xinfer/servers", 10)
+    site.spinner.add_node(fake)
+    try:
+        site.run(1.0, {"a": 2, "b": 3})
+        before = site.current()
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:         # "a" again, from another node, bigger
+            fake_pub.publish(ServerStatus(server_name="a", capacity=5, candidates=ROBOTS,
+                                          accepting=True, attainment=float("nan")))
+            site.run(0.1, {"a": 2, "b": 3})
+        assert site.current() == before       # the fake took nothing
+        assert list(site.assignments[-1].capacities) == [2, 3]
+        status = {s.name: s for d in site.diagnostics[-2:] for s in d.status}
+        conflict = status["xinfer/fleet_manager/servers/a"]
+        assert conflict.level == DiagnosticStatus.ERROR
+        assert "/servers (heard first, keeps it)" in conflict.message
+        assert "/fake_server (ignored" in conflict.message
+        values = {kv.key: kv.value for kv in conflict.values}
+        assert values == {"holder": "/servers", "claimant": "/fake_server"}
+    finally:
+        site.spinner.remove_node(fake)
+        fake.destroy_node()
+        site.close()

@@ -42,8 +42,9 @@ def test_bridge_serves_on_the_node_engine_and_reserves_ros_names(
     # openpi_port 0 means "off", so ask for a port and let the OS pick a free one.
     from xinfer_ros.nodes import openpi_bridge
 
-    real = openpi_bridge.ServerConfig
-    monkeypatch.setattr(openpi_bridge, "ServerConfig", lambda **kw: real(**{**kw, "port": 0}))
+    real = openpi_bridge.endpoint_config
+    monkeypatch.setattr(openpi_bridge, "endpoint_config",
+                        lambda p, port, **kw: real(p, port=0, **kw))
     bridge = start_openpi_bridge(FakeNode(engine, openpi_port=18000, openpi_layout="libero"))
     assert bridge is not None and bridge.port > 0
     try:
@@ -57,5 +58,30 @@ def test_bridge_serves_on_the_node_engine_and_reserves_ros_names(
         assert reply["actions"].shape == (16, 7)
         assert engine.robots == ["web_arm"]
         assert bridge.stats()["robots"]["web_arm"]["ok"] == 1
+    finally:
+        bridge.close()
+
+
+def test_bridge_sets_the_connection_limit_and_validates_it(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xinfer_ros.nodes import openpi_bridge
+
+    with pytest.raises(ValueError, match=r"'openpi_max_connections'=0 is out of range"):
+        start_openpi_bridge(FakeNode(engine, openpi_port=18000, openpi_max_connections=0))
+    with pytest.raises(ValueError, match=r"'openpi_idle_timeout_s'=-1\.0 is out of range"):
+        start_openpi_bridge(FakeNode(engine, openpi_port=18000, openpi_idle_timeout_s=-1.0))
+    real = openpi_bridge.endpoint_config
+    monkeypatch.setattr(openpi_bridge, "endpoint_config",
+                        lambda p, port, **kw: real(p, port=0, **kw))
+    bridge = start_openpi_bridge(FakeNode(engine, openpi_port=18000, openpi_max_connections=1,
+                                          openpi_rate_limit_hz=5.0))
+    assert bridge is not None
+    try:
+        assert bridge.server.config.rate_limit_hz == 5.0
+        with OpenPIClient(f"ws://127.0.0.1:{bridge.port}/a"):
+            with pytest.raises(websockets.InvalidStatus) as info:
+                OpenPIClient(f"ws://127.0.0.1:{bridge.port}/b")
+            assert info.value.response.status_code == 503
+        assert bridge.stats()["refused"] == {"connection_limit": 1}
     finally:
         bridge.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
@@ -57,6 +57,8 @@ class _Connection:
     topic: str
     msgtype: str
     digest: str = ""
+    encoding: str = ""
+    definition: str = ""
 
 
 @dataclass
@@ -73,6 +75,11 @@ class BagSource:
         read_error: Why reading stopped early, or ``None`` when the whole bag was read.
         skipped: Per topic, messages that could not be decoded.
         damage: Damaged parts the salvage scan skipped (set while iterating).
+        definitions: Topic -> (encoding, text) of the message definition stored with
+            its connection (absent when the bag stores none).
+        translators: Topic -> function from the bag's CDR bytes to this build's, for
+            topics recorded with another definition (see
+            :mod:`xinfer_ros.bags.schema`); :meth:`messages` applies them.
     """
 
     path: Path
@@ -84,6 +91,8 @@ class BagSource:
     read_error: str | None = None
     skipped: Counter[str] = field(default_factory=Counter)
     damage: list[str] = field(default_factory=list)
+    definitions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    translators: dict[str, Callable[[bytes], bytes]] = field(default_factory=dict)
     _mcap: Path | None = None
 
     def salvage(self) -> BagSource | None:
@@ -95,21 +104,35 @@ class BagSource:
         if self._mcap is None or self.salvaged:
             return None
         return BagSource(self.path, "mcap", dict(self.topics), dict(self.digests),
-                         salvaged=True, warnings=list(self.warnings), _mcap=self._mcap)
+                         salvaged=True, warnings=list(self.warnings),
+                         definitions=dict(self.definitions),
+                         translators=dict(self.translators), _mcap=self._mcap)
 
     def messages(self, topics: set[str] | None = None) -> Iterator[BagMessage]:
         """The messages of ``topics`` (default all) in time order.
 
         A read error ends the iteration and is kept in :attr:`read_error`; it never
-        propagates, so a damaged tail costs only the messages after the damage.
+        propagates, so a damaged tail costs only the messages after the damage. A
+        message of a topic with a translator comes in this build's definition; one the
+        bag's own definition cannot decode either comes unchanged (and fails to decode
+        downstream, where it is counted).
         """
         source = self._salvage_messages() if self.salvaged else self._reader_messages()
         try:
             for msg in source:
                 if topics is None or msg.topic in topics:
-                    yield msg
+                    yield self._translated(msg)
         except Exception as exc:
             self.read_error = f"reading stopped early: {type(exc).__name__}: {exc}"
+
+    def _translated(self, msg: BagMessage) -> BagMessage:
+        translate = self.translators.get(msg.topic)
+        if translate is None:
+            return msg
+        try:
+            return BagMessage(msg.topic, msg.msgtype, msg.timestamp, translate(msg.data))
+        except Exception:  # garbage: rosbags' decoder raises anything
+            return msg
 
     def _reader_messages(self) -> Iterator[BagMessage]:
         with Reader(self.path) as reader:
@@ -134,6 +157,15 @@ def _find_mcap(path: Path) -> Path | None:
     return None
 
 
+#: rosbags' definition formats by the encoding names MCAP uses for them.
+_ENCODINGS = {"MSG": "ros2msg", "IDL": "ros2idl"}
+
+
+def _definitions(conns: Iterator[_Connection]) -> dict[str, tuple[str, str]]:
+    return {c.topic: (c.encoding, c.definition) for c in conns
+            if c.encoding in _ENCODINGS.values() and c.definition.strip()}
+
+
 def open_bag(path: Path | str) -> BagSource:
     """Open a bag for reading, salvaging a damaged MCAP file where possible.
 
@@ -154,11 +186,13 @@ def open_bag(path: Path | str) -> BagSource:
     if path.is_dir():
         try:
             with Reader(path) as reader:
-                listed = [_Connection(c.topic, c.msgtype, c.digest or "")
+                listed = [_Connection(c.topic, c.msgtype, c.digest or "",
+                                      _ENCODINGS.get(c.msgdef.format.name, ""), c.msgdef.data)
                           for c in reader.connections]
                 storage = "mcap" if mcap is not None else "sqlite3"
             source = BagSource(path, storage, {c.topic: c.msgtype for c in listed},
-                               {c.topic: c.digest for c in listed}, _mcap=mcap)
+                               {c.topic: c.digest for c in listed},
+                               definitions=_definitions(iter(listed)), _mcap=mcap)
             return source
         except Exception as exc:
             first_error = f"{type(exc).__name__}: {exc}"
@@ -170,7 +204,8 @@ def open_bag(path: Path | str) -> BagSource:
         raise BagError(f"{path}: not a readable bag: {first_error or scan.error}; "
                        f"salvage found no topics ({scan.error or 'empty'})")
     source = BagSource(path, "mcap", {c.topic: c.msgtype for c in conns.values()},
-                       {c.topic: c.digest for c in conns.values()}, salvaged=True, _mcap=mcap)
+                       {c.topic: c.digest for c in conns.values()}, salvaged=True,
+                       definitions=_definitions(iter(conns.values())), _mcap=mcap)
     if first_error is None:
         source.warnings.append(f"{mcap.name} is a bare MCAP file (no rosbag2 directory); "
                                "reading it by a linear scan")
@@ -191,7 +226,7 @@ class _McapScan:
         self.path = path
         self.error: str | None = None
         self.damage: list[str] = []
-        self._schemas: dict[int, tuple[str, str]] = {}
+        self._schemas: dict[int, tuple[str, str, str]] = {}
         self._channels: dict[int, _Connection] = {}
 
     def connections(self) -> dict[int, _Connection]:
@@ -242,13 +277,14 @@ class _McapScan:
         if op == _OP_SCHEMA:
             sid, = struct.unpack_from("<H", body)
             name, pos = _string(body, 2)
-            _, pos = _string(body, pos)
-            self._schemas[sid] = (name, "")
+            encoding, pos = _string(body, pos)
+            text, pos = _string(body, pos)
+            self._schemas[sid] = (name, encoding, text)
         elif op == _OP_CHANNEL:
             cid, sid = struct.unpack_from("<HH", body)
             topic, pos = _string(body, 4)
-            name = self._schemas.get(sid, ("", ""))[0]
-            self._channels[cid] = _Connection(topic, name)
+            name, encoding, text = self._schemas.get(sid, ("", "", ""))
+            self._channels[cid] = _Connection(topic, name, encoding=encoding, definition=text)
         elif op == _OP_MESSAGE:
             cid, _, log_time, _ = struct.unpack_from("<HIQQ", body)
             conn = self._channels.get(cid)

@@ -324,6 +324,7 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
         "salvaged": run.source.salvaged, "duration_s": run.duration_s,
         "window_s": list(window), "warnings": list(run.warnings),
         "skipped_messages": run.skipped, "read_error": run.source.read_error,
+        "schema_changes": [change.to_dict() for change in run.schema_changes],
         "published": dict(result.published), "max_lag_s": result.max_lag_s,
         "duplicates": result.duplicates, "stopped_early": result.stopped,
         "robots": sections, "total": total, "checks": checks,

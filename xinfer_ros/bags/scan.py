@@ -22,6 +22,7 @@ from rosbags.typesys.store import Typestore
 
 from xinfer_ros.bags.mapping import TopicMapping
 from xinfer_ros.bags.reader import BagError, BagSource, open_bag
+from xinfer_ros.bags.schema import Definition, TypeChange, plan_translations
 from xinfer_ros.bags.types import BagTopic, TopicKind, classify_topic, make_typestore
 
 __all__ = [
@@ -213,6 +214,8 @@ class RecordedRun:
         end_ns: Latest log time of a used message.
         bad: ``(topic, ordinal)`` of messages that did not decode; the player skips them.
         warnings: Notes for the report.
+        schema_changes: Types the bag recorded with another definition (mapped by
+            field name into this build's).
     """
 
     source: BagSource
@@ -222,6 +225,7 @@ class RecordedRun:
     end_ns: int
     bad: set[tuple[str, int]] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
+    schema_changes: list[TypeChange] = field(default_factory=list)
 
     @property
     def skipped(self) -> dict[str, int]:
@@ -246,7 +250,8 @@ def _select_topics(source: BagSource, store: Typestore, warnings: list[str]) -> 
             warnings.append(f"{name}: type {msgtype!r}, expected {topic.msgtype!r}; ignored")
             continue
         digest = source.digests.get(name, "")
-        if digest and digest != store.hash_rihs01(msgtype):
+        if name not in source.definitions and digest and digest != store.hash_rihs01(msgtype):
+            # Without the bag's definition nothing can be mapped.
             # An older or newer definition: decoding may still work; failures count.
             warnings.append(f"{name}: the bag's definition of {msgtype} differs from this "
                             "build's (type hash); decoding with this build's")
@@ -340,6 +345,7 @@ def scan_bag(path: Path | str, store: Typestore | None = None,
     if not topics:
         raise BagError(f"{path}: no fleet topics (policy_request, camera, joint_states ...) "
                        f"among {sorted(source.topics)}")
+    changes = _map_schemas(source, store, topics, warnings)
     synthetic = mapping is not None
     scanned = _scan(source, store, topics, synthetic)
     if source.read_error and (salvage := source.salvage()) is not None:
@@ -360,7 +366,19 @@ def scan_bag(path: Path | str, store: Typestore | None = None,
         raise BagError(f"{path}: nothing to replay: {what}"
                        + "".join(f"; {w}" for w in warnings))
     return RecordedRun(source, robots, topics, scanned.start, scanned.end, scanned.bad,
-                       warnings)
+                       warnings, changes)
+
+
+def _map_schemas(source: BagSource, store: Typestore, topics: dict[str, BagTopic],
+                 warnings: list[str]) -> list[TypeChange]:
+    """Translate the topics recorded with other definitions (raises SchemaError)."""
+    translators, changes = plan_translations(
+        {name: source.topics[name] for name in topics if name in source.topics},
+        {name: Definition(*source.definitions[name]) for name in topics
+         if name in source.definitions}, store, warnings)
+    source.translators = translators
+    warnings += [change.describe() for change in changes]
+    return changes
 
 
 @dataclass

@@ -39,7 +39,10 @@ _OVERRIDES = {"backend": "backend", "model": "model", "model_path": "model_path"
               "max_budget_ms": "max_budget_ms", "host": "openpi_host",
               "layout": "openpi_layout", "budget_ms": "openpi_budget_ms",
               "api_key_file": "openpi_api_key_file",
-              "max_message_bytes": "openpi_max_message_bytes"}
+              "max_message_bytes": "openpi_max_message_bytes",
+              "max_connections": "openpi_max_connections",
+              "idle_timeout_s": "openpi_idle_timeout_s", "rate_limit_hz": "openpi_rate_limit_hz",
+              "rate_limit_mib_s": "openpi_rate_limit_mib_s"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-message-bytes", type=int, default=None, help="default 16 MiB")
     p.add_argument("--max-connections", type=int, default=None, help="default 64")
     p.add_argument("--request-timeout-s", type=float, default=None, help="default 30 s")
+    p.add_argument("--idle-timeout-s", type=float, default=None,
+                   help="close a connection without a complete message for this long "
+                        "(0: never; default 60 s)")
+    p.add_argument("--rate-limit-hz", type=float, default=None,
+                   help="messages per second per connection (default 100)")
+    p.add_argument("--rate-limit-mib-s", type=float, default=None,
+                   help="message MiB per second per connection (default 64)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -129,7 +139,9 @@ def _config(args: argparse.Namespace, p: dict[str, Any]) -> Any:
     from xinfer_ros.openpi.from_params import endpoint_config
 
     return endpoint_config(p, port=args.port, default_prompt=args.default_prompt,
-                           **{k: v for k in ("max_connections", "request_timeout_s")
+                           **{k: v for k in ("max_connections", "request_timeout_s",
+                                             "idle_timeout_s", "rate_limit_hz",
+                                             "rate_limit_mib_s")
                               if (v := getattr(args, k)) is not None})
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,10 @@ from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.timing import deadline
 
-__all__ = ["AdmissionRecord", "XInferPolicy"]
+__all__ = ["MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy"]
+
+#: Admission records kept with ``record_admissions`` (the latest; older ones drop).
+MAX_ADMISSION_RECORDS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +202,8 @@ class XInferPolicy(Policy):
         frontend_reserve: f (s), added for forecast arrivals only.
         delta: δ (s) used for forecast deadlines.
         record_admissions: keep an :class:`AdmissionRecord` per ordinary admission in
-            ``admissions`` (for tests and diagnostics; off on the hot path).
+            ``admissions`` (for tests and diagnostics; off on the hot path), the latest
+            :data:`MAX_ADMISSION_RECORDS` only: a long-running server must not grow.
         **kwargs: see :class:`~xinfer_ros.core.policy.Policy` (slots, rate_table, ...).
     """
 
@@ -238,7 +243,7 @@ class XInferPolicy(Policy):
         self.frontend_reserve = check_time("frontend_reserve", frontend_reserve)
         self.delta = check_time("delta", delta)
         self.record_admissions = bool(record_admissions)
-        self.admissions: list[AdmissionRecord] = []
+        self.admissions: deque[AdmissionRecord] = deque(maxlen=MAX_ADMISSION_RECORDS)
         #: P: promoted requests (persistent while live).
         self._promoted: set[int] = set()
         #: H after the latest refresh.

@@ -7,6 +7,11 @@ servers, their capacities or their allowlists change, never because a robot's bu
 moved: budgets only decide where a robot that has to move goes. A server that failed
 rejoins only after beating steadily for ``rejoin_after_s``. Each change raises the
 epoch by one and says why.
+
+A server name belongs to the node first heard with it (each heartbeat says who sent it,
+``Heartbeat.source``) until that node falls silent: a second node claiming the name
+meanwhile (a misconfigured server, or a fake one) is refused, and both are reported
+(:meth:`Roster.conflicts`), so it cannot take the first one's robots.
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ from dataclasses import dataclass, field
 
 from xinfer_ros.fleet.assignment import ServerOffer, assign, moved, tight_robots
 
-__all__ = ["REJOIN_AFTER_S", "SERVER_TIMEOUT_S", "Change", "Heartbeat", "Roster"]
+__all__ = ["CONFLICT_MEMORY_S", "REJOIN_AFTER_S", "SERVER_TIMEOUT_S", "Change",
+           "Heartbeat", "NameConflict", "Roster"]
 
 #: A server unheard this long has failed (s): four heartbeats of 0.2 s.
 SERVER_TIMEOUT_S = 0.8
 #: A failed server heard again takes robots back only after beating this long (s), so a
 #: server that stalls now and then does not pull robots back and forth.
 REJOIN_AFTER_S = 2.0
+#: A refused claim to a server name is reported this long after its latest heartbeat (s).
+CONFLICT_MEMORY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,8 @@ class Heartbeat:
         serving: The robots it answered lately (seeds a restarted manager).
         attainment: Its attainment over them (NaN: none answered).
         accepting: False when it cannot take requests.
+        source: Who sent it (the publishing node's identity); "" when unknown, which
+            claims nothing.
     """
 
     server: str
@@ -47,10 +57,30 @@ class Heartbeat:
     serving: tuple[str, ...] = ()
     attainment: float = math.nan
     accepting: bool = True
+    source: str = ""
 
     def offer(self) -> ServerOffer:
         """What the assignment rule needs of it."""
         return ServerOffer(self.server, self.capacity, self.candidates)
+
+
+@dataclass(frozen=True)
+class NameConflict:
+    """Two nodes claiming one server name.
+
+    Attributes:
+        server: The name.
+        holder: The node that has it (heard first, still beating).
+        claimant: The node refused.
+        since: Its first refused heartbeat (s, monotonic).
+        last: Its latest refused heartbeat (s, monotonic).
+    """
+
+    server: str
+    holder: str
+    claimant: str
+    since: float
+    last: float
 
 
 @dataclass(frozen=True)
@@ -107,10 +137,24 @@ class Roster:
     _live: tuple[ServerOffer, ...] = ()
     #: Failed servers heard again -> since when.
     _returning: dict[str, float] = field(default_factory=dict)
+    #: (server, claimant) -> the refused claim.
+    _conflicts: dict[tuple[str, str], NameConflict] = field(default_factory=dict)
 
-    def heard(self, beat: Heartbeat) -> None:
-        """Record a server's announcement."""
+    def heard(self, beat: Heartbeat) -> bool:
+        """Record a server's announcement; False when it was refused.
+
+        It is refused when another node holds the name and was heard within
+        ``server_timeout_s`` (see :meth:`conflicts`).
+        """
         previous = self.heartbeats.get(beat.server)
+        if (previous is not None and beat.source and previous.source
+                and previous.source != beat.source
+                and beat.at - previous.at <= self.server_timeout_s):
+            key = (beat.server, beat.source)
+            known = self._conflicts.get(key)
+            self._conflicts[key] = NameConflict(beat.server, previous.source, beat.source,
+                                                known.since if known else beat.at, beat.at)
+            return False
         if not beat.accepting:
             self._returning.pop(beat.server, None)
         elif beat.server in self.lost and (
@@ -118,6 +162,13 @@ class Roster:
                 or beat.at - previous.at > self.server_timeout_s):
             self._returning[beat.server] = beat.at  # back, or back again after a silence
         self.heartbeats[beat.server] = beat
+        return True
+
+    def conflicts(self, now: float) -> list[NameConflict]:
+        """Refused claims heard within :data:`CONFLICT_MEMORY_S`, by name and claimant."""
+        for key in [k for k, c in self._conflicts.items() if now - c.last > CONFLICT_MEMORY_S]:
+            del self._conflicts[key]
+        return [self._conflicts[k] for k in sorted(self._conflicts)]
 
     def budget(self, robot: str, budget_s: float, now: float) -> None:
         """Fold a robot's current budget (s) into its running mean."""

@@ -16,6 +16,11 @@ an empty server: their executors send nothing and say so, and so does this node 
 ``/diagnostics``. Each robot's mean budget (from its ``executor_stats``) decides where
 a robot that has to move goes, never whether it moves.
 
+A server name belongs to the node first heard with it while that node beats: a
+heartbeat with the same ``server_name`` from another node (by its publisher) is ignored,
+and both nodes are named on ``/diagnostics`` (ERROR) and in the log, so a second server
+misconfigured with a taken name, or a fake one, cannot take robots.
+
 The first assignment waits ``settle_s``, and until ``expected_servers`` are heard
 (at most ``startup_timeout_s``), so that servers starting together share the robots
 from the first request on. A restarted manager starts from what the servers report
@@ -38,6 +43,7 @@ from xinfer_ros.fleet.roster import (
     SERVER_TIMEOUT_S,
     Change,
     Heartbeat,
+    NameConflict,
     Roster,
 )
 from xinfer_ros.msg import ExecutorStats, FleetAssignment, ServerStatus
@@ -81,6 +87,7 @@ class FleetManager(Node):
         self._expected = p["expected_servers"]
         self._startup_timeout = max(p["startup_timeout_s"], self._settle)
         self._last: Change | None = None
+        self._logged_conflicts: set[tuple[str, str]] = set()
         self._pub = self.create_publisher(FleetAssignment, ASSIGNMENT_TOPIC, LATCHED_QOS)
         self._diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(ServerStatus, SERVERS_TOPIC, self._on_status, 50)
@@ -92,12 +99,32 @@ class FleetManager(Node):
         self.get_logger().info(f"managing {len(robots)} robots; servers time out after "
                                f"{p['server_timeout_s']:g} s")
 
-    def _on_status(self, msg: ServerStatus) -> None:
+    def _on_status(self, msg: ServerStatus, info: Any) -> None:
         if not msg.server_name:
             return
-        self.roster.heard(Heartbeat(
+        source = _gid_hex((info or {}).get("publisher_gid"))
+        accepted = self.roster.heard(Heartbeat(
             msg.server_name, time.monotonic(), int(msg.capacity), frozenset(msg.candidates),
-            tuple(msg.serving), float(msg.attainment), bool(msg.accepting)))
+            tuple(msg.serving), float(msg.attainment), bool(msg.accepting), source))
+        if not accepted and (msg.server_name, source) not in self._logged_conflicts:
+            self._logged_conflicts.add((msg.server_name, source))
+            for conflict in self.roster.conflicts(time.monotonic()):
+                if conflict.server == msg.server_name and conflict.claimant == source:
+                    self.get_logger().error(self._conflict_text(conflict))
+
+    def _node_of(self, source: str) -> str:
+        """The node that publishes heartbeats with gid ``source`` (the gid if gone)."""
+        for info in self.get_publishers_info_by_topic(SERVERS_TOPIC):
+            if bytes(info.endpoint_gid).hex() == source:
+                namespace = info.node_namespace.rstrip("/")
+                return f"{namespace}/{info.node_name}"
+        return f"publisher {source}"
+
+    def _conflict_text(self, conflict: NameConflict) -> str:
+        return (f"two nodes claim server name {conflict.server!r}: "
+                f"{self._node_of(conflict.holder)} (heard first, keeps it) and "
+                f"{self._node_of(conflict.claimant)} (ignored until the first falls "
+                "silent); give each server its own server_name")
 
     def _on_executor(self, robot: str, msg: ExecutorStats) -> None:
         self.roster.budget(robot, msg.budget_ms / 1e3, time.monotonic())
@@ -138,6 +165,7 @@ class FleetManager(Node):
             diag.status.append(DiagnosticStatus(
                 level=DiagnosticStatus.WARN, name="xinfer/fleet_manager",
                 message="waiting for servers' heartbeats", hardware_id=self.get_name()))
+            diag.status += self._conflict_statuses()
             self._diag.publish(diag)
             return
         capacity = [o.capacity for o in change.offers]
@@ -158,12 +186,29 @@ class FleetManager(Node):
         diag.status.append(DiagnosticStatus(level=level, name="xinfer/fleet_manager",
                                             message=text, hardware_id=self.get_name(),
                                             values=values))
+        diag.status += self._conflict_statuses()
         for robot in change.unassigned:
             diag.status.append(DiagnosticStatus(
                 level=DiagnosticStatus.WARN, name=f"xinfer/fleet_manager/robots/{robot}",
                 hardware_id=robot, message=f"not served: no live server has room for it "
                 f"(capacity {total}) or may serve it"))
         self._diag.publish(diag)
+
+
+    def _conflict_statuses(self) -> list[DiagnosticStatus]:
+        """An ERROR per server name two nodes claim, naming both."""
+        return [DiagnosticStatus(
+            level=DiagnosticStatus.ERROR, name=f"xinfer/fleet_manager/servers/{c.server}",
+            hardware_id=c.server, message=self._conflict_text(c),
+            values=[KeyValue(key="holder", value=self._node_of(c.holder)),
+                    KeyValue(key="claimant", value=self._node_of(c.claimant))])
+            for c in self.roster.conflicts(time.monotonic())]
+
+
+def _gid_hex(gid: Any) -> str:
+    """A publisher gid (rclpy's MessageInfo) as hex; "" when the middleware gives none."""
+    data = gid.get("data") if isinstance(gid, dict) else None
+    return bytes(data).hex() if data else ""
 
 
 def main(argv: list[str] | None = None) -> int:

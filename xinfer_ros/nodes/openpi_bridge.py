@@ -17,7 +17,9 @@ Parameters (declared on the node by :func:`start_openpi_bridge`): ``openpi_port`
 off, the default), ``openpi_host`` (127.0.0.1), ``openpi_layout``, ``openpi_budget_ms``,
 ``openpi_api_key_file`` (the key itself is never a parameter: a file, or the environment
 variable ``XINFER_OPENPI_API_KEY``), ``openpi_allow`` (comma-separated ids, empty: any),
-``openpi_max_message_bytes``. The node's ROS robot names are reserved: an openpi client
+``openpi_max_message_bytes``, ``openpi_max_connections``, ``openpi_idle_timeout_s`` (0:
+never), ``openpi_rate_limit_hz`` and ``openpi_rate_limit_mib_s`` (per connection). The
+node's ROS robot names are reserved: an openpi client
 cannot take one (the engine would shed that robot's requests as superseded). openpi
 robots do not appear in ``/xinfer/fleet_stats`` (the node's statistics are per ROS
 robot); the endpoint's ``GET /stats`` reports them.

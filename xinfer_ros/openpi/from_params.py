@@ -24,15 +24,20 @@ def endpoint_config(p: Mapping[str, Any], *, port: int, reserved_ids: tuple[str,
             among them.
         port: TCP port to bind (0: any free port).
         reserved_ids: Robot ids openpi clients may not take (the ROS robots).
-        extra: Further :class:`ServerConfig` fields (limits, default prompt).
+        extra: Further :class:`ServerConfig` fields (default prompt; limits given here
+            take precedence over the parameters').
 
     Raises:
         ValueError: On an unreadable layout or API key file.
     """
     allow = tuple(a.strip() for a in p["openpi_allow"].split(",") if a.strip()) or None
+    limits = {"max_connections": p["openpi_max_connections"],
+              "idle_timeout_s": p["openpi_idle_timeout_s"],
+              "rate_limit_hz": p["openpi_rate_limit_hz"],
+              "rate_limit_mib_s": p["openpi_rate_limit_mib_s"], **extra}
     return ServerConfig(
         host=p["openpi_host"], port=port, layout=load_layout(p["openpi_layout"]),
         default_budget_ms=p["openpi_budget_ms"], max_budget_ms=float(p["max_budget_ms"]),
         api_key=resolve_api_key(p["openpi_api_key_file"] or None), allowlist=allow,
         reserved_ids=reserved_ids, max_message_bytes=p["openpi_max_message_bytes"],
-        model_name=p["model"], **extra)
+        model_name=p["model"], **limits)

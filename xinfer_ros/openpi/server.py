@@ -18,7 +18,16 @@ Protocol (as openpi's ``WebsocketPolicyServer`` and the PyPI ``openpi-client``'s
    readable line (``<kind>: <detail>``) and the connection **stays open** for the next
    observation. Only an unexpected server fault sends the traceback and closes (1011),
    as openpi does; a frame above the size bound is closed by the WebSocket layer (1009).
-4. ``GET /healthz`` on the same port answers ``200 OK`` (no key needed); ``GET /stats``
+4. Limits (each refusal is answered with a reason and counted under ``refused`` in
+   ``/stats``): a message may hold only as many elements and as much nesting as its
+   size allows (``message_limit``, see :class:`~xinfer_ros.openpi.codec.DecodeLimits`);
+   a connection may send ``rate_limit_hz`` messages and ``rate_limit_mib_s`` MiB per
+   second (``rate_limited``: the message is dropped undecoded, the connection stays
+   open, and nothing more is read from it until its budget refills); a connection
+   without a complete message for ``idle_timeout_s`` is told ``idle_timeout`` and
+   closed (1008), so idle clients cannot hold the ``max_connections`` slots (beyond
+   them: HTTP 503 with the reason).
+5. ``GET /healthz`` on the same port answers ``200 OK`` (no key needed); ``GET /stats``
    answers JSON counters per robot (key needed when one is configured).
 
 Each connection is one robot: its id comes from the URL path
@@ -55,7 +64,7 @@ from websockets.http11 import Request, Response
 
 from xinfer_ros.core.constants import DEFAULT_BUDGET, DEFAULT_MAX_BUDGET
 from xinfer_ros.core.timing import MS_PER_S
-from xinfer_ros.openpi.codec import CodecError, packb, unpackb
+from xinfer_ros.openpi.codec import CodecError, LimitError, packb, unpackb
 from xinfer_ros.openpi.errors import ObservationFieldError, OpenPIError
 from xinfer_ros.openpi.layouts import (
     ALOHA,
@@ -68,6 +77,7 @@ from xinfer_ros.openpi.layouts import (
     map_observation,
 )
 from xinfer_ros.openpi.options import XINFER_KEYS, RequestOptions, parse_options, valid_robot_id
+from xinfer_ros.openpi.ratelimit import TokenBucket
 from xinfer_ros.serving.frontend import engine_inputs
 
 __all__ = [
@@ -129,6 +139,13 @@ class ServerConfig:
             engine: the engine sheds a robot's older request when a newer one arrives).
         max_message_bytes: largest accepted WebSocket message.
         max_connections: concurrent connections (more are refused with HTTP 503).
+        idle_timeout_s: a connection without a complete message for this long is closed
+            (0: never); also bounds a message trickled in slowly.
+        rate_limit_hz: messages per second one connection may send (beyond
+            ``rate_burst`` back to back); more are refused undecoded.
+        rate_burst: messages one connection may send back to back.
+        rate_limit_mib_s: message bytes per second one connection may send (MiB/s;
+            its bucket holds one ``max_message_bytes``: a big message at a time).
         request_timeout_s: longest wait for the engine before the request is cancelled.
         cpu_workers: threads decoding and resizing large observations off the event loop.
         inline_prepare_bytes: messages up to this size are decoded and mapped on the
@@ -148,6 +165,10 @@ class ServerConfig:
     reserved_ids: tuple[str, ...] = ()
     max_message_bytes: int = 16 * 1024 * 1024
     max_connections: int = 64
+    idle_timeout_s: float = 60.0
+    rate_limit_hz: float = 100.0
+    rate_burst: int = 20
+    rate_limit_mib_s: float = 64.0
     request_timeout_s: float = 30.0
     cpu_workers: int = 2
     inline_prepare_bytes: int = 1024 * 1024
@@ -163,6 +184,13 @@ class ServerConfig:
             raise ValueError("max_message_bytes must be >= 1024")
         if self.max_connections < 1 or self.cpu_workers < 1:
             raise ValueError("max_connections and cpu_workers must be >= 1")
+        if not 0 <= self.idle_timeout_s < float("inf"):
+            raise ValueError(f"idle_timeout_s must be finite and >= 0, got "
+                             f"{self.idle_timeout_s}")
+        if not (0 < self.rate_limit_hz < float("inf") and self.rate_burst >= 1
+                and 0 < self.rate_limit_mib_s < float("inf")):
+            raise ValueError("need rate_limit_hz > 0, rate_burst >= 1 and "
+                             "rate_limit_mib_s > 0 (finite)")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must be non-empty when given")
         for robot in self.allowlist or ():
@@ -177,12 +205,15 @@ class _ClientError(OpenPIError):
     Attributes:
         kind: short machine-readable category (first word of the reply).
         close: the connection cannot continue (reply, then close with 1008).
+        reason: the ``/stats`` counter it is counted under (default: ``kind``).
     """
 
-    def __init__(self, kind: str, detail: str, *, close: bool = False) -> None:
+    def __init__(self, kind: str, detail: str, *, close: bool = False,
+                 reason: str | None = None) -> None:
         super().__init__(detail)
         self.kind = kind
         self.close = close
+        self.reason = reason if reason is not None else kind
 
     def text(self) -> str:
         tail = "" if self.close else " (the connection stays open)"
@@ -194,6 +225,8 @@ class _Session:
     """Per-connection state (owned by the connection's handler task)."""
 
     number: int
+    messages: TokenBucket
+    message_bytes: TokenBucket
     robot_id: str | None = None
     seq: int = 0
     prev_total_ms: float | None = None
@@ -236,6 +269,7 @@ class OpenPIServer:
         self._active: set[str] = set()
         self._connections = 0
         self._robots: dict[str, _RobotCounters] = {}
+        self._refused: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> int:
@@ -243,10 +277,11 @@ class OpenPIServer:
         cfg = self.config
         self._pool = ThreadPoolExecutor(cfg.cpu_workers, thread_name_prefix="openpi-cpu")
         # compression=None as openpi (images do not deflate well; it costs CPU); a small
-        # max_queue bounds the frames buffered per connection beyond max_size each.
+        # max_queue bounds the frames buffered per connection beyond max_size each (a
+        # client waits for each reply, so two cover the message being served).
         self._server = await serve(
             self._handler, cfg.host, cfg.port, compression=None,
-            max_size=cfg.max_message_bytes, max_queue=4,
+            max_size=cfg.max_message_bytes, max_queue=2,
             process_request=self._process_request, logger=_LOG)
         port = self.port
         _LOG.info("openpi endpoint on ws://%s:%d (policy %s, backend %s%s)", cfg.host, port,
@@ -292,11 +327,18 @@ class OpenPIServer:
         }
 
     def stats(self) -> dict[str, Any]:
-        """Counters per robot and the engine's snapshot (thread-safe)."""
+        """Counters per robot, refusals by reason and the engine's snapshot (thread-safe)."""
         with self._lock:
             robots = {k: vars(v).copy() for k, v in self._robots.items()}
+            refused = dict(self._refused)
             connections = self._connections
-        return {"connections": connections, "robots": robots, "engine": self.engine.stats()}
+        return {"connections": connections, "robots": robots, "refused": refused,
+                "engine": self.engine.stats()}
+
+    def _refuse(self, reason: str) -> None:
+        """Count one refusal under ``reason`` (thread-safe)."""
+        with self._lock:
+            self._refused[reason] = self._refused.get(reason, 0) + 1
 
     # -- handshake ----------------------------------------------------------------------------
     def _authorized(self, request: Request) -> bool:
@@ -316,6 +358,7 @@ class OpenPIServer:
         if path == "/healthz":
             return connection.respond(http.HTTPStatus.OK, "OK\n")
         if not self._authorized(request):
+            self._refuse("unauthorized")
             return connection.respond(http.HTTPStatus.UNAUTHORIZED,
                                       "missing or wrong 'Authorization: Api-Key <key>' header\n")
         if path == "/stats":
@@ -325,12 +368,15 @@ class OpenPIServer:
             why = self._refusal(robot)
             if why is not None:
                 status, text = why
+                self._refuse(f"http_{status.value}")
                 return connection.respond(status, text + "\n")
         with self._lock:
             full = self._connections >= self.config.max_connections
         if full:
+            self._refuse("connection_limit")
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE,
-                                      f"{self.config.max_connections} connections already\n")
+                                      f"{self.config.max_connections} connections already "
+                                      "(the endpoint's max_connections); retry later\n")
         return None
 
     def _refusal(self, robot: str) -> tuple[http.HTTPStatus, str] | None:
@@ -360,7 +406,10 @@ class OpenPIServer:
         session.robot_id = robot
 
     async def _handler(self, ws: ServerConnection) -> None:
-        session = _Session(next(self._numbers))
+        cfg = self.config
+        byte_rate = cfg.rate_limit_mib_s * (1 << 20)
+        session = _Session(next(self._numbers), TokenBucket(cfg.rate_limit_hz, cfg.rate_burst),
+                           TokenBucket(byte_rate, cfg.max_message_bytes))
         with self._lock:
             self._connections += 1
         try:
@@ -383,18 +432,29 @@ class OpenPIServer:
 
     async def _serve(self, ws: ServerConnection, session: _Session) -> None:
         """Answer observations one at a time until the client goes away."""
+        idle = self.config.idle_timeout_s or None
         while True:
             try:
-                message = await ws.recv()
+                # Cancelling recv() is safe: a partly received message stays buffered.
+                message = await asyncio.wait_for(ws.recv(), idle)
             except websockets.ConnectionClosed:
                 _LOG.info("openpi connection %d (%s) closed", session.number, session.robot_id)
                 return
+            except asyncio.TimeoutError:
+                await self._close_idle(ws, session)
+                return
             start = time.monotonic()
             try:
+                self._check_rate(session, message)
                 reply: bytes | str = await self._infer(session, message)
             except _ClientError as exc:
                 reply = exc.text()
+                self._refuse(exc.reason)
                 self._count(session, ok=False)
+                if exc.kind == "rate_limited":
+                    await _send_quietly(ws, reply)
+                    await self._pay_for(session, message)
+                    continue
                 if exc.close:
                     await _send_quietly(ws, reply)
                     await ws.close(CloseCode.POLICY_VIOLATION, exc.kind)
@@ -409,6 +469,39 @@ class OpenPIServer:
             if not await _send_quietly(ws, reply):
                 return
             session.prev_total_ms = (time.monotonic() - start) * 1e3
+
+    async def _close_idle(self, ws: ServerConnection, session: _Session) -> None:
+        timeout = self.config.idle_timeout_s
+        _LOG.info("openpi connection %d (%s): no complete message in %g s, closing",
+                  session.number, session.robot_id, timeout)
+        self._refuse("idle_timeout")
+        await _send_quietly(ws, _ClientError(
+            "idle_timeout", f"no complete message in {timeout:g} s (the endpoint's "
+            "idle_timeout_s); reconnect to continue", close=True).text())
+        await ws.close(CloseCode.POLICY_VIOLATION, "idle_timeout")
+
+    @staticmethod
+    async def _pay_for(session: _Session, message: bytes | str) -> None:
+        """After a refusal, read nothing until the refused message is paid for.
+
+        The flood waits in the client's socket (TCP flow control) instead of costing a
+        read and a reply each: whatever a client sends, the server reads at most the
+        connection's rate.
+        """
+        await asyncio.sleep(max(session.messages.wait_s(),
+                                session.message_bytes.wait_s(len(message))))
+        session.messages.take()
+        session.message_bytes.take(len(message))
+
+    def _check_rate(self, session: _Session, message: bytes | str) -> None:
+        """Refuse a message beyond the connection's rate (before any decoding)."""
+        cfg = self.config
+        if not session.messages.take():
+            raise _ClientError("rate_limited", f"more than {cfg.rate_limit_hz:g} messages/s "
+                               f"({cfg.rate_burst} back to back); message dropped")
+        if not session.message_bytes.take(len(message)):
+            raise _ClientError("rate_limited", f"more than {cfg.rate_limit_mib_s:g} MiB/s; "
+                               "message dropped")
 
     def _count(self, session: _Session, *, ok: bool) -> None:
         robot = session.robot_id if session.robot_id is not None else "(unnamed)"
@@ -432,6 +525,9 @@ class OpenPIServer:
         """Decode, map and validate (on the loop, or the CPU pool for big messages)."""
         try:
             obs = unpackb(message)
+        except LimitError as exc:
+            raise _ClientError("message_limit", str(exc), reason=f"message_limit_{exc.limit}") \
+                from exc
         except CodecError as exc:
             raise _ClientError("invalid_message", str(exc)) from exc
         try:

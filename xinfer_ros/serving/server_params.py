@@ -137,6 +137,14 @@ OPENPI_PARAMS = [
     ParamSpec("openpi_allow", "", "comma-separated openpi robot ids (empty: any)"),
     ParamSpec("openpi_max_message_bytes", 16 * 1024 * 1024, "largest openpi message",
               1024, 1 << 30),
+    ParamSpec("openpi_max_connections", 64, "concurrent openpi connections (more get HTTP "
+              "503)", 1, 4096),
+    ParamSpec("openpi_idle_timeout_s", 60.0, "close an openpi connection without a complete "
+              "message for this long (s; 0: never)", 0.0, 86400.0),
+    ParamSpec("openpi_rate_limit_hz", 100.0, "messages per second one openpi connection may "
+              "send", 0.1, 100000.0),
+    ParamSpec("openpi_rate_limit_mib_s", 64.0, "message MiB per second one openpi "
+              "connection may send", 0.1, 1e6),
 ]
 
 
