@@ -649,3 +649,34 @@ def test_a_named_server_answers_requests_addressed_to_it_and_announces_itself() 
         server.engine.close(drain_timeout=0.0)
         spin(0.2)
         assert not beats[-1].accepting  # a stopped engine takes no robots
+
+
+def test_strangers_on_a_robots_topics_are_reported_by_name(fleet) -> None:
+    """A second requester under r1's name and a second answerer of r2 are a WARN each."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+    server, peer, robots, spin = fleet
+    stranger = rclpy.create_node("stranger")
+    try:
+        stranger.create_publisher(PolicyRequest, "/r1/policy_request", 10)
+        stranger.create_publisher(ActionChunk, "/r2/action_chunk", 10)
+        arrays: list[DiagnosticArray] = []
+        peer.create_subscription(DiagnosticArray, "/diagnostics", arrays.append, 10)
+        end = time.monotonic() + 5.0
+        while time.monotonic() < end and set(server._strangers) != {"r1", "r2"}:
+            spin(0.2)
+            server._check_graph()  # its timer runs every 5 s
+        robots["r1"].observe()
+        robots["r1"].request()
+        spin(1.3)  # a fleet_stats round, which carries the diagnostics
+        status = {s.name: s for s in arrays[-1].status}
+        r1 = status["xinfer/robots/r1/publishers"]
+        assert r1.level == DiagnosticStatus.WARN
+        assert "2 publishers on policy_request" in r1.message and "/stranger" in r1.message
+        assert "/robots" in r1.message  # the robot's own requester, named beside it
+        r2 = status["xinfer/robots/r2/publishers"]
+        assert "another node publishes action_chunk" in r2.message
+        assert "/stranger" in r2.message and "/inference_server" not in r2.message
+        assert "xinfer/robots/intruder/publishers" not in status  # not served: not checked
+    finally:
+        stranger.destroy_node()

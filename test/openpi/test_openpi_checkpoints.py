@@ -186,3 +186,35 @@ def test_aloha_frozen_keyframes_return_in_the_robots_frame(serve: Any) -> None:
     with OpenPIClient(served.uri) as client:
         reply = client.infer(obs)
     np.testing.assert_allclose(reply["actions"][:2], prev[:2], rtol=0, atol=1e-9)
+
+
+#: Layout -> (state and action widths, adapt_to_pi, delta-action mask), per openpi's configs.
+_EXPECTED_LAYOUTS = {
+    "pi0_aloha": ((14, 14), True, [True] * 6 + [False] + [True] * 6 + [False]),
+    "pi0_libero": ((8, 7), False, [True] * 6 + [False]),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(_EXPECTED_LAYOUTS))
+def test_check_checkpoint_reports_what_the_openpi_endpoint_runs(tmp_path: Path, capsys,
+                                                                 layout: str) -> None:
+    import json
+
+    from xinfer_ros.cli import check_checkpoint
+
+    dims, adapt, mask = _EXPECTED_LAYOUTS[layout]
+
+    preset, ckpt, _ = _checkpoint(tmp_path, *dims)
+    assert check_checkpoint.main([str(ckpt), "--model", str(preset), "--layout", layout,
+                                  "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["state_dim"] == dims[0] and report["action_dim"] == dims[1]
+    assert "norm_stats.json" in report["normalization_source"]
+    openpi = report["openpi"]
+    # The built-in pi0_* layouts are the aloha and libero layouts under openpi's names.
+    assert openpi["layout"] == layout.removeprefix("pi0_") and openpi["adapt_to_pi"] is adapt
+    assert openpi["delta_action_mask"] == mask and openpi["clean_prompt"] is True
+    assert openpi["resample"] == "pil_bilinear"
+    # auto picks per observation, so it cannot say what will run: refused, one line.
+    assert check_checkpoint.main([str(ckpt), "--model", str(preset), "--layout", "auto"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -4,13 +4,16 @@ Example::
 
     xinfer-check-checkpoint /models/pi0_my_arm               # text, one fact per line
     xinfer-check-checkpoint /models/pi0_my_arm --model my_arm.yaml --json   # for CI
+    xinfer-check-checkpoint /models/pi0_aloha --layout pi0_aloha   # served over openpi
 
 It resolves the directory exactly as the server does at start-up (config, pipeline
 files, statistics, tokenizer; the weights are not loaded) and prints the layout,
 cameras in request order, widths, normalisation per feature, pipeline steps, the
-request path's transforms, the tokenizer, chunk length, steps and dtype. A directory
-the server would refuse exits with status 2 and the one line the server prints. No
-ROS needed.
+request path's transforms, the tokenizer, chunk length, steps and dtype; with
+``--layout``, also the openpi layout's data transforms the openpi endpoint runs around
+the model (ALOHA's joint flips, the delta-action mask, prompt cleaning, resampling). A
+directory or layout the server would refuse exits with status 2 and the one line the
+server prints. No ROS needed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", help="π0 checkpoint directory (transformers' or lerobot's)")
     p.add_argument("--model", default="pi0",
                    help="π0 preset the server would use: a name or YAML path (pi0)")
+    p.add_argument("--layout", default=None,
+                   help="openpi observation layout the checkpoint is served behind (a name "
+                        "such as pi0_aloha or pi0_libero, or a YAML/JSON file): report its "
+                        "data transforms too")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -45,15 +52,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         report = describe_checkpoint(args.directory, args.model)
+        layout = _layout(args.layout) if args.layout else None
     except (ValueError, OSError) as exc:
         # The inference server's start-up line (nodes.runtime), word for word.
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), **({"openpi": layout} if layout else {})},
+                         indent=2))
     else:
         print("\n".join(report.lines()))
+        if layout:
+            print("\n".join(f"openpi {key}: {value}" for key, value in layout.items()))
     return 0
+
+
+def _layout(name_or_path: str) -> dict[str, object]:
+    """What the openpi endpoint runs around the model for the layout ``name_or_path``.
+
+    Raises:
+        ValueError: On an unknown layout or a malformed layout file (the endpoint's
+            one line).
+    """
+    from xinfer_ros.openpi.layouts import load_layout
+
+    layout = load_layout(name_or_path)
+    if layout is None:
+        raise ValueError("--layout auto picks a layout per observation: name the layout "
+                         "the checkpoint was trained behind")
+    transforms = layout.transforms
+    return {
+        "layout": layout.name,
+        "cameras": [c.key for c in layout.cameras],
+        "state_key": layout.state_key,
+        "reply_action_dim": layout.action_dim,
+        "adapt_to_pi": transforms.adapt_to_pi if transforms else False,
+        "delta_action_mask": list(transforms.delta_action_mask) if transforms else [],
+        "clean_prompt": transforms.clean_prompt if transforms else False,
+        "resize": layout.resize,
+        "resample": layout.resample,
+    }
 
 
 if __name__ == "__main__":

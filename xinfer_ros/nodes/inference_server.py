@@ -33,6 +33,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,6 +61,7 @@ from xinfer_ros.msg import (
     ServerStatus,
     StageTiming,
 )
+from xinfer_ros.nodes.graph import publishing_nodes
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.nodes.raw_image import RawImage
@@ -143,7 +145,9 @@ class InferenceServer(Node):
         self._robots = {name: _RobotState(name, p["cameras"]) for name in names}
         #: What was answered, per robot: the statistics and diagnostics read it.
         self.ledger = ServingLedger(names)
-        self._warned: set[str] = set()
+        self._warned: set[object] = set()
+        #: Unexpected publishers on each robot's topics, from the latest graph check.
+        self._strangers: dict[str, list[str]] = {}
         #: The fleet attainment of the latest fleet_stats, for the heartbeat.
         self._attainment = math.nan
         # Phase spreading: the engine picks each result's release time; chunks held
@@ -193,12 +197,7 @@ class InferenceServer(Node):
         self.create_service(GetFleetStats, "~/get_fleet_stats", self._srv_stats)
         if p["allow_set_policy"]:
             self.create_service(SetPolicy, "~/set_policy", self._srv_policy)
-        self.create_timer(1.0, self._publish_stats)
-        if p["server_name"]:
-            self._status_pub = self.create_publisher(ServerStatus, SERVERS_TOPIC, 10)
-            self.create_timer(p["heartbeat_period_s"], self._announce)
-        self.create_timer(0.1, self._check_presence)
-        self.create_timer(5.0, self._check_graph)
+        self._start_timers(p)
         mode = "EMULATED backend (timings from the rate table, placeholder actions)" \
             if getattr(self.engine.backend, "emulated", False) else f"{p['backend']} backend"
         spread = (f"on (margin {p['phase_spread_margin_ms']:g} ms)" if p["phase_spread"]
@@ -212,6 +211,15 @@ class InferenceServer(Node):
             self.get_logger().warning(note)
 
     # -- construction ------------------------------------------------------------------
+    def _start_timers(self, p: dict[str, Any]) -> None:
+        """Statistics (1 Hz), the heartbeat of a named server, presence, the graph."""
+        self.create_timer(1.0, self._publish_stats)
+        if p["server_name"]:
+            self._status_pub = self.create_publisher(ServerStatus, SERVERS_TOPIC, 10)
+            self.create_timer(p["heartbeat_period_s"], self._announce)
+        self.create_timer(0.1, self._check_presence)
+        self.create_timer(5.0, self._check_graph)
+
     @staticmethod
     def _model_io(p: dict[str, Any]) -> Any:
         """What the model takes, checked against ``cameras`` before any weight loads."""
@@ -401,8 +409,14 @@ class InferenceServer(Node):
                     "its live requests are cancelled and its buffers freed")
 
     def _check_graph(self) -> None:
-        """Warn once per robot off the allowlist and once per sensor topic of a wrong type."""
+        """Warn about robots off the allowlist, sensor topics of a wrong type, strangers.
+
+        Once per robot or topic; strangers on a served robot's topics also go to its
+        /diagnostics while the graph shows them.
+        """
         prefix = self.get_namespace().rstrip("/") + "/"
+        self._strangers = {robot: found for robot in self._robots
+                           if (found := self._robot_strangers(robot))}
         for topic, types in self.get_topic_names_and_types():
             if topic.endswith("/policy_request") and topic.startswith(prefix):
                 robot = topic[len(prefix):].rsplit("/", 1)[0]
@@ -415,6 +429,31 @@ class InferenceServer(Node):
                 self._warned.add(topic)
                 self.get_logger().warning(
                     f"topic {topic} carries {types}; the server receives only {expected}")
+
+    def _robot_strangers(self, robot: str) -> list[str]:
+        """Other nodes on ``robot``'s topics, one line each (empty: none).
+
+        A second requester takes the robot's service away (a newer request supersedes
+        the older), and a second server answering an unnamed one's robot answers twice.
+        """
+        requests = _names(publishing_nodes(self, self.resolve_topic_name(
+            f"{robot}/policy_request")))
+        me = self.get_fully_qualified_name()
+        chunks = _names(n for n in publishing_nodes(self, self._chunk_pubs[robot].topic_name)
+                        if n != me)
+        found = []
+        if len(requests) > 1:
+            found.append(f"{len(requests)} publishers on policy_request, expected the "
+                         f"robot's executor alone: {', '.join(requests)}")
+        # Named servers share robots under a fleet manager; an unnamed one is the only one.
+        if chunks and not self.params["server_name"]:
+            found.append("another node publishes action_chunk (a second server answering "
+                         f"this robot, or a stranger): {', '.join(chunks)}")
+        for line in found:
+            if (robot, line) not in self._warned:
+                self._warned.add((robot, line))
+                self.get_logger().warning(f"robot {robot}: {line}")
+        return found
 
     def fleet_stats(self, window_s: float | None = None) -> FleetStats:
         """Statistics over the last ``window_s`` seconds of requests (by arrival)."""
@@ -469,6 +508,11 @@ class InferenceServer(Node):
                         KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}"),
                         KeyValue(key="request_age_p99_ms",
                                  value=f"{r.request_age_p99_ms:.1f}")]))
+            if r.robot_id in self._strangers:
+                diag.status.append(DiagnosticStatus(
+                    level=DiagnosticStatus.WARN,
+                    name=f"{self._scope}/robots/{r.robot_id}/publishers",
+                    hardware_id=r.robot_id, message="; ".join(self._strangers[r.robot_id])))
         diag.status.append(self._server_status(stats))
         self._diag_pub.publish(diag)
 
@@ -528,6 +572,11 @@ def _rss_bytes() -> int:
 
 def _ms(value: float) -> float:
     return 0.0 if value is None or not math.isfinite(value) else float(value)
+
+
+def _names(nodes: Iterable[str]) -> list[str]:
+    """Node names sorted for a message ("<unnamed>" where the graph gave none)."""
+    return sorted(n or "<unnamed>" for n in nodes)
 
 
 def main(argv: list[str] | None = None) -> int:

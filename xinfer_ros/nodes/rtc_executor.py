@@ -102,6 +102,7 @@ from xinfer_ros.msg import (
     PolicyRequest,
     ResponseBudget,
 )
+from xinfer_ros.nodes.graph import publishing_nodes
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.qos import LATCHED_QOS, REQUEST_QOS
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
@@ -589,20 +590,15 @@ class RtcExecutor(LifecycleNode):
         self.stats_pub.publish(msg)
         self.diag_pub.publish(self._diagnostics(msg))
 
-    def _publishing_nodes(self, topic: str) -> list[str]:
-        """Fully qualified names of the nodes publishing ``topic`` (from the graph)."""
-        return [f"{info.node_namespace.rstrip('/')}/{info.node_name}" if info.node_name
-                else "" for info in self.get_publishers_info_by_topic(topic)]
-
     def _strangers(self) -> list[str]:
         """Unexpected publishers on this robot's request and chunk topics."""
         if not hasattr(self, "req_pub"):
             return []
-        chunk_publishers = self._publishing_nodes(self._chunk_sub.topic_name)
+        chunk_publishers = publishing_nodes(self, self._chunk_sub.topic_name)
         # With a fleet manager every server publishes every robot's chunks.
         servers = len(chunk_publishers) if self.assignment_topic else 1
         return strangers(self.get_fully_qualified_name(),
-                         self._publishing_nodes(self.req_pub.topic_name), chunk_publishers,
+                         publishing_nodes(self, self.req_pub.topic_name), chunk_publishers,
                          servers)
 
     def _diagnostics(self, stats: ExecutorStats) -> DiagnosticArray:
