@@ -46,6 +46,17 @@ def test_errors_and_unanswered_are_misses_and_excluded_from_latency() -> None:
     assert not passes_latency(m)
 
 
+def test_answer_percentiles_count_refusals_the_robot_waited_for() -> None:
+    # A server that sheds after a long wait: chunks alone look fast, the robot did not.
+    recs = [_rec(float(i), 0.02, 0.09) for i in range(50)]
+    recs += [_rec(100.0 + i, 0.30, 0.09, ok=False) for i in range(50)]
+    recs += [_rec(200.0, None, 0.09)]  # unanswered: no answer to time
+    m = summarize(recs, (0.0, 1000.0))
+    assert m.latency_p99_ms == pytest.approx(20.0)
+    assert m.answer_p50_ms == pytest.approx(160.0)
+    assert m.answer_p99_ms == pytest.approx(300.0)
+
+
 def test_percentiles_per_budget_and_wide_latency() -> None:
     lat = np.linspace(0.010, 0.200, 100)
     recs = [_rec(float(i), float(x), 0.09 if i % 2 else 0.4) for i, x in enumerate(lat)]

@@ -45,7 +45,8 @@ def test_tiny_model_engine_run_returns_actions(backend) -> None:  # type: ignore
 def test_action_worker_process_matches_in_thread_action(backend) -> None:  # type: ignore[no-untyped-def]
     cpu = min(available_cpus())
     proc_backend = make_backend("torch", model="tiny", device="cpu", threads=1,
-                                action_processes=1, action_cpus=(cpu,))
+                                action_processes=1, action_cpus=(cpu,),
+                                inline_idle_action=False)
     try:
         (pid,) = proc_backend.action_worker_pids
         assert os.sched_getaffinity(pid) == {cpu}
@@ -59,6 +60,25 @@ def test_action_worker_process_matches_in_thread_action(backend) -> None:  # typ
             results.append((first.actions, rtc.actions))
         (a0, b0), (a1, b1) = results
         assert np.array_equal(a0, a1) and np.array_equal(b0, b1)
+    finally:
+        proc_backend.close()
+
+
+def test_lone_action_unit_skips_the_worker_with_the_same_chunk(backend) -> None:  # type: ignore[no-untyped-def]
+    # A worker buys parallelism only beside another unit: a lone request's Action runs
+    # in the parent (no hand-over to another process) and yields the very same chunk.
+    proc_backend = make_backend("torch", model="tiny", device="cpu", threads=1,
+                                action_processes=1)
+    try:
+        chunks = []
+        for be in (backend, proc_backend):
+            with StageEngine(be, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
+                r = engine.submit(be.example_inputs(4, None), 5.0, "r").result(60)
+            assert r.ok, r.reason
+            chunks.append(r.actions)
+        assert np.array_equal(chunks[0], chunks[1])
+        assert proc_backend.inline_action_units == 1
+        assert proc_backend.describe()["inline_idle_action"] is True
     finally:
         proc_backend.close()
 

@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "engine": "closed-loop engine benchmark (async / serial / lockstep)",
     "transport": "latency the ROS path adds over the in-process engine",
     "openpi": "latency the openpi WebSocket path adds over the in-process engine",
+    "peers": "xinfer side by side with openpi- and LeRobot-style serial servers",
 }
 
 

@@ -10,7 +10,10 @@ about response records, never about who produced them. Conventions follow the pa
   failed request is a miss);
 * goodput = on-time responses / window length; throughput = successful responses /
   window length;
-* latency percentiles use successful responses only.
+* latency percentiles use successful responses only; ``answer_p50_ms`` and
+  ``answer_p99_ms`` beside them count every answer, usable or not (a chunk, or a
+  refusal: shed, rejected, failed), as the robot waited for it: a server that sheds
+  looks fast on chunks alone.
 
 Times are seconds on one clock; budgets are seconds too; reported latencies are ms.
 """
@@ -129,6 +132,10 @@ class WindowMetrics:
     #: (:data:`STARVATION_S`), and the same per robot-hour of the window.
     starved: int = 0
     starved_per_robot_hour: float = math.nan
+    #: Latency percentiles (ms) of every answered request, chunk or refusal (shed,
+    #: rejected, failed): what a robot waits for, including answers without actions.
+    answer_p50_ms: float = math.nan
+    answer_p99_ms: float = math.nan
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict with the metric names used in reports."""
@@ -179,6 +186,7 @@ def summarize(
     bud = np.fromiter((r.budget for r in sel), float, n)
     on_time = ok & (lat <= bud)
     ok_lat_ms = lat[ok] * _MS
+    answered_ms = lat[np.isfinite(lat)] * _MS
     per_budget: dict[str, float] = {}
     per_budget_n: dict[str, int] = {}
     for b in sorted(set(bud.tolist())):
@@ -214,6 +222,8 @@ def summarize(
         starved=starved,
         starved_per_robot_hour=(starved / (robots * length / _S_PER_HOUR)
                                 if robots else math.nan),
+        answer_p50_ms=_nan_percentile(answered_ms, 50),
+        answer_p99_ms=_nan_percentile(answered_ms, 99),
     )
 
 

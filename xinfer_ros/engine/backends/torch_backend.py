@@ -18,7 +18,12 @@ action lane threads, as the paper runs Action in a process of its own (§4.2): t
 model's Python overhead then no longer contends for one interpreter lock with ViT,
 Prefill and the dispatcher. Each worker loads the same model (same preset, checkpoint
 and seed); a unit sends the prefix K/V and the CPU inputs over a pipe and gets the
-chunk back.
+chunk back. The workers buy parallelism only while another model unit runs in the
+parent: a lone Action unit (nothing else running, the fleet's common case at low
+load) runs in the parent's lane thread instead, which saves the hand-over to another
+process (measured: a request took 1.26x a plain ``sample_actions`` call through a
+worker, 1.08x in process; see docs/BENCHMARKS.md). ``inline_idle_action=False``
+sends every Action unit to a worker.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import threading
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from multiprocessing.connection import Connection
@@ -82,6 +88,8 @@ class TorchBackend(Backend):
             unguided steps for a batch of one with every camera before it returns, in
             each worker process too; another batch size or camera set compiles once
             on its first unit.
+        inline_idle_action: with ``action_processes``, run an Action unit in this
+            process when no other model unit runs here (the workers buy nothing then).
     """
 
     name = "torch"
@@ -100,8 +108,15 @@ class TorchBackend(Backend):
         action_processes: int = 0,
         action_cpus: Sequence[int] | None = None,
         compile: str = "off",
+        inline_idle_action: bool = True,
     ) -> None:
         self.device = str(device)
+        self.inline_idle_action = inline_idle_action
+        #: Model units running in this process's lanes now (Action units sent to a
+        #: worker included), and Action units run here although workers exist.
+        self._running = 0
+        self._running_lock = threading.Lock()
+        self.inline_action_units = 0
         self.threads = int(threads)
         self.guidance = guidance
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -162,6 +177,16 @@ class TorchBackend(Backend):
     def _warm_up(self) -> float:
         """Compile the Action loop now: a guided and an unguided unit in every process."""
         t0 = time.perf_counter()
+        inline, self.inline_idle_action = self.inline_idle_action, False  # reach the workers
+        try:
+            self._compile_units()
+        finally:
+            self.inline_idle_action = inline
+        seconds = time.perf_counter() - t0
+        _LOG.info("torch backend: Action loop compiled in %.1f s", seconds)
+        return seconds
+
+    def _compile_units(self) -> None:
         guided = self.state_factory()
         # Workers are checked out in turn: each kind once per worker reaches every one.
         for kind in ("unguided", "guided"):
@@ -171,9 +196,6 @@ class TorchBackend(Backend):
                 self.run_stage(Stage.ACTION, state, None)
                 self.release(state)
         self._streams.settle()
-        seconds = time.perf_counter() - t0
-        _LOG.info("torch backend: Action loop compiled in %.1f s", seconds)
-        return seconds
 
     def _prefilled(self, inputs: dict[str, Any]) -> Any:
         state = self.prepare(inputs, 0, "warm-up")
@@ -231,12 +253,22 @@ class TorchBackend(Backend):
         streams = self._streams
         for state in states:
             streams.hand_over(state.device_inputs(progress), stream)
-        with streams.running_on(stream):
-            if stage is Stage.ACTION and self._workers is not None:
-                self._workers.run(self.model, states)
-            else:
-                self.model.run_batch(progress, states, guidance=self.guidance)
-        streams.finish(stream)
+        with self._running_lock:
+            self._running += 1
+            alone = self._running == 1
+        try:
+            with streams.running_on(stream):
+                if stage is Stage.ACTION and self._workers is not None and not (
+                        alone and self.inline_idle_action):
+                    self._workers.run(self.model, states)
+                else:
+                    if stage is Stage.ACTION and self._workers is not None:
+                        self.inline_action_units += 1  # only the lone unit gets here
+                    self.model.run_batch(progress, states, guidance=self.guidance)
+            streams.finish(stream)
+        finally:
+            with self._running_lock:
+                self._running -= 1
 
     def finish(self, state: Any) -> np.ndarray:
         """Unnormalise the chunk and copy the committed prefix (model postprocessing)."""
@@ -297,6 +329,7 @@ class TorchBackend(Backend):
                  threads_per_lane=self.threads, torch=torch.__version__, guidance=self.guidance,
                  compile=self.model.compile_mode, compile_s=self.compile_s,
                  action_processes=0 if self._workers is None else self._workers.size,
+                 inline_idle_action=self.inline_idle_action,
                  action_cpus=(None if self._workers is None or self._workers.cpus is None
                               else list(self._workers.cpus)),
                  main_cpus=sorted(os.sched_getaffinity(0)))
