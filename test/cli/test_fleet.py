@@ -27,6 +27,8 @@ def test_fleet_runner_reports_on_an_emulated_fleet(tmp_path) -> None:
         # 8 measured seconds at one request per 180 ms: about 44 requests each.
         assert 25 <= robot["requests"] <= 50
         assert robot["statuses"].get("ok", 0) >= 25
+        # Every answer's latency (refusals included) is reported beside the chunks'.
+        assert robot["answer_p50_ms"] > 0 and robot["answer_p99_ms"] >= robot["answer_p50_ms"]
         assert robot["ticks"] > 200  # the executor ran its 30 ms control loop
         assert 20.0 < robot["latency_p50_ms"] < 180.0
     assert "robot_1" in proc.stdout and "ALL" in proc.stdout

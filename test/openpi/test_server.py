@@ -87,6 +87,10 @@ def test_errors_are_text_frames_and_the_connection_stays_usable(start_server: An
         ok = unpackb(ws.recv(timeout=10))
     assert ok["actions"].shape == (16, 7)
     assert len(engine.robots) == 1       # nothing malformed reached the engine
+    # /stats times every answer, refusals included, with the chunks' beside.
+    answers = json.loads(http_get(server, "/stats")[1])["answers"]
+    assert answers["count"] == 6 and answers["refused"] == 5
+    assert answers["p50_ms"] <= answers["chunk_p50_ms"]  # refusals answer fast here
 
 
 def test_budget_robot_id_and_rtc_fields_reach_the_engine(start_server: Any,

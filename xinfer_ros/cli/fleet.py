@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -259,7 +260,9 @@ def _fleet_send_lag(robots: dict[str, dict[str, Any]]) -> dict[str, float | None
 
 
 def _print_report(report: dict[str, Any]) -> None:
+    # P50/P99 over chunks; "all" over every answer, refusals (shed, rejected) included.
     head = (f"{'robot':<12}{'requests':>9}{'attain':>8}{'P50 ms':>8}{'P99 ms':>8}"
+            f"{'all P50':>8}{'all P99':>8}"
             f"{'starved':>9}{'late':>6}{'lag ms':>8}{'lag95':>7}  statuses")
     print(head)
     print("-" * len(head))
@@ -269,7 +272,9 @@ def _print_report(report: dict[str, Any]) -> None:
         lag = "" if r.get("send_lag_mean_ms") is None else f"{r['send_lag_mean_ms']:.2f}"
         lag95 = "" if r.get("send_lag_p95_ms") is None else f"{r['send_lag_p95_ms']:.2f}"
         print(f"{name:<12}{r['requests']:>9}{r['attainment'] * 100:>7.1f}%"
-              f"{r['latency_p50_ms']:>8.1f}{r['latency_p99_ms']:>8.1f}{starved:>9}{late:>6}"
+              f"{r['latency_p50_ms']:>8.1f}{r['latency_p99_ms']:>8.1f}"
+              f"{r.get('answer_p50_ms', math.nan):>8.1f}{r.get('answer_p99_ms', math.nan):>8.1f}"
+              f"{starved:>9}{late:>6}"
               f"{lag:>8}{lag95:>7}  {r.get('statuses', '')}")
     if len(report["servers"]) > 1:
         for name, srv in report["servers"].items():

@@ -40,6 +40,7 @@ with its own budget, so openpi clients and ROS robots share one scheduler.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import http
@@ -93,6 +94,9 @@ _LOG = logging.getLogger("xinfer_ros.openpi")
 #: Robots whose counters are kept; the oldest are dropped beyond it, so that a server
 #: with many short-lived auto-named connections does not grow without bound.
 _MAX_ROBOT_COUNTERS = 4096
+
+#: Answers whose latency ``/stats`` summarises (the most recent ones).
+_RECENT_ANSWERS = 2048
 
 #: Status names of :class:`~xinfer_ros.engine.types.Status`, as sent to clients.
 _STATUS_NAMES = {0: "ok", 1: "rejected", 2: "shed", 3: "error"}
@@ -270,6 +274,9 @@ class OpenPIServer:
         self._connections = 0
         self._robots: dict[str, _RobotCounters] = {}
         self._refused: dict[str, int] = {}
+        #: (ms from receipt to reply, chunk or refusal) of the most recent answers.
+        self._answers: collections.deque[tuple[float, bool]] = collections.deque(
+            maxlen=_RECENT_ANSWERS)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> int:
@@ -332,8 +339,9 @@ class OpenPIServer:
             robots = {k: vars(v).copy() for k, v in self._robots.items()}
             refused = dict(self._refused)
             connections = self._connections
+            answers = list(self._answers)
         return {"connections": connections, "robots": robots, "refused": refused,
-                "engine": self.engine.stats()}
+                "answers": _latency(answers), "engine": self.engine.stats()}
 
     def _refuse(self, reason: str) -> None:
         """Count one refusal under ``reason`` (thread-safe)."""
@@ -450,7 +458,7 @@ class OpenPIServer:
             except _ClientError as exc:
                 reply = exc.text()
                 self._refuse(exc.reason)
-                self._count(session, ok=False)
+                self._count(session, ok=False, start=start)
                 if exc.kind == "rate_limited":
                     await _send_quietly(ws, reply)
                     await self._pay_for(session, message)
@@ -503,13 +511,15 @@ class OpenPIServer:
             raise _ClientError("rate_limited", f"more than {cfg.rate_limit_mib_s:g} MiB/s; "
                                "message dropped")
 
-    def _count(self, session: _Session, *, ok: bool) -> None:
+    def _count(self, session: _Session, *, ok: bool, start: float | None = None) -> None:
         robot = session.robot_id if session.robot_id is not None else "(unnamed)"
         with self._lock:
             counters = self._counters(robot)
             counters.requests += 1
             counters.ok += int(ok)
             counters.errors += int(not ok)
+            if start is not None:  # an answer: its wait, from receipt to reply
+                self._answers.append(((time.monotonic() - start) * MS_PER_S, ok))
 
     def _counters(self, robot: str) -> _RobotCounters:
         """The robot's counters (caller holds the lock)."""
@@ -609,7 +619,7 @@ class OpenPIServer:
         if status != "ok" or result.actions is None:
             raise _ClientError(status, result.reason or "no actions")
         infer_ms = (time.monotonic() - t0) * 1e3
-        self._count(session, ok=True)
+        self._count(session, ok=True, start=t0)
         return packb(self._response(session, mapped, options, result, infer_ms))
 
     def _response(self, session: _Session, mapped: MappedObservation, options: RequestOptions,
@@ -631,6 +641,22 @@ class OpenPIServer:
             "xinfer/state_dim_in": mapped.state_dim_in,
             "xinfer/emulated": bool(result.emulated),
         }
+
+
+def _latency(answers: list[tuple[float, bool]]) -> dict[str, Any]:
+    """P50/P99 (ms) of every recent answer, refusals included, and of chunks alone.
+
+    A server that sheds answers fast without actions; the robot still waited, so the
+    percentiles a user sees count every answer, with the chunk-only ones beside.
+    """
+    every = np.asarray([ms for ms, _ in answers], dtype=float)
+    chunks = np.asarray([ms for ms, ok in answers if ok], dtype=float)
+
+    def pct(values: np.ndarray, q: float) -> float | None:
+        return float(np.percentile(values, q)) if values.size else None
+    return {"count": int(every.size), "refused": int(every.size - chunks.size),
+            "p50_ms": pct(every, 50), "p99_ms": pct(every, 99),
+            "chunk_p50_ms": pct(chunks, 50), "chunk_p99_ms": pct(chunks, 99)}
 
 
 async def _send_quietly(ws: ServerConnection, data: bytes | str) -> bool:
