@@ -39,6 +39,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -57,8 +58,12 @@ from xinfer_ros.sim.workloads import CyclicBudgets
 __all__ = ["ARMS", "ArmServer", "BlockResult", "add_arguments", "block_metrics", "run",
            "run_block"]
 
-#: Arm names, in the order of the tables.
-ARMS: tuple[str, ...] = ("openpi", "lerobot", "xinfer")
+#: Arm names, in the order of the tables (the default runs the first three).
+ARMS: tuple[str, ...] = ("openpi", "lerobot", "xinfer", "xinfer-serial")
+#: ``xinfer-serial``: the shipped parameters with one unit per stage and no Action
+#: worker processes: xinfer's scheduler on a serial pipeline, the lower bound of its
+#: overhead on this CPU.
+SERIAL_TORCH = {"slots": [1, 1, 1], "action_processes": 0}
 #: Longest wait for one reply before a robot gives up (its request counts unanswered).
 REPLY_TIMEOUT_S = 10.0
 #: Longest wait for a server to load its model and bind its port.
@@ -69,7 +74,9 @@ WARM_REQUESTS = 3
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the peers benchmark's flags."""
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS[:3]),
+                        help="arms to run (xinfer-serial: the shipped parameters with "
+                             "torch slots 1,1,1 and no Action worker processes)")
     parser.add_argument("--robots", type=int, nargs="+", default=[1, 2, 4, 8],
                         help="client counts")
     parser.add_argument("--budgets", type=float, nargs="+", default=[150.0, 400.0],
@@ -97,8 +104,23 @@ def _xinfer_params(params_file: str | None) -> dict[str, Any]:
     return server_params(build_parser().parse_args(argv))
 
 
+def serial_params_file(params_file: str | None, workdir: Path) -> str:
+    """The parameter file of the ``xinfer-serial`` arm, written into ``workdir``."""
+    import yaml
+
+    from xinfer_ros.fleet.plan import default_config
+
+    source = Path(params_file) if params_file else default_config()
+    data = yaml.safe_load(source.read_text())
+    torch_params = data["inference_server"]["ros__parameters"].setdefault("torch", {})
+    torch_params.update(SERIAL_TORCH)
+    path = workdir / "xinfer_serial.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
 def _command(arm: str, params: dict[str, Any], params_file: str | None) -> list[str]:
-    if arm == "xinfer":
+    if arm.startswith("xinfer"):
         cmd = [sys.executable, "-m", "xinfer_ros.cli.serve", "--openpi", "--host",
                "127.0.0.1", "--port", "0", "--layout", "aloha", "--log-level", "WARNING"]
         return cmd + (["--params-file", params_file] if params_file else [])
@@ -147,13 +169,15 @@ class ArmServer:
                 self.proc.wait(timeout=5)
 
 
-def start_servers(arms: Sequence[str], params: dict[str, Any],
-                  params_file: str | None) -> dict[str, ArmServer]:
+def start_servers(arms: Sequence[str], params: dict[str, Any], params_file: str | None,
+                  workdir: Path) -> dict[str, ArmServer]:
     """Start every arm's server at once (they load in parallel) and wait for each."""
     servers: dict[str, ArmServer] = {}
     try:
         for arm in arms:
-            proc = subprocess.Popen(_command(arm, params, params_file), stdout=subprocess.PIPE,
+            file = serial_params_file(params_file, workdir) if arm == "xinfer-serial" \
+                else params_file
+            proc = subprocess.Popen(_command(arm, params, file), stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
             servers[arm] = ArmServer(arm, proc)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -305,7 +329,7 @@ def aggregate(blocks: dict[tuple[str, int], list[dict[str, dict[str, float]]]]
 
 def _print_table(table: dict[str, dict[int, dict[str, dict[str, float]]]],
                  robots: Sequence[int], classes: Sequence[str]) -> None:
-    head = (f"{'N':>2} {'arm':<8} {'class':>5} {'attain':>7} {'ans/s':>6} {'ontime/s':>8} "
+    head = (f"{'N':>2} {'arm':<13} {'class':>5} {'attain':>7} {'ans/s':>6} {'ontime/s':>8} "
             f"{'refused':>7} {'P50':>6} {'P99':>6} {'chunkP50':>8} {'chunkP99':>8}")
     print(head)
     print("-" * len(head))
@@ -313,7 +337,7 @@ def _print_table(table: dict[str, dict[int, dict[str, dict[str, float]]]],
         for arm, by_n in table.items():
             for c in classes:
                 f = by_n[n][c]
-                print(f"{n:>2} {arm:<8} {c:>5} {f['attainment']:>7.3f} {f['answers_s']:>6.2f} "
+                print(f"{n:>2} {arm:<13} {c:>5} {f['attainment']:>7.3f} {f['answers_s']:>6.2f} "
                       f"{f['on_time_s']:>8.2f} {f['refused']:>7.0f} {f['p50_ms']:>6.0f} "
                       f"{f['p99_ms']:>6.0f} {f['chunk_p50_ms']:>8.0f} {f['chunk_p99_ms']:>8.0f}")
 
@@ -364,7 +388,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     classes = ["all", *(f"{b:g}" for b in args.budgets)]
     started = time.time()
-    servers = start_servers(args.arms, params, args.params_file)
+    workdir = tempfile.TemporaryDirectory(prefix="bench_peers_")
+    servers = start_servers(args.arms, params, args.params_file, Path(workdir.name))
     blocks: dict[tuple[str, int], list[dict[str, dict[str, float]]]] = {}
     try:
         for server in servers.values():
@@ -380,12 +405,13 @@ def run(args: argparse.Namespace) -> int:
                     figures = block_metrics(result, args.warmup, args.duration, args.budgets)
                     blocks.setdefault((arm, n), []).append(figures)
                     a = figures["all"]
-                    print(f"round {k + 1} N={n} {arm:<8} attainment {a['attainment']:.3f} "
+                    print(f"round {k + 1} N={n} {arm:<13} attainment {a['attainment']:.3f} "
                           f"P50/P99 {a['p50_ms']:.0f}/{a['p99_ms']:.0f} ms "
                           f"outcomes {result.outcomes}", flush=True)
     finally:
         for server in servers.values():
             server.stop()
+        workdir.cleanup()
     table = aggregate(blocks)
     table = {arm: table[arm] for arm in args.arms}
     print(f"\nmedian of {args.rounds} interleaved round(s); P50/P99 over every answer "
