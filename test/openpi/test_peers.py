@@ -47,6 +47,24 @@ def test_aggregate_takes_the_median_of_rounds() -> None:
     assert table["openpi"][2]["all"]["p50_ms"] == pytest.approx(140.0)
 
 
+def test_bench_peers_refuses_a_window_it_cannot_measure(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    # Checked before any server starts: one line, exit 2.
+    assert bench_main(["peers", "--duration", "1", "--warmup", "2"]) == 2
+    assert "--duration > --warmup" in capsys.readouterr().err
+
+
+def test_serial_arm_runs_the_shipped_file_with_one_unit_per_stage(tmp_path: Path) -> None:
+    from xinfer_ros.cli.serve import build_parser, server_params
+
+    path = bench_peers.serial_params_file(None, tmp_path)
+    p = server_params(build_parser().parse_args(["--openpi", "--params-file", path]))
+    shipped = server_params(build_parser().parse_args(["--openpi"]))
+    assert p["torch.slots"] == [1, 1, 1] and p["torch.action_processes"] == 0
+    assert {k: v for k, v in p.items() if not k.startswith("torch.")} == \
+        {k: v for k, v in shipped.items() if not k.startswith("torch.")}
+
+
 @pytest.fixture(scope="module")
 def policy() -> Any:
     pytest.importorskip("transformers")
