@@ -2,8 +2,9 @@
 
 Written here from the public descriptions of their serving code (never copied), each
 in front of the same model as xinfer's endpoint, with the same transport (WebSocket,
-msgpack-numpy, our codec) and the same preprocessing (:func:`map_observation`, then
-the served model's own ``prepare``), so that only the serving loop differs:
+msgpack-numpy, our codec) and the same pre- and postprocessing (:func:`map_observation`
+with the layout's openpi transforms, the served model's own ``prepare`` and ``finish``,
+the layout's output transforms), so that only the serving loop differs:
 
 ``openpi`` (openpi's ``WebsocketPolicyServer``)
     An asyncio WebSocket server whose connection handler decodes an observation and
@@ -125,7 +126,10 @@ class SampleActionsPolicy:
         layout = self.layout or BUILTIN_LAYOUTS.get(mapped.layout)
         want = layout.action_dim if layout is not None else None
         width = min(want or self.spec.action_dim, self.spec.action_dim)
-        return {"actions": np.ascontiguousarray(chunk[:, :width], dtype=np.float64)}
+        # The layout's openpi output transforms, as xinfer's endpoint runs them.
+        actions = mapped.transforms.actions_out(np.asarray(chunk, dtype=np.float64),
+                                                mapped.state, width)
+        return {"actions": np.ascontiguousarray(actions, dtype=np.float64)}
 
 
 def _metadata(loop: str, policy: SampleActionsPolicy) -> dict[str, Any]:
