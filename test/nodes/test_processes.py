@@ -80,7 +80,12 @@ def test_executor_started_without_a_server_never_commands(tmp_path) -> None:
     spinner = SingleThreadedExecutor()
     spinner.add_node(node)
     try:
-        end = time.monotonic() + 4.0
+        # Up to 30 s for the process to start (imports take seconds on a loaded
+        # machine), then 3 s of running.
+        end = time.monotonic() + 30.0
+        while time.monotonic() < end and not (requests and stats):
+            spinner.spin_once(timeout_sec=0.05)
+        end = time.monotonic() + 3.0
         while time.monotonic() < end:
             spinner.spin_once(timeout_sec=0.05)
         assert proc.poll() is None
