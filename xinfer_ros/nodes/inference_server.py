@@ -225,7 +225,8 @@ class InferenceServer(LifecycleNode):
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Back to unconfigured: subscriptions, publishers, timers and services go."""
         for entity in self._entities:
-            _DESTROY[type(entity)](self, entity)
+            destroy: Any = _DESTROY[type(entity)]
+            destroy(self, entity)
         self._entities, self._chunk_pubs = [], {}
         return TransitionCallbackReturn.SUCCESS
 
@@ -483,9 +484,9 @@ class InferenceServer(LifecycleNode):
         pub.publish(chunk)
         if not record:
             return
-        record = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
-                                ok=chunk.status == ActionChunk.STATUS_OK)
-        self.ledger.record(rx.robot, record, _OUTCOMES[chunk.status], reason=chunk.reason,
+        response = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
+                                  ok=chunk.status == ActionChunk.STATUS_OK)
+        self.ledger.record(rx.robot, response, _OUTCOMES[chunk.status], reason=chunk.reason,
                            hold_s=hold, age=rx.age)
 
     # -- presence and statistics --------------------------------------------------------
