@@ -16,6 +16,13 @@ serves ``~/get_fleet_stats`` and ``~/set_policy``. A malformed request never cra
 the server; a robot that falls silent for ``robot_timeout_s`` has its live requests
 cancelled and its buffers freed.
 
+A lifecycle node: parameters are validated and the model loaded at construction (a bad
+one exits 2 at start-up); ``configure`` subscribes and advertises (inactive: requests are
+answered REJECTED "server ... inactive"), ``activate`` serves, ``deactivate`` cancels the
+live requests and lets no OK chunk out after it. ``autostart`` (default true) does both
+at start. Per robot one request session is served (:mod:`xinfer_ros.serving.sessions`):
+another sender's requests are answered REJECTED and supersede nothing.
+
 With ``phase_spread`` the engine may hold an OK response that is ready later than
 ``T_E`` after its request arrived, never past the request's deadline less
 ``phase_spread_margin_ms``, so that its robot's next request lands in the widest gap
