@@ -37,8 +37,8 @@ ARGUMENTS = {
                    "sections (default: share/xinfer_ros/config/fleet.yaml)"),
     "use_sim_time": ("false", "every node follows /clock"),
     "openpi_port": ("", "also serve openpi clients on this port (default: from config)"),
-    "autostart": ("", "executors configure and activate themselves (false: they wait for "
-                      "ros2 lifecycle set <robot>/rtc_executor configure, then activate; "
+    "autostart": ("", "servers and executors configure and activate themselves (false: "
+                      "they wait for ros2 lifecycle set <node> configure, then activate; "
                       "default: true with sim:=true, false with sim:=false)"),
     "servers": ("1", "inference servers (server_0, server_1, ...); more than one adds the "
                      "fleet_manager, which assigns the robots to them"),

@@ -155,11 +155,13 @@ def test_a_misspelt_server_parameter_stops_the_plan(tmp_path) -> None:
         build_fleet_plan(2, config=config)
 
 
-def test_executors_autostart_unless_told_to_wait_for_activation() -> None:
+def test_servers_and_executors_autostart_unless_told_to_wait_for_activation() -> None:
     def autostart(**kw: object) -> list[bool]:
         plan = build_fleet_plan(["r1", "r2"], backend="emulated", **kw)  # type: ignore[arg-type]
-        return [n.parameters["autostart"] for n in plan if n.executable == "rtc_executor"]
+        return [n.parameters["autostart"] for n in plan
+                if n.executable in ("inference_server", "rtc_executor")]
 
     # Simulated robots start at once; a real arm waits for an operator's activate.
-    assert autostart() == autostart(sim=False, autostart=True) == [True, True]
-    assert autostart(sim=False) == autostart(autostart=False) == [False, False]
+    assert autostart() == autostart(sim=False, autostart=True) == [True] * 3
+    assert autostart(sim=False) == autostart(autostart=False) == [False] * 3
+    assert autostart(sim=False, servers=2) == [False] * 4

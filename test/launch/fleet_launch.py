@@ -85,7 +85,11 @@ class TestFleetServes(unittest.TestCase):
                                            qos_profile_sensor_data) for i in range(3)],
                     node.create_publisher(JointState, f"/{robot}/joint_states",
                                           qos_profile_sensor_data))
-        if not sim:  # a real arm's executor waits for the operator: configure, activate
+        if not sim:  # real arms: servers and executors wait for configure, activate
+            servers = int(launch_service.context.launch_configurations.get("servers", "1"))
+            for server in (["/inference_server"] if servers == 1
+                           else [f"/server_{i}" for i in range(servers)]):
+                _activate(node, server)
             for robot in ROBOTS:
                 _activate(node, f"/{robot}/rtc_executor")
         frame = rgb_to_image_fields(np.full((240, 320, 3), 80, np.uint8))

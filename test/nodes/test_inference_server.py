@@ -680,3 +680,89 @@ def test_strangers_on_a_robots_topics_are_reported_by_name(fleet) -> None:
         assert "xinfer/robots/intruder/publishers" not in status  # not served: not checked
     finally:
         stranger.destroy_node()
+
+
+@pytest.mark.timeout(60)
+def test_lifecycle_inactive_refuses_active_serves_deactivate_stops_at_once() -> None:
+    """Unconfigured: nothing subscribed. Inactive: REJECTED. Active: OK. Deactivate: no OK after."""
+    from lifecycle_msgs.msg import State
+
+    with serving(autostart=False) as (server, _, robots, spin):
+        r1 = robots["r1"]
+        r1.observe()
+        r1.request()
+        spin(0.4)
+        assert r1.chunks == []  # unconfigured: nothing subscribed, nothing answered
+        server.trigger_configure()
+        spin(0.5)  # discovery of the new subscriptions
+        r1.observe()
+        spin(0.1)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_REJECTED and "inactive" in chunk.reason
+        server.trigger_activate()
+        r1.observe()
+        spin(0.1)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+        # A request in the engine when deactivated: answered, never OK.
+        r1.observe()
+        spin(0.05)
+        live = r1.request(budget_ms=400.0)
+        spin(0.01)
+        server.trigger_deactivate()
+        assert server._state_machine.current_state[1] == "inactive"
+        assert answer(r1, live, spin).status != ActionChunk.STATUS_OK
+        r1.observe()
+        spin(0.1)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_REJECTED and "inactive" in chunk.reason
+        server.trigger_cleanup()
+        assert server._state_machine.current_state[0] == State.PRIMARY_STATE_UNCONFIGURED
+
+
+@pytest.mark.timeout(60)
+def test_a_second_requester_does_not_supersede_the_robots_requests(fleet) -> None:
+    """Another session's request (or a replayed seq) is REJECTED and the live one stays OK."""
+    server, peer, robots, spin = fleet
+    r1 = robots["r1"]
+    own = PolicyRequest(robot_id="r1", seq=10, budget_ms=400.0, commit_steps=8,
+                        keyframe_spacing_s=0.03)
+    own.header.frame_id = "executor-session"
+    r1.observe()
+    spin(0.1)
+
+    def send(seq: int, frame_id: str) -> None:
+        msg = PolicyRequest(robot_id="r1", seq=seq, budget_ms=400.0, commit_steps=8,
+                            keyframe_spacing_s=0.03)
+        msg.header.frame_id = frame_id
+        msg.header.stamp = peer.get_clock().now().to_msg()
+        r1.requests.publish(msg)
+
+    send(10, "executor-session")
+    spin(0.02)
+    send(11, "forger")  # another session, newer seq: supersedes nothing
+    send(10, "executor-session")  # a replay of the live request
+    forged = answer(r1, 11, spin)
+    assert forged.status == ActionChunk.STATUS_REJECTED
+    assert "second requester" in forged.reason
+    replay = [c for c in r1.chunks if c.seq == 10 and c.status == ActionChunk.STATUS_REJECTED]
+    own_ok = [c for c in r1.chunks if c.seq == 10 and c.status == ActionChunk.STATUS_OK]
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end and not (replay and own_ok):
+        spin(0.02)
+        replay = [c for c in r1.chunks if c.seq == 10 and c.status == ActionChunk.STATUS_REJECTED]
+        own_ok = [c for c in r1.chunks if c.seq == 10 and c.status == ActionChunk.STATUS_OK]
+    assert own_ok and replay and "repeats or precedes" in replay[0].reason
+    send(12, "executor-session")
+    assert answer(r1, 12, spin).status == ActionChunk.STATUS_OK
+    stats = server.fleet_stats()
+    (mine,) = [r for r in stats.robots if r.robot_id == "r1"]
+    assert (mine.requests, mine.errors) == (2, 0)  # the refused ones are not r1's
+    assert server.sessions.refused["r1"] == 2
+    # The session ends when its requests stop (robot_timeout_s): a restarted executor
+    # with a new id is served.
+    spin(0.6)
+    r1.observe()
+    spin(0.1)
+    send(1, "restarted")
+    assert answer(r1, 1, spin).status == ActionChunk.STATUS_OK

@@ -60,3 +60,55 @@ def test_ros2_lifecycle_set_configures_activates_and_deactivates(tmp_path) -> No
         rclpy.shutdown()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=15) == 0
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(shutil.which("ros2") is None, reason="the ros2 command is not installed")
+def test_ros2_lifecycle_set_starts_and_stops_the_servers_service(tmp_path) -> None:
+    from xinfer_ros.msg import ActionChunk
+
+    from .test_inference_server import Robot
+
+    proc = start("xinfer_ros.nodes.inference_server", "/",
+                 {"autostart": False, "robots": ["lcs1"], "backend": "emulated",
+                  "model": "tiny"}, tmp_path)
+    rclpy.init()
+    node = rclpy.create_node("operator")
+    robot = Robot(node, "lcs1")
+    spinner = SingleThreadedExecutor()
+    spinner.add_node(node)
+
+    def ask() -> ActionChunk:
+        """One request with a fresh observation; its answer."""
+        robot.observe()
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end:
+            spinner.spin_once(timeout_sec=0.02)
+        seq = robot.request()
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            spinner.spin_once(timeout_sec=0.02)
+            if found := [c for c in robot.chunks if c.seq == seq]:
+                return found[0]
+        return ask()  # lost to discovery of the just-configured subscriptions: again
+
+    try:
+        end = time.monotonic() + 60
+        while "unconfigured" not in _ros2("lifecycle", "get", "/inference_server"):
+            assert time.monotonic() < end, "the server never showed up"
+        for transition, state, status in (
+                ("configure", "inactive", ActionChunk.STATUS_REJECTED),
+                ("activate", "active", ActionChunk.STATUS_OK),
+                ("deactivate", "inactive", ActionChunk.STATUS_REJECTED)):
+            assert "Transitioning successful" in _ros2("lifecycle", "set", "/inference_server",
+                                                       transition)
+            assert state in _ros2("lifecycle", "get", "/inference_server")
+            chunk = ask()
+            assert chunk.status == status, chunk.reason
+            assert state == "active" or "inactive" in chunk.reason
+    finally:
+        spinner.shutdown()
+        node.destroy_node()
+        rclpy.shutdown()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0

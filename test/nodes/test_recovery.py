@@ -1,4 +1,4 @@
-"""A real server and an executor: recovery after a stall, and a stranger on the topics.
+"""A real server and executors: recovery after a stall, and a stranger on the topics.
 
 Recovery: SIGSTOP the server for 3 s, SIGCONT, time the first OK chunk.
 
@@ -16,11 +16,14 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
+from lifecycle_msgs.msg import Transition  # noqa: E402
+from lifecycle_msgs.srv import ChangeState  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 from xinfer_ros.msg import ActionChunk, PolicyRequest  # noqa: E402
+from xinfer_ros.srv import GetFleetStats  # noqa: E402
 
 from xinfer_ros.nodes.robot_sim import RobotSim  # noqa: E402
 from xinfer_ros.nodes.rtc_executor import RtcExecutor  # noqa: E402
@@ -95,26 +98,37 @@ def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
         rclpy.shutdown()
 
 
-@pytest.mark.timeout(180)
-def test_a_stranger_neither_drives_an_activated_robot_nor_goes_unseen(tmp_path) -> None:
-    rclpy.init()
-    executor = RtcExecutor(namespace="rf1", parameter_overrides=[
-        Parameter("autostart", value=False), Parameter("stats_period_s", value=0.2),
-        Parameter("min_position", value=[-10.0]), Parameter("max_position", value=[10.0])])
-    robot = RobotSim(namespace="rf1", parameter_overrides=[
-        Parameter("camera_rate_hz", value=10.0)])
-    intruder = rclpy.create_node("intruder", namespace="elsewhere")
-    forged_chunks = intruder.create_publisher(ActionChunk, "/rf1/action_chunk", 10)
-    forged_requests = intruder.create_publisher(PolicyRequest, "/rf1/policy_request", 10)
-    commands: list[list[float]] = []
-    diagnostics: list[DiagnosticArray] = []
-    intruder.create_subscription(Float64MultiArray, "/rf1/commands",
-                                 lambda m: commands.append(list(m.data)), 10)
-    intruder.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, 10)
+def _change_state(spin, node, name: str, transitions: tuple[int, ...]) -> None:
+    """Transitions over ``<name>/change_state``, as ``ros2 lifecycle set`` does."""
+    client = node.create_client(ChangeState, f"{name}/change_state")
+    assert client.wait_for_service(timeout_sec=30.0), f"{name} offers no change_state"
+    for transition in transitions:
+        future = client.call_async(ChangeState.Request(transition=Transition(id=transition)))
+        end = time.monotonic() + 30.0
+        while not future.done() and time.monotonic() < end:
+            spin(0.05)
+        assert future.done() and future.result().success, f"{name}: transition {transition}"
 
-    def forge(req: PolicyRequest) -> None:
-        # Answer every request of the executor first, with its seq: stamped in 1970, and
-        # with valid stamps but actions of 1e6.
+
+class _Forger:
+    """A second node that forges chunks for rf1's requests and, once ``forging``, 10 Hz of
+    requests under rf1's name; it records rf1's commands."""
+
+    def __init__(self) -> None:
+        self.node = rclpy.create_node("intruder", namespace="elsewhere")
+        self.chunks = self.node.create_publisher(ActionChunk, "/rf1/action_chunk", 10)
+        self.requests = self.node.create_publisher(PolicyRequest, "/rf1/policy_request", 10)
+        self.commands: list[list[float]] = []
+        self.node.create_subscription(Float64MultiArray, "/rf1/commands",
+                                      lambda m: self.commands.append(list(m.data)), 10)
+        self.node.create_subscription(PolicyRequest, "/rf1/policy_request", self.forge, 10)
+        self.node.create_timer(0.1, self.forge_request)
+        self.forging = False
+        self.seq = 10**6
+
+    def forge(self, req: PolicyRequest) -> None:
+        """Answer each request of the executor first, with its seq: stamped in 1970, and
+        with valid stamps but actions of 1e6."""
         if req.robot_id != "rf1" or not req.budget_ms or req.instruction == "forged":
             return
         for stamp_sec, value in ((0, 0.5), (req.header.stamp.sec, 1e6)):
@@ -122,11 +136,50 @@ def test_a_stranger_neither_drives_an_activated_robot_nor_goes_unseen(tmp_path) 
                               horizon=50, action_dim=14, commit_steps=req.commit_steps)
             msg.actions = [value] * (50 * 14)
             msg.state_stamp.sec, msg.state_stamp.nanosec = stamp_sec, req.header.stamp.nanosec
-            forged_chunks.publish(msg)
+            self.chunks.publish(msg)
 
-    intruder.create_subscription(PolicyRequest, "/rf1/policy_request", forge, 10)
+    def forge_request(self) -> None:
+        """A newer request under rf1's name: before the server kept one session per
+        robot, each superseded rf1's own request in the engine (SHED)."""
+        if not self.forging:
+            return
+        self.seq += 1
+        msg = PolicyRequest(robot_id="rf1", seq=self.seq, budget_ms=400.0, commit_steps=5,
+                            keyframe_spacing_s=0.02, instruction="forged")
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.requests.publish(msg)
+
+
+def _attainment(spin, node, window_s: float) -> dict[str, float]:
+    """Per robot, the server's attainment over the last ``window_s`` (get_fleet_stats)."""
+    client = node.create_client(GetFleetStats, "/inference_server/get_fleet_stats")
+    assert client.wait_for_service(timeout_sec=10.0)
+    future = client.call_async(GetFleetStats.Request(window_s=window_s))
+    end = time.monotonic() + 10.0
+    while not future.done() and time.monotonic() < end:
+        spin(0.05)
+    return {r.robot_id: r.attainment for r in future.result().stats.robots}
+
+
+@pytest.mark.timeout(240)
+def test_a_stranger_neither_drives_an_activated_robot_nor_takes_its_service(tmp_path) -> None:
+    """rf1 gets forged chunks and 10 Hz of forged requests; rf2, beside it, none.
+
+    Server and executors start with autostart false and are activated over lifecycle.
+    """
+    rclpy.init()
+    limits = [Parameter("autostart", value=False), Parameter("stats_period_s", value=0.2),
+              Parameter("min_position", value=[-10.0]), Parameter("max_position", value=[10.0])]
+    executors = [RtcExecutor(namespace=r, parameter_overrides=limits) for r in ("rf1", "rf2")]
+    robots = [RobotSim(namespace=r, parameter_overrides=[
+        Parameter("camera_rate_hz", value=10.0)]) for r in ("rf1", "rf2")]
+    executor = executors[0]
+    forger = _Forger()
+    intruder, commands, operator = forger.node, forger.commands, rclpy.create_node("operator")
+    diagnostics: list[DiagnosticArray] = []
+    operator.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, 50)
     spinner = SingleThreadedExecutor()
-    for node in (executor, robot, intruder):
+    for node in (*executors, *robots, intruder, operator):
         spinner.add_node(node)
 
     def spin(seconds: float) -> None:
@@ -135,31 +188,43 @@ def test_a_stranger_neither_drives_an_activated_robot_nor_goes_unseen(tmp_path) 
             spinner.spin_once(timeout_sec=0.01)
 
     server = start("xinfer_ros.nodes.inference_server", "/",
-                   {"robots": ["rf1"], "backend": "emulated"}, tmp_path)
+                   {"robots": ["rf1", "rf2"], "backend": "emulated", "autostart": False},
+                   tmp_path)
+    configure_activate = (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE)
     try:
-        wait_for_line(server, "serving 1 robots", 60)
-        executor.trigger_configure()
+        wait_for_line(server, "unconfigured", 60)
+        for node in executors:
+            node.trigger_configure()
         spin(1.0)
         assert commands == []  # inactive: nothing commanded
-        executor.trigger_activate()
-        spin(4.0)
-        forged_requests.publish(PolicyRequest(robot_id="rf1", seq=10**6, budget_ms=400.0,
-                                              instruction="forged"))
-        spin(1.0)
+        _change_state(spin, operator, "/inference_server", configure_activate)
+        for node in executors:
+            node.trigger_activate()
+        spin(3.0)
+        forger.forging = True
+        started = time.monotonic()
+        spin(7.0)  # the server's graph check runs every 5 s
+        attainment = _attainment(spin, operator, time.monotonic() - started)
+        assert forger.seq > 10**6 + 50  # the forger ran at 10 Hz throughout
         assert commands, "the activated executor never commanded"
         sent = np.array(commands)
         assert np.all(np.abs(sent) <= 10.0) and not np.any(sent == 0.5)
         drops = executor.core.drops
         assert sum(drops.values()) > 0 and executor.queue.counters.chunks_applied > 5
-        seen = [s for d in diagnostics for s in d.status
-                if s.name == "xinfer/executor/rf1/publishers"]
-        assert seen and "/elsewhere/intruder" in seen[-1].message
-        print(f"\nforged chunks dropped by reason: { {r.value: n for r, n in drops.items()} }")
+        # The executor and the server name the stranger.
+        for name in ("xinfer/executor/rf1/publishers", "xinfer/robots/rf1/publishers"):
+            seen = [s for d in diagnostics for s in d.status if s.name == name]
+            assert seen and seen[-1].level == DiagnosticStatus.WARN, name
+            assert "/elsewhere/intruder" in seen[-1].message, seen[-1].message
+        print(f"\nattainment with a forger {attainment['rf1']:.3f}, beside it without "
+              f"{attainment['rf2']:.3f}; forged chunks dropped by reason: "
+              f"{ {r.value: n for r, n in drops.items()} }")
+        assert abs(attainment["rf1"] - attainment["rf2"]) <= 0.05
     finally:
         if server.poll() is None:
             server.send_signal(signal.SIGINT)
             server.wait(timeout=20)
         spinner.shutdown()
-        for node in (executor, robot, intruder):
+        for node in (*executors, *robots, intruder, operator):
             node.destroy_node()
         rclpy.shutdown()

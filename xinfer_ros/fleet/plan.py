@@ -234,8 +234,9 @@ def build_fleet_plan(
             The plan lists the servers (and the manager) first.
         server_respawn: The servers are restarted when they die (the launch's
             ``respawn``); the executors say so on /diagnostics while they wait.
-        autostart: The executors configure and activate themselves (``False``: they
-            wait for ``ros2 lifecycle set <executor> configure`` and ``activate``;
+        autostart: The servers and executors configure and activate themselves
+            (``False``: they wait for ``ros2 lifecycle set <node> configure`` and
+            ``activate``;
             ``None``: ``sim``, so a real arm moves only once an operator activates it).
 
     Raises:
@@ -260,8 +261,9 @@ def build_fleet_plan(
     robot = _robot_params(server)
     clock = {"use_sim_time": True} if use_sim_time else {}
     root = f"/{prefix}" if prefix else "/"
-    plan = _server_specs(server, _section(data, "fleet_manager"), names, servers, root=root,
-                         clock=clock)
+    start = sim if autostart is None else autostart
+    plan = _server_specs({**server, "autostart": start}, _section(data, "fleet_manager"),
+                         names, servers, root=root, clock=clock)
     executor = {"max_budget_ms": float(server.get("max_budget_ms",
                                                   DEFAULT_MAX_BUDGET * MS_PER_S)),
                 **_section(data, "rtc_executor")}
@@ -274,7 +276,7 @@ def build_fleet_plan(
         plan.append(NodeSpec("rtc_executor", "rtc_executor", robot_ns, {
             **executor, **_section(data, f"/{name}/rtc_executor"), "robot_id": name,
             "action_dim": robot["action_dim"],
-            "autostart": sim if autostart is None else autostart, **clock}))
+            "autostart": start, **clock}))
         if not sim:
             continue
         params = {"robot_index": index, "fleet_size": len(names), "workload": workload,

@@ -16,6 +16,13 @@ serves ``~/get_fleet_stats`` and ``~/set_policy``. A malformed request never cra
 the server; a robot that falls silent for ``robot_timeout_s`` has its live requests
 cancelled and its buffers freed.
 
+A lifecycle node: parameters are validated and the model loaded at construction (a bad
+one exits 2 at start-up); ``configure`` subscribes and advertises (inactive: requests are
+answered REJECTED "server ... inactive"), ``activate`` serves, ``deactivate`` cancels the
+live requests and lets no OK chunk out after it. ``autostart`` (default true) does both
+at start. Per robot one request session is served (:mod:`xinfer_ros.serving.sessions`):
+another sender's requests are answered REJECTED and supersede nothing.
+
 With ``phase_spread`` the engine may hold an OK response that is ready later than
 ``T_E`` after its request arrived, never past the request's deadline less
 ``phase_spread_margin_ms``, so that its robot's next request lands in the widest gap
@@ -41,8 +48,13 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import qos_profile_sensor_data
+from rclpy.service import Service
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
 from xinfer_ros.core.errors import BudgetError
@@ -77,6 +89,7 @@ from xinfer_ros.serving.observations import (
 )
 from xinfer_ros.serving.release import ReleaseScheduler
 from xinfer_ros.serving.server_params import PARAMS, POLICIES
+from xinfer_ros.serving.sessions import RequestSessions
 from xinfer_ros.srv import GetFleetStats, SetPolicy
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
@@ -100,6 +113,11 @@ _SERVING_WINDOW_S = 2.0
 #: How each ``ActionChunk`` status counts in the statistics.
 _OUTCOMES = {ActionChunk.STATUS_OK: Outcome.OK, ActionChunk.STATUS_SHED: Outcome.SHED,
              ActionChunk.STATUS_REJECTED: Outcome.FAILED, ActionChunk.STATUS_ERROR: Outcome.FAILED}
+
+
+#: How a node destroys what configure created (a timer, a subscription, ...).
+_DESTROY = {Timer: Node.destroy_timer, Subscription: Node.destroy_subscription,
+            Publisher: Node.destroy_publisher, Service: Node.destroy_service}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +152,7 @@ class _RobotState:
         self.present = False
 
 
-class InferenceServer(Node):
+class InferenceServer(LifecycleNode):
     """The inference server; see the module docstring."""
 
     def __init__(self, engine: Any | None = None, **kwargs: Any) -> None:
@@ -166,59 +184,118 @@ class InferenceServer(Node):
         self.engine = engine if engine is not None else self._load_engine(p)
         self.engine.start()
         self._openpi = start_openpi_bridge(self)
+        #: The live session of each robot's requests (a second requester is refused).
+        self.sessions = RequestSessions(p["robot_timeout_s"])
+        #: Active: requests are served. Inactive: answered REJECTED "server inactive".
+        self.serving = False
+        self._chunk_pubs: dict[str, Any] = {}
+        self._entities: list[Any] = []  # what configure creates and cleanup destroys
+        self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
+        #: Prefix of this server's statistics topic and diagnostic names.
+        self._scope = f"xinfer/{p['server_name']}" if p["server_name"] else "xinfer"
+        mode = "EMULATED backend (timings from the rate table, placeholder actions)" \
+            if getattr(self.engine.backend, "emulated", False) else f"{p['backend']} backend"
+        spread = (f"on (margin {p['phase_spread_margin_ms']:g} ms)" if p["phase_spread"]
+                  else "off")
+        self._banner = (f"{len(names)} robots {names} with model {p['model']} on {mode}, "
+                        f"policy {self.engine.policy.name}, phase spreading {spread}")
+        note = (self.engine.config.action_worker_note(p["torch.action_processes"])
+                if p["backend"] == "torch" else None)
+        if note:
+            self.get_logger().warning(note)
+        if p["autostart"]:
+            self.trigger_configure()
+            self.trigger_activate()
+        else:
+            self.get_logger().info(f"model loaded for {self._banner}; unconfigured: "
+                                   "'ros2 lifecycle set <node> configure', then 'activate'")
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Subscribe, advertise and start the timers; requests are refused until activated."""
+        self._declare_interfaces(self.params)
+        self._start_timers(self.params)
+        self.get_logger().info(f"configured for {self._banner}; inactive")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Serve requests."""
+        self.serving = True
+        self.get_logger().info(f"serving {self._banner}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop serving at once: live requests are answered, nothing OK goes out after."""
+        self._stop_serving("deactivated")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Back to unconfigured: subscriptions, publishers, timers and services go."""
+        for entity in self._entities:
+            destroy: Any = _DESTROY[type(entity)]
+            destroy(self, entity)
+        self._entities, self._chunk_pubs = [], {}
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop serving on the way out."""
+        self._stop_serving("shutting down")
+        return TransitionCallbackReturn.SUCCESS
+
+    def _stop_serving(self, why: str) -> None:
+        if not self.serving:
+            return
+        self.serving = False
+        # The engine answers each live request (SHED "cancelled: ...") at its next stage
+        # boundary; a result ready before that goes out REJECTED (see _send).
+        for robot in self._robots:
+            self.engine.cancel(robot, f"server {why}")
+        self.get_logger().info(f"{why}: live requests cancelled; requests are answered "
+                               "REJECTED until activated")
+
+    def _declare_interfaces(self, p: dict[str, Any]) -> None:
+        """Per robot its sensor and request subscriptions and chunk publisher; services."""
         sensors = MutuallyExclusiveCallbackGroup()
         requests = MutuallyExclusiveCallbackGroup()
-        self._chunk_pubs = {}
-        self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
-        for name in names:
+        made = self._entities
+        for name in self._robots:
             self._sensor_types[self.resolve_topic_name(f"{name}/joint_states")] = \
                 "sensor_msgs/msg/JointState"
             for cam in range(p["cameras"]):
                 suffix, kind, type_name = _TRANSPORT_TOPICS[self._transports[cam]]
                 topic = f"{name}/camera_{cam}/{suffix}"
                 self._sensor_types[self.resolve_topic_name(topic)] = type_name
-                self.create_subscription(
+                made.append(self.create_subscription(
                     kind, topic, lambda m, n=name, c=cam, k=kind: self._on_image(n, c, m, k),
                     qos_profile_sensor_data, callback_group=sensors,
-                    event_callbacks=_NO_EVENTS, raw=True)
-            self.create_subscription(JointState, f"{name}/joint_states",
-                                     lambda m, n=name: self._on_state(n, m),
-                                     qos_profile_sensor_data, callback_group=sensors,
-                                     event_callbacks=_NO_EVENTS)
-            self.create_subscription(PolicyRequest, f"{name}/policy_request",
-                                     lambda m, n=name: self._on_request(n, m), 50,
-                                     callback_group=requests)
+                    event_callbacks=_NO_EVENTS, raw=True))
+            made.append(self.create_subscription(
+                JointState, f"{name}/joint_states", lambda m, n=name: self._on_state(n, m),
+                qos_profile_sensor_data, callback_group=sensors, event_callbacks=_NO_EVENTS))
+            made.append(self.create_subscription(
+                PolicyRequest, f"{name}/policy_request",
+                lambda m, n=name: self._on_request(n, m), 50, callback_group=requests))
             self._chunk_pubs[name] = self.create_publisher(ActionChunk, f"{name}/action_chunk",
                                                            50)
-        #: Prefix of this server's statistics topic and diagnostic names.
-        self._scope = f"xinfer/{p['server_name']}" if p["server_name"] else "xinfer"
+            made.append(self._chunk_pubs[name])
         self._stats_pub = self.create_publisher(FleetStats, f"{self._scope}/fleet_stats", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_service(GetFleetStats, "~/get_fleet_stats", self._srv_stats)
+        made += [self._stats_pub, self._diag_pub,
+                 self.create_service(GetFleetStats, "~/get_fleet_stats", self._srv_stats)]
         if p["allow_set_policy"]:
-            self.create_service(SetPolicy, "~/set_policy", self._srv_policy)
-        self._start_timers(p)
-        mode = "EMULATED backend (timings from the rate table, placeholder actions)" \
-            if getattr(self.engine.backend, "emulated", False) else f"{p['backend']} backend"
-        spread = (f"on (margin {p['phase_spread_margin_ms']:g} ms)" if p["phase_spread"]
-                  else "off")
-        self.get_logger().info(
-            f"serving {len(names)} robots {names} with model {p['model']} on {mode}, "
-            f"policy {self.engine.policy.name}, phase spreading {spread}")
-        note = (self.engine.config.action_worker_note(p["torch.action_processes"])
-                if p["backend"] == "torch" else None)
-        if note:
-            self.get_logger().warning(note)
+            made.append(self.create_service(SetPolicy, "~/set_policy", self._srv_policy))
 
     # -- construction ------------------------------------------------------------------
     def _start_timers(self, p: dict[str, Any]) -> None:
         """Statistics (1 Hz), the heartbeat of a named server, presence, the graph."""
-        self.create_timer(1.0, self._publish_stats)
+        made = self._entities
+        made.append(self.create_timer(1.0, self._publish_stats))
         if p["server_name"]:
             self._status_pub = self.create_publisher(ServerStatus, SERVERS_TOPIC, 10)
-            self.create_timer(p["heartbeat_period_s"], self._announce)
-        self.create_timer(0.1, self._check_presence)
-        self.create_timer(5.0, self._check_graph)
+            made += [self._status_pub, self.create_timer(p["heartbeat_period_s"],
+                                                         self._announce)]
+        made.append(self.create_timer(0.1, self._check_presence))
+        made.append(self.create_timer(5.0, self._check_graph))
 
     @staticmethod
     def _model_io(p: dict[str, Any]) -> Any:
@@ -297,6 +374,18 @@ class InferenceServer(Node):
         state = self._robots[robot]
         state.obs.last_seen = arrival
         state.present = True
+        if not self.serving:
+            self._publish(rx, ActionChunk.STATUS_REJECTED,
+                          f"server {self.get_fully_qualified_name()} inactive: "
+                          "'ros2 lifecycle set' it to activate")
+            return
+        refused = self.sessions.admit(robot, msg.header.frame_id, int(msg.seq), arrival)
+        if refused:
+            # Not the robot's own request: answered (a misconfigured second executor
+            # learns why) but kept out of the robot's statistics.
+            self._publish(rx, ActionChunk.STATUS_REJECTED, refused, record=False)
+            self.get_logger().warning(f"{robot}: {refused}", throttle_duration_sec=5.0)
+            return
         try:
             if rx.budget_error:
                 raise ValueError(rx.budget_error)
@@ -366,10 +455,10 @@ class InferenceServer(Node):
     def _release_failed(self, exc: BaseException) -> None:
         self.get_logger().error(f"held chunk not sent: {exc!r}")
 
-    def _publish(self, rx: _Received, status: int, reason: str) -> None:
+    def _publish(self, rx: _Received, status: int, reason: str, *, record: bool = True) -> None:
         chunk = self._chunk(rx, status, reason)
         chunk.timing.budget_ms = rx.msg.budget_ms
-        self._send(rx, chunk)
+        self._send(rx, chunk, record=record)
 
     def _chunk(self, rx: _Received, status: int, reason: str) -> ActionChunk:
         horizon, dim = self.engine.backend.action_shape
@@ -378,8 +467,16 @@ class InferenceServer(Node):
                            keyframe_spacing_s=rx.msg.keyframe_spacing_s,
                            commit_steps=rx.msg.commit_steps, server=self.params["server_name"])
 
-    def _send(self, rx: _Received, chunk: ActionChunk, ready: float | None = None) -> None:
-        """Publish ``chunk`` now; ``ready`` is when a held chunk could have gone out."""
+    def _send(self, rx: _Received, chunk: ActionChunk, ready: float | None = None, *,
+              record: bool = True) -> None:
+        """Publish ``chunk`` now; ``ready`` is when a held chunk could have gone out.
+
+        Once deactivated, no OK chunk goes out: one computed (or held) before is
+        answered REJECTED instead. ``record`` false keeps it out of the statistics.
+        """
+        if not self.serving and chunk.status == ActionChunk.STATUS_OK:
+            chunk.status, chunk.reason = ActionChunk.STATUS_REJECTED, "server inactive"
+            chunk.actions = []
         now = time.monotonic()
         span = now - rx.arrival
         chunk.timing.server_total_ms = span * MS_PER_S
@@ -388,12 +485,15 @@ class InferenceServer(Node):
         chunk.timing.budget_met = bool(chunk.status == ActionChunk.STATUS_OK
                                        and budget_met(span, rx.budget))
         chunk.header.stamp = self.get_clock().now().to_msg()
-        if not self.context.ok():
-            return  # shutting down: the engine drains results nobody can receive
-        self._chunk_pubs[rx.robot].publish(chunk)
-        record = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
-                                ok=chunk.status == ActionChunk.STATUS_OK)
-        self.ledger.record(rx.robot, record, _OUTCOMES[chunk.status], reason=chunk.reason,
+        pub = self._chunk_pubs.get(rx.robot)
+        if not self.context.ok() or pub is None:
+            return  # shutting down or cleaned up: the engine drains results nobody gets
+        pub.publish(chunk)
+        if not record:
+            return
+        response = ResponseRecord(rx.arrival, time.monotonic(), rx.budget,
+                                  ok=chunk.status == ActionChunk.STATUS_OK)
+        self.ledger.record(rx.robot, response, _OUTCOMES[chunk.status], reason=chunk.reason,
                            hold_s=hold, age=rx.age)
 
     # -- presence and statistics --------------------------------------------------------
@@ -403,6 +503,7 @@ class InferenceServer(Node):
             if state.present and now - state.obs.last_seen > self.params["robot_timeout_s"]:
                 state.present = False
                 state.obs.clear()
+                self.sessions.forget(state.name)
                 self.engine.cancel(state.name, "robot went silent")
                 self.get_logger().warning(
                     f"{state.name}: no messages for {self.params['robot_timeout_s']} s; "
@@ -474,7 +575,7 @@ class InferenceServer(Node):
                            capacity=self.params["capacity"], candidates=list(self._robots),
                            serving=self.ledger.active(time.monotonic(), _SERVING_WINDOW_S),
                            attainment=self._attainment,
-                           accepting=bool(self.engine.running))
+                           accepting=bool(self.engine.running and self.serving))
         msg.header.stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(msg)
 

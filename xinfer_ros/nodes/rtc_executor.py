@@ -68,6 +68,7 @@ timeout or a server's (re)appearance are not Eq. 1 sends and are not counted.
 from __future__ import annotations
 
 import math
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -288,6 +289,8 @@ class RtcExecutor(LifecycleNode):
         self._last_wall_diag = -math.inf
         self._stopped_output = False  # an empty trajectory went out since the last chunk
         self._warned_strangers: list[str] = []
+        #: Random per process: a second requester on this robot's topic has another.
+        self._session = secrets.token_hex(8)
         if p["autostart"]:
             self.trigger_configure()
             self.trigger_activate()
@@ -437,6 +440,8 @@ class RtcExecutor(LifecycleNode):
                             commit_steps=self.core.config.commit,
                             keyframe_spacing_s=self.spacing,
                             instruction=self.params["instruction"], server=req.server)
+        # The session id: the server serves one sender per robot (serving.sessions).
+        msg.header.frame_id = self._session
         msg.header.stamp = RosTime(nanoseconds=round(req.stamp * 1e9)).to_msg()
         if req.prev_chunk is not None:
             msg.prev_chunk = req.prev_chunk.astype(np.float32).ravel().tolist()

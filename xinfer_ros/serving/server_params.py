@@ -46,6 +46,9 @@ def _check_slots(value: list[int]) -> str | None:
 
 
 PARAMS = [
+    ParamSpec("autostart", True, "configure and activate at start (false: the model loads, "
+              "then the server waits for 'ros2 lifecycle set <node> configure' and "
+              "'activate'; requests are answered REJECTED until it is active)"),
     ParamSpec("server_name", "", "name of this server among several on one ROS domain: its "
               "statistics go to xinfer/<server_name>/fleet_stats and its /diagnostics "
               "entries are xinfer/<server_name>/...; run the node as <server_name> too "
