@@ -557,6 +557,39 @@ def test_diagnostics_per_robot_and_for_the_server() -> None:
         assert int(values["rss_mib"]) > 10 and server.level == DiagnosticStatus.OK
 
 
+@pytest.mark.timeout(60)
+def test_frames_beyond_the_byte_budget_are_refused_with_a_visible_reason() -> None:
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    # 1 MiB per robot: the 224x352 and two 224x320 rgb8 frames (0.65 MiB) fit once;
+    # 480x640 frames (0.88 MiB each) do not fit beside each other.
+    with serving(max_frame_bytes_per_robot=2**20) as (server, peer, robots, spin):
+        arrays: list[DiagnosticArray] = []
+        peer.create_subscription(DiagnosticArray, "/diagnostics", arrays.append, 10)
+        r1 = robots["r1"]
+        for _ in range(3):
+            r1.observe()
+            spin(0.1)
+        assert answer(r1, r1.request(), spin).status == ActionChunk.STATUS_OK
+        assert server._robots["r1"].obs.frame_bytes <= 2**20
+        spin(0.6)  # the frames that fitted age out
+        r1.observe(shapes=[(480, 640)] * 3)
+        spin(0.2)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_REJECTED
+        assert "refused" in chunk.reason and "max_frame_bytes_per_robot=1048576" in chunk.reason
+        for _ in range(7):  # a fleet_stats round, which carries the diagnostics
+            r1.observe(shapes=[(480, 640)] * 3)
+            spin(0.2)
+        status = {s.name: {v.key: v.value for v in s.values} for s in arrays[-1].status}
+        assert int(status["xinfer/robots/r1"]["frames_refused"]) >= 2
+        assert float(status["xinfer/robots/r1"]["frame_mib"]) <= 1.0
+        server_values = status["xinfer/server"]
+        assert server_values["frame_budget_mib"] == "2"  # two robots on the allowlist
+        assert int(server_values["frames_refused"]) >= 2
+        assert 0 < float(server_values["frame_store_mib"]) <= 2.0
+
+
 def test_set_policy_is_off_unless_asked_for() -> None:
     with serving() as (server, _, _, spin):
         spin(0.2)

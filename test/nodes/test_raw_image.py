@@ -56,11 +56,13 @@ def test_peek_reads_big_endian_cdr_and_declines_what_it_cannot_read() -> None:
 def test_raw_frame_converts_exactly_like_the_message() -> None:
     for encoding in ("rgb8", "bgr8"):
         msg = image(12, 345, "camera_0", shape=(224, 352), encoding=encoding)
-        raw = RawImage(serialize_message(msg))
+        cdr = serialize_message(msg)
+        raw = RawImage(cdr)
         out = raw.message()
         assert out.header == msg.header
         np.testing.assert_array_equal(image_to_rgb(out), image_to_rgb(msg))
-        assert raw.message() is out  # deserialized once
+        # A stored frame holds its bytes once: the message is not kept beside them.
+        assert raw.nbytes == len(cdr) and raw.message() is not out
 
 
 def test_bad_frames_keep_their_reasons() -> None:

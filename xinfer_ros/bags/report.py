@@ -30,7 +30,12 @@ from xinfer_ros.bags.scan import RecordedChunk, RecordedRun, RobotTrack
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.timing import MS_PER_S
 
-__all__ = ["STATUS_NAMES", "Thresholds", "build_report", "format_report"]
+__all__ = ["LATE_S", "STATUS_NAMES", "Thresholds", "build_report", "format_report",
+           "player_lateness"]
+
+#: A recorded message published this much behind its schedule counts as late: one
+#: camera period at 10 Hz, after which the server may pick an older frame than recorded.
+LATE_S = 0.1
 
 STATUS_NAMES = {0: "ok", 1: "rejected", 2: "shed", 3: "error"}
 STATUS_OK = 0
@@ -318,14 +323,17 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
         total["after_compared"] = compared
     total["delta"] = _delta(total["before"], compared)
     checks = _run_checks({**sections, "ALL": {**total, "after": compared}}, limits)
+    player = player_lateness(result.lags_s)
+    late = _lateness_warning(player)
     return {
         **(info or {}),
         "bag": str(run.source.path), "storage": run.source.storage,
         "salvaged": run.source.salvaged, "duration_s": run.duration_s,
-        "window_s": list(window), "warnings": list(run.warnings),
+        "window_s": list(window), "warnings": [*run.warnings, *([late] if late else [])],
         "skipped_messages": run.skipped, "read_error": run.source.read_error,
         "schema_changes": [change.to_dict() for change in run.schema_changes],
         "published": dict(result.published), "max_lag_s": result.max_lag_s,
+        "player": player,
         "duplicates": result.duplicates, "stopped_early": result.stopped,
         "robots": sections, "total": total, "checks": checks,
         "thresholds": limits.__dict__.copy(),
@@ -350,6 +358,31 @@ def _ms(value: float | None) -> str:
     return "-" if not math.isfinite(value) else f"{value:.1f}"
 
 
+def player_lateness(lags_s: list[float]) -> dict[str, Any]:
+    """How far the player published behind the recording's schedule (ms), and how often.
+
+    Args:
+        lags_s: Per published recorded message, its publish time minus its due time.
+    """
+    if not lags_s:
+        return {"messages": 0, "p50_ms": None, "p99_ms": None, "max_ms": None, "late": 0,
+                "late_after_ms": LATE_S * MS_PER_S}
+    lags = np.asarray(lags_s, dtype=float)
+    return {"messages": int(lags.size), "p50_ms": float(np.percentile(lags, 50)) * MS_PER_S,
+            "p99_ms": float(np.percentile(lags, 99)) * MS_PER_S,
+            "max_ms": float(lags.max()) * MS_PER_S, "late": int((lags > LATE_S).sum()),
+            "late_after_ms": LATE_S * MS_PER_S}
+
+
+def _lateness_warning(lateness: dict[str, Any]) -> str | None:
+    if not lateness["late"]:
+        return None
+    return (f"the player fell behind the recording: {lateness['late']} of "
+            f"{lateness['messages']} messages published over {lateness['late_after_ms']:.0f} "
+            f"ms late, at most {lateness['max_ms']:.0f} ms (P99 {lateness['p99_ms']:.0f} ms); "
+            "the server may have picked older observations than recorded")
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The report as a text table (per robot and ALL), followed by the checks."""
     head = (f"{'robot':<10}{'req b/a':>10}{'attain before':>15}{'after':>8}{'P50 b/a ms':>15}"
@@ -370,6 +403,12 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"action pairs: {total['pairs']}, comparable (same observations): "
                  f"{total['comparable']}, identical: {total['identical']}"
                  + ("  -> actions match exactly" if total["all_identical"] else ""))
+    player = report.get("player")
+    if player and player["messages"]:
+        lines.append(f"player: {player['messages']} recorded messages published, behind "
+                     f"schedule P50 {player['p50_ms']:.1f} ms, P99 {player['p99_ms']:.1f} ms, "
+                     f"max {player['max_ms']:.1f} ms; {player['late']} over "
+                     f"{player['late_after_ms']:.0f} ms late")
     for warning in report["warnings"]:
         lines.append(f"warning: {warning}")
     for c in report["checks"]:

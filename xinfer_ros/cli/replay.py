@@ -357,6 +357,7 @@ def _serve_and_play(args: argparse.Namespace, run: Any,
     """
     from xinfer_ros.cli.fleet import _loopback_env, _stop
     from xinfer_ros.nodes.runtime import ros_session
+    from xinfer_ros.nodes.shm_transport import use_large_segment
 
     robots = sorted(run.robots)
     if args.running and "ROS_DOMAIN_ID" not in os.environ:
@@ -368,6 +369,9 @@ def _serve_and_play(args: argparse.Namespace, run: Any,
     workdir = Path(tempfile.mkdtemp(prefix="replay_", dir=args.out))
     print(f"xinfer-replay: {args.bag} ({run.source.storage}, {run.duration_s:.1f} s, robots "
           f"{robots}); ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
+    # This process publishes every recorded frame; the server (env above) keeps its own
+    # transport settings.
+    print(use_large_segment(workdir))
     server = None
     with ros_session() as flag:
         try:

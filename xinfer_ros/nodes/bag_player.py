@@ -124,6 +124,8 @@ class PlayResult:
         chunks: Per robot, the first answer to each seq.
         published: Messages published per topic kind.
         max_lag_s: Largest delay of a publication behind its schedule.
+        lags_s: Every recorded message's delay behind its schedule, in publish order
+            (the player never skips a late message: it publishes it late).
         stopped: Whether ``stop`` ended the replay early.
         duplicates: Answers to a seq already answered (ignored).
     """
@@ -132,6 +134,7 @@ class PlayResult:
     chunks: dict[str, dict[int, RecordedChunk]] = field(default_factory=dict)
     published: Counter[str] = field(default_factory=Counter)
     max_lag_s: float = 0.0
+    lags_s: list[float] = field(default_factory=list)
     stopped: bool = False
     duplicates: int = 0
 
@@ -364,6 +367,10 @@ class BagPlayer(Node):
     def _publish_input(self, msg: BagMessage, lag: float) -> None:
         self._pubs[msg.topic].publish(msg.data)
         self.result.published[self._inputs[msg.topic].kind.value] += 1
+        self._lagged(lag)
+
+    def _lagged(self, lag: float) -> None:
+        self.result.lags_s.append(lag)
         self.result.max_lag_s = max(self.result.max_lag_s, lag)
 
     def _send(self, robot: str, request: RecordedRequest, msg: Any, bag_ns: int) -> None:
@@ -416,7 +423,7 @@ class BagPlayer(Node):
                 self._publish_input(message, time.monotonic() - due)
             elif request is not None:
                 self._send(robot, request, _for_this_server(request.data), request.log_ns)
-                self.result.max_lag_s = max(self.result.max_lag_s, time.monotonic() - due)
+                self._lagged(time.monotonic() - due)
 
     def _play_closed(self, t0: float, stop: Callable[[], bool]) -> None:
         period = self.config.period_s / self.config.rate

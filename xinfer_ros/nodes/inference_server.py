@@ -82,6 +82,7 @@ from xinfer_ros.serving.frontend import FlatChunk, camera_image, request_inputs
 from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_rgb
 from xinfer_ros.serving.ledger import Outcome, ServingLedger, request_age
 from xinfer_ros.serving.observations import (
+    FrameBudgetError,
     ObservationError,
     RobotObservations,
     joint_positions,
@@ -146,9 +147,9 @@ class _Received:
 class _RobotState:
     """Server-side state of one allowlisted robot."""
 
-    def __init__(self, name: str, cameras: int) -> None:
+    def __init__(self, name: str, cameras: int, max_frame_bytes: int = 0) -> None:
         self.name = name
-        self.obs = RobotObservations(cameras)
+        self.obs = RobotObservations(cameras, max_frame_bytes=max_frame_bytes)
         self.present = False
 
 
@@ -160,7 +161,8 @@ class InferenceServer(LifecycleNode):
         p = declare_params(self, PARAMS)
         self.params = p
         names = parse_robots(list(p["robots"]))
-        self._robots = {name: _RobotState(name, p["cameras"]) for name in names}
+        self._robots = {name: _RobotState(name, p["cameras"], p["max_frame_bytes_per_robot"])
+                        for name in names}
         #: What was answered, per robot: the statistics and diagnostics read it.
         self.ledger = ServingLedger(names)
         self._warned: set[object] = set()
@@ -351,8 +353,11 @@ class InferenceServer(LifecycleNode):
                                       throttle_duration_sec=5.0)
             return
         state = self._robots[robot]
-        state.obs.add_image(camera, frame, time.monotonic(), frame.stamp_s)
         state.present = True
+        try:
+            state.obs.add_image(camera, frame, time.monotonic(), frame.stamp_s, frame.nbytes)
+        except FrameBudgetError as exc:
+            self.get_logger().warning(f"{robot}: {exc}", throttle_duration_sec=5.0)
 
     def _on_state(self, robot: str, msg: JointState) -> None:
         self._robots[robot].obs.add_state(msg, time.monotonic())
@@ -608,7 +613,9 @@ class InferenceServer(LifecycleNode):
                         KeyValue(key="queue_depth", value=str(r.queue_depth)),
                         KeyValue(key="latency_p99_ms", value=f"{r.latency_p99_ms:.1f}"),
                         KeyValue(key="request_age_p99_ms",
-                                 value=f"{r.request_age_p99_ms:.1f}")]))
+                                 value=f"{r.request_age_p99_ms:.1f}"),
+                        KeyValue(key="frame_mib", value=f"{state.obs.frame_bytes / 2**20:.1f}"),
+                        KeyValue(key="frames_refused", value=str(state.obs.frames_refused))]))
             if r.robot_id in self._strangers:
                 diag.status.append(DiagnosticStatus(
                     level=DiagnosticStatus.WARN,
@@ -620,10 +627,16 @@ class InferenceServer(LifecycleNode):
     def _server_status(self, stats: FleetStats) -> DiagnosticStatus:
         """One entry for the server: what it serves, on what, how loaded."""
         backend = self.engine.backend
+        # The frame store and its bound: the budget per robot times the robots.
+        stores = [r.obs for r in self._robots.values()]
+        budget = self.params["max_frame_bytes_per_robot"] * len(stores)
         values = {"model": self.params["model"], "model_path": self.params["model_path"],
                   "backend": self.params["backend"], "device": str(backend.device),
                   "policy": stats.policy, "queue_depth": str(stats.total.queue_depth),
-                  "rss_mib": f"{_rss_bytes() / 2**20:.0f}"}
+                  "rss_mib": f"{_rss_bytes() / 2**20:.0f}",
+                  "frame_store_mib": f"{sum(o.frame_bytes for o in stores) / 2**20:.1f}",
+                  "frame_budget_mib": f"{budget / 2**20:.0f}",
+                  "frames_refused": str(sum(o.frames_refused for o in stores))}
         if str(backend.device).startswith("cuda"):
             import torch
 

@@ -91,16 +91,26 @@ class RawImage:
         self.stamp_s = stamp[0] + stamp[1] * 1e-9
 
     @property
+    def nbytes(self) -> int:
+        """Bytes this frame holds: its CDR, plus the message when it had to be built."""
+        held = 0 if self._message is None else len(self._message.data)
+        return len(self.cdr) + held
+
+    @property
     def compressed(self) -> bool:
         """Whether the frame is a CompressedImage (JPEG/PNG bytes)."""
         return self.message_type is CompressedImage
 
     def message(self) -> Any:
-        """The deserialized message (built on first use, then kept).
+        """The deserialized message, built afresh on each call.
+
+        Not kept: a stored frame holds its bytes once, which is what the server's frame
+        budget counts (nearly every frame is picked by some request, so keeping the
+        message would double the frame store).
 
         Raises:
             ImageConversionError: When the bytes do not deserialize.
         """
-        if self._message is None:
-            self._message = deserialize_image(self.cdr, self.message_type)
-        return self._message
+        if self._message is not None:
+            return self._message
+        return deserialize_image(self.cdr, self.message_type)

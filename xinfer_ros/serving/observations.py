@@ -4,6 +4,15 @@ The server keeps the last few frames of each camera and the last joint states of
 robot. A request uses, per camera, the newest frame stamped at or before the request's
 send stamp and no older than ``max_age_s`` (ROS-free: the buffers hold any object with
 a ``header.stamp``).
+
+Stored frames have a byte budget per robot (``max_frame_bytes``). A frame that does
+not fit evicts the robot's oldest frames first, from the camera holding the most bytes,
+so each camera keeps at least its newest frame and a large camera gives up depth before
+a small one. A frame that cannot fit even then (beside the newest frame of every other
+camera) is refused with a :class:`FrameBudgetError`, counted, and named in the reason
+of a request that then has no usable frame of that camera. Refusing, rather than
+downscaling on arrival, keeps arrival cheap: the server stores frames serialized and
+never decodes one that no request picks.
 """
 
 from __future__ import annotations
@@ -15,7 +24,14 @@ from typing import Any
 
 from xinfer_ros.errors import ObservationError
 
-__all__ = ["ObservationError", "RobotObservations", "joint_positions", "stamp_seconds"]
+__all__ = ["FrameBudgetError", "ObservationError", "RobotObservations", "joint_positions",
+           "stamp_seconds"]
+
+_MIB = 2**20
+
+
+class FrameBudgetError(ObservationError):
+    """A camera frame refused, or a request without a frame, for the robot's byte budget."""
 
 
 def stamp_seconds(stamp: Any) -> float:
@@ -52,21 +68,37 @@ class RobotObservations:
     Attributes:
         cameras: Number of cameras.
         depth: Messages kept per stream.
+        max_frame_bytes: Byte budget of this robot's stored frames (0: none).
         last_seen: Monotonic time of the latest message from this robot.
+        frames_refused: Frames refused for the budget so far.
     """
 
     cameras: int
     depth: int = 8
+    max_frame_bytes: int = 0
     last_seen: float = 0.0
-    _images: list[deque[tuple[float, Any]]] = field(default_factory=list)
+    frames_refused: int = 0
+    _images: list[deque[tuple[float, Any, int]]] = field(default_factory=list)
+    _camera_bytes: list[int] = field(default_factory=list)
+    _refused: list[str] = field(default_factory=list)
     _states: deque[tuple[float, Any]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
-        self._images = [deque(maxlen=self.depth) for _ in range(self.cameras)]
+        # Unbounded deques: depth is enforced in add_image, which also keeps the byte
+        # count (a deque's maxlen would drop frames behind the count's back).
+        self._images = [deque() for _ in range(self.cameras)]
+        self._camera_bytes = [0] * self.cameras
+        self._refused = [""] * self.cameras
         self._states = deque(maxlen=self.depth)
 
-    def add_image(self, camera: int, msg: Any, now: float, stamp_s: float | None = None) -> None:
-        """Keep a camera frame.
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of the frames stored now, as given to :meth:`add_image`."""
+        return sum(self._camera_bytes)
+
+    def add_image(self, camera: int, msg: Any, now: float, stamp_s: float | None = None,
+                  nbytes: int = 0) -> None:
+        """Keep a camera frame, within the byte budget.
 
         Args:
             camera: Camera index.
@@ -74,10 +106,46 @@ class RobotObservations:
                 ``stamp_s`` is given (the server keeps serialized frames).
             now: Monotonic arrival time.
             stamp_s: The frame's stamp in seconds (default: read from ``msg``).
+            nbytes: The frame's size in memory, counted against ``max_frame_bytes``.
+
+        Raises:
+            FrameBudgetError: When the frame cannot fit the budget beside the newest
+                frame of every other camera; it is counted and not kept.
         """
         stamp = stamp_seconds(msg.header.stamp) if stamp_s is None else stamp_s
-        self._images[camera].append((stamp, msg))
         self.last_seen = now
+        self._check_fits(camera, nbytes)
+        buf = self._images[camera]
+        if len(buf) >= self.depth:
+            self._camera_bytes[camera] -= buf.popleft()[2]
+        self._make_room(camera, nbytes)
+        buf.append((stamp, msg, nbytes))
+        self._camera_bytes[camera] += nbytes
+        self._refused[camera] = ""
+
+    def _check_fits(self, camera: int, nbytes: int) -> None:
+        """Refuse a frame that cannot fit beside the newest frame of every other camera."""
+        budget = self.max_frame_bytes
+        if not budget:
+            return
+        others = sum(buf[-1][2] for i, buf in enumerate(self._images) if i != camera and buf)
+        if nbytes + others > budget:
+            self.frames_refused += 1
+            reason = (f"camera_{camera} frame of {nbytes / _MIB:.2f} MiB refused: with the "
+                      f"newest frame of each other camera ({others / _MIB:.2f} MiB) it "
+                      f"exceeds max_frame_bytes_per_robot={budget} ({budget / _MIB:.2f} MiB)")
+            self._refused[camera] = reason
+            raise FrameBudgetError(reason)
+
+    def _make_room(self, camera: int, nbytes: int) -> None:
+        """Evict the oldest frames of the fullest cameras until ``nbytes`` more fit."""
+        while self.max_frame_bytes and self.frame_bytes + nbytes > self.max_frame_bytes:
+            # The new frame replaces its own camera's frames, so all of them may go;
+            # another camera keeps its newest.
+            victim = max((i for i, buf in enumerate(self._images)
+                          if len(buf) > (0 if i == camera else 1)),
+                         key=self._camera_bytes.__getitem__)
+            self._camera_bytes[victim] -= self._images[victim].popleft()[2]
 
     def add_state(self, msg: Any, now: float) -> None:
         """Keep a joint-state message."""
@@ -88,12 +156,15 @@ class RobotObservations:
         """Forget every buffered message."""
         for buf in self._images:
             buf.clear()
+        self._camera_bytes = [0] * self.cameras
+        self._refused = [""] * self.cameras
         self._states.clear()
 
     @staticmethod
-    def _pick(buf: deque[tuple[float, Any]], at: float, max_age: float, what: str) -> Any:
+    def _pick(buf: deque[tuple[float, Any]] | deque[tuple[float, Any, int]], at: float,
+              max_age: float, what: str) -> Any:
         after = None
-        for t, msg in reversed(buf):
+        for t, msg, *_ in reversed(buf):
             if t <= at + 1e-6:
                 if at - t > max_age:
                     raise ObservationError(
@@ -120,9 +191,18 @@ class RobotObservations:
         newer.
 
         Raises:
-            ObservationError: Naming the stream that has no usable message.
+            ObservationError: Naming the stream that has no usable message;
+                :class:`FrameBudgetError` when a camera has none because its latest
+                frame was refused for the byte budget.
         """
-        images = [self._pick(buf, at, max_age, f"camera_{i}/image_raw")
-                  for i, buf in enumerate(self._images)]
+        images = []
+        for i, buf in enumerate(self._images):
+            try:
+                images.append(self._pick(buf, at, max_age, f"camera_{i}/image_raw"))
+            except ObservationError as exc:
+                if self._refused[i]:
+                    raise FrameBudgetError(f"{exc}; its latest frame was refused: "
+                                           f"{self._refused[i]}") from None
+                raise
         state = self._pick(self._states, at, max_age, "joint_states")
         return images, state

@@ -99,6 +99,13 @@ PARAMS = [
     ParamSpec("joint_names", [""], "the model's joint order: joint_states positions are "
               "read by these names ([\"\"]: in the message's order)",
               check=lambda v: None if list(v) == [""] or all(v) else "has an empty name"),
+    ParamSpec("max_frame_bytes_per_robot", 128 * 2**20, "byte budget of one robot's stored "
+              "camera frames (8 per camera, kept serialized): a frame beyond it evicts that "
+              "robot's oldest frames, largest camera first; one that cannot fit beside the "
+              "newest frame of each other camera is refused (counted in /diagnostics, and "
+              "named in the reason of a request left without that camera). The server's "
+              "frame memory is at most this times the robots on the allowlist",
+              2**20, 2**36),
     ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
     ParamSpec("max_clock_skew_s", 0.05, "clock difference between robots and server "
               "believed when a request's age is measured from its stamp (s; statistics "
