@@ -1,0 +1,142 @@
+"""Slack-aware batch formation: which launched units of a stage run as one batch (issue 28).
+
+The lanes of today batch blindly: a free lane takes the oldest launched unit and up to
+``max_batch − 1`` mates of its batch key (:mod:`xinfer_ros.engine.batching`). Under
+per-request deadlines that can make a mate late: a batch of k runs for d_s(k, n), longer
+than the lead's d_s(1, n). :func:`form_batch` decides instead, from the predictor's batch
+costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
+
+* **No member is predicted late.** Member j finishes its stage at ``t + d(k)`` and the
+  request at ``t + d(k) + rest_j``; a mate joins only while that stays ``<= ℓ_j`` for
+  every member (a lead already late alone still runs, alone).
+* **Tight slack stays intact.** The batch's extra lane time ``d(k) − d(1)`` must fit in
+  ``guard``, the smallest slack among protected requests outside the batch (they wait
+  on the same lanes), and a *tight* member keeps at least half of its own slack. A
+  member is tight when a full batch would cost it more than its slack:
+  ``σ_j(1) < max(0, d(N) − d(1))`` (so a member late even alone is tight).
+* **A batch with a tight member is never held.** Otherwise, when the batch is not full, the lead may
+  wait for mates until ``start_by``: the latest start at which a *full* batch still
+  keeps every member (and ``guard``) feasible, and at most one lone-unit duration d(1)
+  after ``t`` (waiting longer than the unit takes alone never pays: the lane would have
+  finished it). The caller runs the batch at ``start_by`` at the latest, or sooner when
+  a mate arrives (it calls again).
+
+All times are seconds. The function is pure and O(N · members): one sizes' cost lookup
+(:meth:`BatchCost.durations`) and a greedy scan of the candidates in their given order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["BatchPlan", "Candidate", "form_batch", "is_tight"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A launched unit of one stage and batch key, waiting for a lane.
+
+    Attributes:
+        request_id: its request.
+        deadline: ℓ_j, the request's deadline (s).
+        rest: predicted time from the end of this stage to the request's end (later
+            stages and output processing) (s).
+    """
+
+    request_id: int
+    deadline: float
+    rest: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """What the lane should run.
+
+    Attributes:
+        members: request ids of the batch, lead first (a subsequence of the candidates).
+        duration: predicted batch duration d(len(members)) (s).
+        start_by: latest start time; equal to the decision time when the batch runs now,
+            later when the lead may wait for mates.
+    """
+
+    members: tuple[int, ...]
+    duration: float
+    start_by: float
+
+    def runs_now(self, t: float) -> bool:
+        """Whether the batch should start at ``t`` (no mate is worth waiting for)."""
+        return self.start_by <= t
+
+
+def _slack(c: Candidate, t: float, d: float) -> float:
+    """σ_j: time to spare when member ``c`` runs in a batch of duration ``d`` from ``t``."""
+    return c.deadline - t - d - c.rest
+
+
+def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
+    """Whether a full batch would cost ``c`` more than its slack alone (see module doc)."""
+    return _slack(c, t, durations[0]) < max(0.0, durations[-1] - durations[0])
+
+
+def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
+               guard: float = float("inf"), may_wait: bool = True) -> BatchPlan:
+    """The batch to run for the oldest candidate, and how long it may wait for mates.
+
+    Args:
+        candidates: the waiting units of one stage and batch key, oldest (the lead) first.
+        t: decision time.
+        durations: ``d(1), ..., d(N)`` at the current load
+            (:meth:`~xinfer_ros.core.batch_cost.BatchCost.durations`); N is the most
+            units one batch may take.
+        guard: smallest slack of protected requests outside the batch; the batch's extra
+            duration over the lead alone must fit in it.
+        may_wait: False runs the batch now whatever the slack (e.g. while mates cannot
+            come: no other robot has work upstream of this stage).
+
+    Returns:
+        The plan; ``members`` is never empty.
+
+    Raises:
+        ValueError: no candidates, or no durations.
+    """
+    if not candidates:
+        raise ValueError("form_batch needs at least one candidate")
+    if not durations:
+        raise ValueError("form_batch needs the duration of a batch of one")
+    n_max = len(durations)
+    d1 = durations[0]
+    lead = candidates[0]
+    members = [lead]
+    # Per member, the least slack it must keep: 0, or half of its own slack when tight.
+    floors = [_floor(lead, t, durations)]
+    # A lead predicted late even alone runs alone: mates would only add to its lateness.
+    if _slack(lead, t, d1) >= 0.0:
+        for c in candidates[1:]:
+            if len(members) == n_max:
+                break
+            d = durations[len(members)]
+            if d - d1 > guard:
+                break  # larger batches only cost more lane time
+            floor = _floor(c, t, durations)
+            if _slack(c, t, d) < floor:
+                continue  # this mate would be late (or lose its tight slack): skip it
+            if all(_slack(m, t, d) >= f for m, f in zip(members, floors, strict=True)):
+                members.append(c)
+                floors.append(floor)
+    k = len(members)
+    start_by = t
+    if may_wait and k < n_max and not any(is_tight(m, t, durations) for m in members):
+        # Nobody tight: wait while a full batch started then keeps everyone feasible.
+        dn = durations[-1]
+        if dn - d1 <= guard:
+            latest = min(m.deadline - m.rest - dn for m in members)
+            start_by = max(t, min(latest, t + d1))
+    return BatchPlan(tuple(m.request_id for m in members), durations[k - 1], start_by)
+
+
+def _floor(c: Candidate, t: float, durations: Sequence[float]) -> float:
+    """Slack member ``c`` must keep in a batch: half its lone slack when tight, else 0."""
+    if is_tight(c, t, durations):
+        return max(0.0, _slack(c, t, durations[0]) / 2.0)
+    return 0.0
