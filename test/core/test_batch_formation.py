@@ -39,8 +39,14 @@ def test_full_batch_runs_now():
 
 def test_mate_that_would_miss_its_deadline_is_left_out():
     # Unit 2 has 5 ms to spare alone: a batch of two (10 ms longer) would make it late.
-    plan = form_batch([cand(1, 1.0), cand(2, 0.005), cand(3, 1.0)], T, D)
+    plan = form_batch([cand(1, 0.025), cand(2, 0.005), cand(3, 1.0)], T, D)
     assert plan.members == (1, 3)
+    assert plan.runs_now(T)
+
+
+def test_tight_unit_behind_relaxed_ones_leads_and_runs_now():
+    plan = form_batch([cand(1, 1.0), cand(2, 1.0), cand(3, 0.015)], T, D)
+    assert plan.members[0] == 3 and plan.runs_now(T)
 
 
 def test_lead_late_even_alone_runs_alone_now():
@@ -102,8 +108,10 @@ def test_no_batch_is_formed_that_the_predictor_says_would_miss_a_members_deadlin
     cands = [Candidate(i, T + slack, rest) for i, (slack, rest) in enumerate(raw)]
     plan = form_batch(cands, T, durations, guard=guard)
     k = len(plan.members)
-    assert plan.members[0] == 0 and 1 <= k <= len(durations)
-    assert list(plan.members) == sorted(set(plan.members))  # a subsequence, in order
+    tight = [c.request_id for c in cands if is_tight(c, T, durations)]
+    assert plan.members[0] == (tight[0] if tight else 0) and 1 <= k <= len(durations)
+    mates = list(plan.members[1:])
+    assert mates == sorted(set(mates)) and plan.members[0] not in mates
     assert plan.duration == durations[k - 1]
     if k >= 2:
         assert durations[k - 1] - durations[0] <= guard
@@ -121,5 +129,7 @@ def test_no_batch_is_formed_that_the_predictor_says_would_miss_a_members_deadlin
 def test_a_tight_unit_is_never_held_waiting_for_mates(durations, raw):
     cands = [Candidate(i, T + slack, rest) for i, (slack, rest) in enumerate(raw)]
     plan = form_batch(cands, T, durations)
-    if any(is_tight(cands[rid], T, durations) for rid in plan.members):
+    tight = [c.request_id for c in cands if is_tight(c, T, durations)]
+    if tight:
         assert plan.runs_now(T)
+        assert plan.members[0] == tight[0]  # the oldest tight unit runs now

@@ -82,6 +82,9 @@ class BatchCost:
         predictor: its ``q`` table gives the cells (with the online correction).
         max_batch: most units per batch; checked against the table.
         source: names the table in the error.
+        table: the table whose batch dimension is checked (default: the predictor's;
+            pass the calibrated one when the predictor runs the no-interference
+            ablation, whose isolated copy keeps no calibration settings).
 
     Raises:
         RateTableError: when the table cannot cost batches of ``max_batch``.
@@ -89,8 +92,9 @@ class BatchCost:
 
     __slots__ = ("max_batch", "predictor")
 
-    def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table") -> None:
-        check_batch_table(predictor.table, max_batch, source)
+    def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table",
+                 table: RateTable | None = None) -> None:
+        check_batch_table(predictor.table if table is None else table, max_batch, source)
         self.predictor = predictor
         self.max_batch = max_batch
 

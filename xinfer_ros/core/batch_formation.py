@@ -14,15 +14,17 @@ costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
   on the same lanes), and a *tight* member keeps at least half of its own slack. A
   member is tight when a full batch would cost it more than its slack:
   ``σ_j(1) < max(0, d(N) − d(1))`` (so a member late even alone is tight).
-* **A batch with a tight member is never held.** Otherwise, when the batch is not full, the lead may
-  wait for mates until ``start_by``: the latest start at which a *full* batch still
-  keeps every member (and ``guard``) feasible, and at most one lone-unit duration d(1)
-  after ``t`` (waiting longer than the unit takes alone never pays: the lane would have
-  finished it). The caller runs the batch at ``start_by`` at the latest, or sooner when
-  a mate arrives (it calls again).
+* **A tight unit is never held.** The oldest tight candidate leads the batch (else
+  the oldest), and a batch with a tight member runs now. Otherwise, when the batch is
+  not full, the lead may wait for mates until ``start_by``: the latest start at which
+  a *full* batch still keeps every member (and ``guard``) feasible, and at most one
+  lone-unit duration d(1) after ``t`` (waiting longer than the unit takes alone never
+  pays: the lane would have finished it). The caller runs the batch at ``start_by`` at
+  the latest, or sooner when a mate arrives (it calls again).
 
-All times are seconds. The function is pure and O(N · members): one sizes' cost lookup
-(:meth:`BatchCost.durations`) and a greedy scan of the candidates in their given order.
+All times are seconds. The function is pure and O(N · members): one lookup of the
+sizes' costs (:meth:`BatchCost.durations`) and a greedy scan of the candidates (lead
+first, then in their given order).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class BatchPlan:
     """What the lane should run.
 
     Attributes:
-        members: request ids of the batch, lead first (a subsequence of the candidates).
+        members: request ids of the batch, lead first, then mates in candidate order.
         duration: predicted batch duration d(len(members)) (s).
         start_by: latest start time; equal to the decision time when the batch runs now,
             later when the lead may wait for mates.
@@ -81,10 +83,10 @@ def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
 
 def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
                guard: float = float("inf"), may_wait: bool = True) -> BatchPlan:
-    """The batch to run for the oldest candidate, and how long it may wait for mates.
+    """The batch a free lane runs, and how long it may wait for mates.
 
     Args:
-        candidates: the waiting units of one stage and batch key, oldest (the lead) first.
+        candidates: the waiting units of one stage and batch key, oldest first.
         t: decision time.
         durations: ``d(1), ..., d(N)`` at the current load
             (:meth:`~xinfer_ros.core.batch_cost.BatchCost.durations`); N is the most
@@ -106,7 +108,10 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
         raise ValueError("form_batch needs the duration of a batch of one")
     n_max = len(durations)
     d1 = durations[0]
-    lead = candidates[0]
+    # The oldest tight unit leads when there is one: it must not queue behind a relaxed
+    # lead's batch (nor behind a lead that waits for mates).
+    lead = next((c for c in candidates if is_tight(c, t, durations)), candidates[0])
+    candidates = [lead, *(c for c in candidates if c is not lead)]
     members = [lead]
     # Per member, the least slack it must keep: 0, or half of its own slack when tight.
     floors = [_floor(lead, t, durations)]
