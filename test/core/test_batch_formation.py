@@ -49,9 +49,9 @@ def test_tight_unit_behind_relaxed_ones_leads_and_runs_now():
     assert plan.members[0] == 3 and plan.runs_now(T)
 
 
-def test_lead_late_even_alone_runs_alone_now():
-    plan = form_batch([cand(1, -0.01), cand(2, 1.0)], T, D)
-    assert plan.members == (1,)
+def test_unit_late_even_alone_runs_now_with_mates_that_stay_on_time():
+    plan = form_batch([cand(1, 1.0), cand(2, -0.01), cand(3, 0.005), cand(4, 1.0)], T, D)
+    assert plan.members == (2, 1, 4)  # unit 3 would be made late
     assert plan.runs_now(T)
 
 
@@ -116,7 +116,9 @@ def test_no_batch_is_formed_that_the_predictor_says_would_miss_a_members_deadlin
     if k >= 2:
         assert durations[k - 1] - durations[0] <= guard
         for rid in plan.members:
-            assert T + plan.duration + cands[rid].rest <= cands[rid].deadline
+            c = cands[rid]
+            if c.deadline - T - durations[0] - c.rest >= 0.0:  # on time alone
+                assert c.deadline - T - plan.duration - c.rest >= 0.0
     # Waiting never pushes a full batch past a member's deadline, nor past d(1).
     assert T <= plan.start_by <= T + durations[0]
     if not plan.runs_now(T):

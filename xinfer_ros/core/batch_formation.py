@@ -6,9 +6,10 @@ per-request deadlines that can make a mate late: a batch of k runs for d_s(k, n)
 than the lead's d_s(1, n). :func:`form_batch` decides instead, from the predictor's batch
 costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
 
-* **No member is predicted late.** Member j finishes its stage at ``t + d(k)`` and the
+* **No member is made late.** Member j finishes its stage at ``t + d(k)`` and the
   request at ``t + d(k) + rest_j``; a mate joins only while that stays ``<= ℓ_j`` for
-  every member (a lead already late alone still runs, alone).
+  every member that could still make its deadline alone (one predicted late even
+  alone is lost whatever the batch: it constrains nobody, and runs now).
 * **Tight slack stays intact.** The batch's extra lane time ``d(k) − d(1)`` must fit in
   ``guard``, the smallest slack among protected requests outside the batch (they wait
   on the same lanes), and a *tight* member keeps at least half of its own slack. A
@@ -29,6 +30,7 @@ first, then in their given order).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,20 +117,18 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
     members = [lead]
     # Per member, the least slack it must keep: 0, or half of its own slack when tight.
     floors = [_floor(lead, t, durations)]
-    # A lead predicted late even alone runs alone: mates would only add to its lateness.
-    if _slack(lead, t, d1) >= 0.0:
-        for c in candidates[1:]:
-            if len(members) == n_max:
-                break
-            d = durations[len(members)]
-            if d - d1 > guard:
-                break  # larger batches only cost more lane time
-            floor = _floor(c, t, durations)
-            if _slack(c, t, d) < floor:
-                continue  # this mate would be late (or lose its tight slack): skip it
-            if all(_slack(m, t, d) >= f for m, f in zip(members, floors, strict=True)):
-                members.append(c)
-                floors.append(floor)
+    for c in candidates[1:]:
+        if len(members) == n_max:
+            break
+        d = durations[len(members)]
+        if d - d1 > guard:
+            break  # larger batches only cost more lane time
+        floor = _floor(c, t, durations)
+        if _slack(c, t, d) < floor:
+            continue  # this mate would be late (or lose its tight slack): skip it
+        if all(_slack(m, t, d) >= f for m, f in zip(members, floors, strict=True)):
+            members.append(c)
+            floors.append(floor)
     k = len(members)
     start_by = t
     if may_wait and k < n_max and not any(is_tight(m, t, durations) for m in members):
@@ -141,7 +141,14 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
 
 
 def _floor(c: Candidate, t: float, durations: Sequence[float]) -> float:
-    """Slack member ``c`` must keep in a batch: half its lone slack when tight, else 0."""
-    if is_tight(c, t, durations):
-        return max(0.0, _slack(c, t, durations[0]) / 2.0)
+    """Slack member ``c`` must keep in a batch: half its lone slack when tight, else 0.
+
+    A member predicted late even alone has no floor: its deadline is lost whatever the
+    batch, and refusing it mates would only cost the others throughput.
+    """
+    alone = _slack(c, t, durations[0])
+    if alone < 0.0:
+        return -math.inf
+    if alone < durations[-1] - durations[0]:
+        return alone / 2.0
     return 0.0

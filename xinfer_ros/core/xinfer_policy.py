@@ -319,7 +319,7 @@ class XInferPolicy(Policy):
         :func:`~xinfer_ros.core.batch_formation.form_batch`. Batch costs come from the
         table's batch dimension at the load of the *other* running units; a member's
         rest is its remaining stages at that load; the guard is the smallest slack of a
-        protected request outside the candidates.
+        protected request outside the candidates that is not already predicted late.
 
         Args:
             stage: the lane's stage.
@@ -348,8 +348,9 @@ class XInferPolicy(Policy):
         rest = pred.suffix_tab[pred.index(others)][s + 1]
         cands = [Candidate(rid, reqs[rid].deadline, rest) for rid in request_ids]
         members = set(request_ids)
-        guard = min((self.slack(rid, t) for rid in self._protected if rid not in members),
-                    default=float("inf"))
+        # Protected requests already predicted late cannot be saved by a smaller batch.
+        guard = min((sl for rid in self._protected if rid not in members
+                     if (sl := self.slack(rid, t)) >= 0.0), default=float("inf"))
         return form_batch(cands, t, durations, guard=guard, may_wait=cost is not None)
 
     # -- Algorithm 2 ---------------------------------------------------------------------------
