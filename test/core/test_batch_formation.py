@@ -117,8 +117,8 @@ def test_no_batch_is_formed_that_the_predictor_says_would_miss_a_members_deadlin
         assert durations[k - 1] - durations[0] <= guard
         for rid in plan.members:
             c = cands[rid]
-            if c.deadline - T - durations[0] - c.rest >= 0.0:  # on time alone
-                assert c.deadline - T - plan.duration - c.rest >= 0.0
+            if c.deadline - T - durations[0] - c.rest >= 1e-12:  # on time alone
+                assert c.deadline - T - plan.duration - c.rest >= -1e-12
     # Waiting never pushes a full batch past a member's deadline, nor past d(1).
     assert T <= plan.start_by <= T + durations[0]
     if not plan.runs_now(T):

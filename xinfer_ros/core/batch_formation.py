@@ -73,14 +73,10 @@ class BatchPlan:
         return self.start_by <= t
 
 
-def _slack(c: Candidate, t: float, d: float) -> float:
-    """σ_j: time to spare when member ``c`` runs in a batch of duration ``d`` from ``t``."""
-    return c.deadline - t - d - c.rest
-
-
 def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
     """Whether a full batch would cost ``c`` more than its slack alone (see module doc)."""
-    return _slack(c, t, durations[0]) < max(0.0, durations[-1] - durations[0])
+    alone = c.deadline - t - durations[0] - c.rest
+    return alone < 0.0 or alone < durations[-1] - durations[0]
 
 
 def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
@@ -110,45 +106,51 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
         raise ValueError("form_batch needs the duration of a batch of one")
     n_max = len(durations)
     d1 = durations[0]
+    spread = durations[-1] - d1
+    # Each candidate's slack alone, computed once: tightness and floors derive from it.
+    alone = [c.deadline - t - d1 - c.rest for c in candidates]
+    tight = [sl < 0.0 or sl < spread for sl in alone]
     # The oldest tight unit leads when there is one: it must not queue behind a relaxed
     # lead's batch (nor behind a lead that waits for mates).
-    lead = next((c for c in candidates if is_tight(c, t, durations)), candidates[0])
-    candidates = [lead, *(c for c in candidates if c is not lead)]
-    members = [lead]
-    # Per member, the least slack it must keep: 0, or half of its own slack when tight.
-    floors = [_floor(lead, t, durations)]
-    for c in candidates[1:]:
-        if len(members) == n_max:
+    first = tight.index(True) if any(tight) else 0
+    order = [first, *(i for i in range(len(candidates)) if i != first)]
+    members = [first]
+    floors = [_floor_of(alone[first], spread)]
+    for i in order[1:]:
+        k = len(members)
+        if k == n_max:
             break
-        d = durations[len(members)]
-        if d - d1 > guard:
+        d = durations[k]
+        extra = d - d1
+        if extra > guard:
             break  # larger batches only cost more lane time
-        floor = _floor(c, t, durations)
-        if _slack(c, t, d) < floor:
+        floor = _floor_of(alone[i], spread)
+        # Slack in a batch of duration d is the slack alone less the extra duration.
+        if alone[i] - extra < floor:
             continue  # this mate would be late (or lose its tight slack): skip it
-        if all(_slack(m, t, d) >= f for m, f in zip(members, floors, strict=True)):
-            members.append(c)
+        if all(alone[m] - extra >= f for m, f in zip(members, floors, strict=True)):
+            members.append(i)
             floors.append(floor)
     k = len(members)
     start_by = t
-    if may_wait and k < n_max and not any(is_tight(m, t, durations) for m in members):
+    if may_wait and k < n_max and not any(tight[m] for m in members) and spread <= guard:
         # Nobody tight: wait while a full batch started then keeps everyone feasible.
-        dn = durations[-1]
-        if dn - d1 <= guard:
-            latest = min(m.deadline - m.rest - dn for m in members)
-            start_by = max(t, min(latest, t + d1))
-    return BatchPlan(tuple(m.request_id for m in members), durations[k - 1], start_by)
+        latest = min(candidates[m].deadline - candidates[m].rest for m in members) \
+            - durations[-1]
+        start_by = max(t, min(latest, t + d1))
+    return BatchPlan(tuple(candidates[m].request_id for m in members), durations[k - 1],
+                     start_by)
 
 
-def _floor(c: Candidate, t: float, durations: Sequence[float]) -> float:
-    """Slack member ``c`` must keep in a batch: half its lone slack when tight, else 0.
+def _floor_of(alone: float, spread: float) -> float:
+    """Slack a member must keep in a batch, from its slack ``alone`` (see module doc).
 
-    A member predicted late even alone has no floor: its deadline is lost whatever the
-    batch, and refusing it mates would only cost the others throughput.
+    Half of it when tight, else 0. A member predicted late even alone has no floor:
+    its deadline is lost whatever the batch, and refusing it mates would only cost the
+    others throughput.
     """
-    alone = _slack(c, t, durations[0])
     if alone < 0.0:
         return -math.inf
-    if alone < durations[-1] - durations[0]:
+    if alone < spread:
         return alone / 2.0
     return 0.0

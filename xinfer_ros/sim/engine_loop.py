@@ -274,7 +274,20 @@ class Simulation:
             raise ValueError(f"policy {self.cfg.policy!r} forms batches of {cost.max_batch} "
                              f"but the simulated GPU runs max_batch {self.cfg.max_batch}")
         plan = self.policy.plan_batch  # type: ignore[attr-defined]
-        gpu.former = lambda s, keys, t: plan(s, keys, t).members
+        recorder = self.decisions
+        if recorder is None:
+            gpu.former = lambda s, keys, t: plan(s, keys, t).members
+            return gpu.flush
+        clock = recorder.clock
+
+        def timed_plan(s: int, keys: list[object], t: float) -> tuple[int, ...]:
+            # Batch formation is decision work: its cost joins the instant's sample.
+            t0 = clock()
+            members: tuple[int, ...] = plan(s, keys, t).members
+            recorder.add_to_last(t, clock() - t0)
+            return members
+
+        gpu.former = timed_plan
         return gpu.flush
 
     def _push(self, t: float, kind: int, robot: int, payload: Any = None) -> None:

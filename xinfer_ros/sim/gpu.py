@@ -338,7 +338,8 @@ class BatchedGpuModel(GpuModel):
 
         The simulator calls it after every decision, so units launched at one instant
         and units freed lanes wait for are formed together. The policy's hold for mates
-        (its plan's ``start_by``) is not modelled yet: a formed batch starts now.
+        (its plan's ``start_by``) is not modelled yet: a formed batch starts now, and a
+        lone waiting unit starts without asking.
         """
         former = self.former
         if former is None:
@@ -347,6 +348,10 @@ class BatchedGpuModel(GpuModel):
         for stage in range(3):
             waiting = self._waiting[stage]
             while waiting and sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
+                if len(waiting) == 1:  # no mates to choose (and holds are not modelled)
+                    self._start(stage, [waiting.popleft()], t, open_=False)
+                    started = True
+                    continue
                 chosen = set(former(stage, [u.key for u in waiting], t))
                 units = [u for u in waiting if u.key in chosen]
                 if not units:
