@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xinfer_ros.core.rate_table import resolve_rate_table
 from xinfer_ros.core.registry import make_policy, policy_names
 from xinfer_ros.sim.decision_trace import trace_decisions
 
@@ -68,6 +69,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all-decisions", action="store_true",
                         help="also count decisions with no ready work")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write results as JSON")
+    parser.add_argument("--rate-table", type=Path, metavar="FILE",
+                        help="rate table of the policy and the simulated GPU (default: "
+                             "shipped)")
+    parser.add_argument("--slots", type=_slots, metavar="V,P,A",
+                        help="execution slots (default: the policy's)")
+    parser.add_argument("--max-batch", type=int, default=1, metavar="N",
+                        help="simulated GPU runs up to N units of a stage as one batch; "
+                             "xinfer_batch forms them and its formation is timed with "
+                             "the decision (default: 1)")
+
+
+def _slots(text: str) -> tuple[int, int, int]:
+    """Parse ``V,P,A`` slots."""
+    try:
+        v, p, a = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"slots must be V,P,A integers, got {text!r}") \
+            from None
+    return v, p, a
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -81,7 +101,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: float = 40.0,
             window: float = 5.0, tick: float = 0.005, seed: int = 0,
             all_decisions: bool = False, clock: str = "wall",
-            settle: float = SETTLE_S) -> dict[str, Any]:
+            settle: float = SETTLE_S, rate_table: Path | None = None,
+            slots: tuple[int, int, int] | None = None,
+            max_batch: int = 1) -> dict[str, Any]:
     """Time decisions for one population; returns a JSON-ready summary (µs).
 
     ``median_us``/``p99_us`` pool every timed decision of every round (the paper's
@@ -92,6 +114,14 @@ def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: flo
     while keeping the policy's own cost.
     """
     timer = time.thread_time_ns if clock == "cpu" else time.perf_counter_ns
+    table = resolve_rate_table(rate_table)
+    kwargs: dict[str, Any] = {"rate_table": table}
+    if slots is not None:
+        kwargs["slots"] = slots
+    if policy.replace("-", "_") == "xinfer_batch":
+        kwargs["max_batch"] = max_batch
+    gpu: dict[str, Any] = {"rate_table": None if rate_table is None else str(rate_table),
+                           "slots": slots, "max_batch": max_batch}
     per_round: list[list[float]] = []
     kinds: dict[str, list[float]] = {}
     ready: list[int] = []
@@ -101,13 +131,14 @@ def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: flo
     # first timed rounds 1.5x slower than the rest.
     start = time.perf_counter()
     while settle > 0:
-        trace_decisions(make_policy(policy), robots, warmup + window, tick=tick, seed=seed)
+        trace_decisions(make_policy(policy, **kwargs), robots, warmup + window, tick=tick,
+                        seed=seed, **gpu)
         if time.perf_counter() - start >= settle:
             break
     for _ in range(rounds):
         gc.collect()
-        res = trace_decisions(make_policy(policy), robots, warmup + window, tick=tick,
-                              seed=seed, record_from=warmup, clock=timer)
+        res = trace_decisions(make_policy(policy, **kwargs), robots, warmup + window,
+                              tick=tick, seed=seed, record_from=warmup, clock=timer, **gpu)
         kept = [d for d in res.decisions if all_decisions or d.queued]
         per_round.append([d.cost_ns / 1e3 for d in kept])
         for d in kept:
@@ -158,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
         r = measure(n, policy=args.policy, rounds=args.rounds, warmup=args.warmup,
                     window=args.window, tick=args.tick, seed=args.seed,
                     all_decisions=args.all_decisions, clock=args.clock,
-                    settle=args.settle)
+                    settle=args.settle, rate_table=args.rate_table, slots=args.slots,
+                    max_batch=args.max_batch)
         results.append(r)
         print(f"robots={n:3d}  median={r['median_us']:6.1f} us  P99={r['p99_us']:6.1f} us  "
               f"| median of round P99s={r['round_p99_us']:6.1f} us  "

@@ -5,8 +5,8 @@ Names: ``fifo``, ``edf``, ``slack_gate``, ``xinfer``, and the App. C.3 ablations
 ``xinfer_no_arrival``, ``xinfer_entry_only``, ``xinfer_zero_slack``; and our admission
 extensions: ``xinfer_no_slot_aware`` / ``xinfer_paper`` (slot-aware admission off:
 Algorithm 1 as written), the experimental, default-off ``xinfer_projection`` and
-``xinfer_forecast_load``, and ``xinfer_spread`` (the settings for a server with phase
-spreading). Names are matched
+``xinfer_forecast_load``, ``xinfer_spread`` (the settings for a server with phase
+spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -49,6 +49,9 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     # admission off. Without spreading the projection costs phases capacity.
     "xinfer_spread": {"arrival_projection": True, "slot_aware": False},
     "xinfer_forecast_load": {"forecast_load": True},
+    # Issue 28: the policy forms the lanes' batches (needs a table with a batch
+    # dimension; the simulator passes its own max_batch).
+    "xinfer_batch": {"max_batch": 4},
 }
 
 

@@ -30,12 +30,16 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from xinfer_ros.core.batch_cost import BatchCost
+from xinfer_ros.core.batch_formation import BatchPlan, Candidate, form_batch
 from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
+from xinfer_ros.core.errors import SchedulerStateError
 from xinfer_ros.core.policy import Launch, Policy
+from xinfer_ros.core.rate_table import default_rate_table
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.timing import deadline
@@ -201,6 +205,10 @@ class XInferPolicy(Policy):
             parcel at 14 robots but gives up the slack that wins phases.
         frontend_reserve: f (s), added for forecast arrivals only.
         delta: δ (s) used for forecast deadlines.
+        max_batch: most launched units of a stage :meth:`plan_batch` puts in one batch
+            (issue 28); above one the rate table must have a batch dimension (see
+            :mod:`~xinfer_ros.core.batch_cost`), else construction fails with one line.
+            1 (default): every unit runs alone, the paper's policy.
         record_admissions: keep an :class:`AdmissionRecord` per ordinary admission in
             ``admissions`` (for tests and diagnostics; off on the hot path), the latest
             :data:`MAX_ADMISSION_RECORDS` only: a long-running server must not grow.
@@ -225,9 +233,16 @@ class XInferPolicy(Policy):
         frontend_reserve: float = FRONTEND_RESERVE,
         delta: float = DELTA,
         record_admissions: bool = False,
+        max_batch: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(interference=interference, **kwargs)
+        #: Batch costs d_s(k, n) for :meth:`plan_batch`; None: units run alone.
+        self.batch_cost: BatchCost | None = None
+        if max_batch != 1:
+            table = kwargs.get("rate_table") or default_rate_table()
+            self.batch_cost = BatchCost(self.predictor, max_batch,
+                                        "rate table", table)
         self.strict_priority = bool(strict_priority)
         self.arrival_aware = bool(arrival_aware)
         self.entry_only = bool(entry_only)
@@ -295,6 +310,48 @@ class XInferPolicy(Policy):
         tr = self.tracker
         return max((tr.residual(u, t, n) for rid, u in tr.units.items()
                     if rid != request_id and rid not in self._protected), default=0.0)
+
+    # -- batch formation (issue 28) ------------------------------------------------------------
+    def plan_batch(self, stage: Stage | int, request_ids: Sequence[int], t: float) -> BatchPlan:
+        """Which launched units of ``stage`` a free lane runs now as one batch.
+
+        The lane asks instead of taking the oldest unit and any mates: see
+        :func:`~xinfer_ros.core.batch_formation.form_batch`. Batch costs come from the
+        table's batch dimension at the load of the *other* running units; a member's
+        rest is its remaining stages at that load; the guard is the smallest slack of a
+        protected request outside the candidates that is not already predicted late.
+
+        Args:
+            stage: the lane's stage.
+            request_ids: launched, not yet running units of ``stage`` with one batch
+                key, oldest first.
+            t: decision time.
+
+        Raises:
+            SchedulerStateError: an id that is not a live request at ``stage``.
+        """
+        s = int(stage)
+        reqs = self._requests
+        for rid in request_ids:
+            r = reqs.get(rid)
+            if r is None or r.cursor != s:
+                raise SchedulerStateError(f"request {rid} has no launched {Stage(s).name} unit")
+        if not request_ids:
+            raise SchedulerStateError("plan_batch needs at least one launched unit")
+        pred, counts = self.predictor, self.tracker.counts
+        waiting = len(request_ids)
+        others = (counts[0] - waiting * (s == 0), counts[1] - waiting * (s == 1),
+                  counts[2] - waiting * (s == 2))
+        cost = self.batch_cost
+        durations = (cost.durations(s, others) if cost is not None
+                     else (pred.q_tab[pred.index(others)][s],))
+        rest = pred.suffix_tab[pred.index(others)][s + 1]
+        cands = [Candidate(rid, reqs[rid].deadline, rest) for rid in request_ids]
+        members = set(request_ids)
+        # Protected requests already predicted late cannot be saved by a smaller batch.
+        guard = min((sl for rid in self._protected if rid not in members
+                     if (sl := self.slack(rid, t)) >= 0.0), default=float("inf"))
+        return form_batch(cands, t, durations, guard=guard, may_wait=cost is not None)
 
     # -- Algorithm 2 ---------------------------------------------------------------------------
     def refresh_priority(self, t: float) -> tuple[frozenset[int], tuple[int, int, int]]:

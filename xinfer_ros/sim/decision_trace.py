@@ -57,6 +57,9 @@ def trace_decisions(
     seed: int = 0,
     record_from: float = 0.0,
     clock: Callable[[], int] = time.perf_counter_ns,
+    rate_table: str | None = None,
+    slots: tuple[int, int, int] | None = None,
+    max_batch: int = 1,
 ) -> ClosedLoopResult:
     """Drive ``policy`` with a simulated closed-loop fleet for ``duration`` seconds.
 
@@ -71,6 +74,11 @@ def trace_decisions(
         seed: seed of the start jitter and the execution-time noise.
         record_from: decisions before this time are not recorded (warm-up).
         clock: nanosecond timer used around each policy call.
+        rate_table: the GPU model's table (default: the shipped one); give the
+            policy's when it has another.
+        slots: the GPU model's slots (default: the policy's).
+        max_batch: the GPU model's batch bound; a batch-forming policy's batch
+            formation is timed with the decision of its instant.
 
     Returns:
         The recorded decisions (up to ``duration``) and response latencies.
@@ -82,7 +90,8 @@ def trace_decisions(
                                duration=duration, window=(0.0, duration))
     cfg = SimConfig(policy=policy.name, robots=robots, workload="custom", seed=seed,
                     duration=duration, window=(0.0, duration), tick=tick,
-                    period=send_period, keep_records=True)
+                    period=send_period, keep_records=True, rate_table=rate_table,
+                    slots=slots, max_batch=max_batch)
     recorder = DecisionRecorder(clock, record_from, duration)
 
     def given(_cfg: SimConfig, _table: RateTable) -> Policy:

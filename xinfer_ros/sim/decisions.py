@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -85,3 +85,12 @@ class DecisionRecorder:
             queued = sum(len(policy.ready_queue(s)) for s in range(3)) + len(out.launches)
             self.samples.append(DecisionSample(t, kind, queued, len(out.launches), cost))
         return out
+
+    def add_to_last(self, t: float, cost_ns: int) -> None:
+        """Add policy work done after :meth:`schedule` at ``t`` to that instant's sample.
+
+        Batch formation runs once the launches reach the GPU; it is decision work.
+        """
+        if self.samples and self.samples[-1].t == t:
+            last = self.samples[-1]
+            self.samples[-1] = replace(last, cost_ns=last.cost_ns + cost_ns)

@@ -198,6 +198,8 @@ def make_sim_policy(cfg: SimConfig, table: RateTable) -> Policy:
 
     kwargs = dict(cfg.policy_kwargs)
     kwargs.setdefault("rate_table", table)
+    if str(cfg.policy).strip().lower().replace("-", "_") == "xinfer_batch":
+        kwargs.setdefault("max_batch", cfg.max_batch)  # the policy forms the GPU's batches
     if cfg.slots is not None:
         kwargs.setdefault("slots", cfg.slots)
     return make_policy(cfg.policy, **kwargs)
@@ -241,6 +243,7 @@ class Simulation:
         self.gpu = gpu(self.table.rate, self.table.work, self.table.overhead, self.policy.slots,
                        noise=cfg.noise, seed=cfg.seed, rate_error=cfg.rate_error,
                        max_batch=cfg.max_batch)
+        self._flush = self._batch_former()
         self.audit = PredictionAudit(keep_from=cfg.window[0]) if cfg.audit else None
         self.robots = [Robot(spec, cfg.period) for spec in self.workload.robots]
         self._heap: list[tuple[float, int, int, int, Any]] = []
@@ -257,6 +260,36 @@ class Simulation:
         # (Policy.time_dependent); only those are ticked while work waits.
         self._ticks = self.policy.time_dependent
 
+    def _batch_former(self) -> Callable[[float], None] | None:
+        """Let a batch-forming policy choose the GPU's batches (issue 28); the flush hook.
+
+        Raises:
+            ValueError: the policy's max_batch differs from the simulated GPU's.
+        """
+        cost = getattr(self.policy, "batch_cost", None)
+        if cost is None:
+            return None
+        gpu = self.gpu
+        if not isinstance(gpu, BatchedGpuModel) or cost.max_batch != self.cfg.max_batch:
+            raise ValueError(f"policy {self.cfg.policy!r} forms batches of {cost.max_batch} "
+                             f"but the simulated GPU runs max_batch {self.cfg.max_batch}")
+        plan = self.policy.plan_batch  # type: ignore[attr-defined]
+        recorder = self.decisions
+        if recorder is None:
+            gpu.former = lambda s, keys, t: plan(s, keys, t).members
+            return gpu.flush
+        clock = recorder.clock
+
+        def timed_plan(s: int, keys: list[object], t: float) -> tuple[int, ...]:
+            # Batch formation is decision work: its cost joins the instant's sample.
+            t0 = clock()
+            members: tuple[int, ...] = plan(s, keys, t).members
+            recorder.add_to_last(t, clock() - t0)
+            return members
+
+        gpu.former = timed_plan
+        return gpu.flush
+
     def _push(self, t: float, kind: int, robot: int, payload: Any = None) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, robot, payload))
@@ -272,6 +305,8 @@ class Simulation:
             s = int(launch.stage)
             gpu.issue(launch.request.request_id, s, t)
             pending[s] -= 1
+        if self._flush is not None:
+            self._flush(t)
         if self.audit is not None:  # after the launches, as the engine samples
             self.audit.maybe_sample(self.policy, t)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,10 +34,12 @@ import numpy as np
 from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.progress import finish_time, progress
 
-__all__ = ["BatchedGpuModel", "GpuModel", "RateFn", "Unit"]
+__all__ = ["BatchedGpuModel", "Former", "GpuModel", "RateFn", "Unit"]
 
 #: ``rate(stage, (n_V, n_P, n_A) of the other units) -> ρ`` (dimensionless, > 0).
 RateFn = Callable[[int, tuple[int, int, int]], float]
+#: ``former(stage, waiting keys oldest first, t)``: keys of the batch a free lane runs.
+Former = Callable[[int, list[object], float], Sequence[object]]
 
 
 @dataclass(slots=True)
@@ -254,6 +256,10 @@ class BatchedGpuModel(GpuModel):
     """
 
     def _setup(self) -> None:
+        #: Set by the simulator when the policy forms batches (issue 28):
+        #: ``former(stage, waiting keys oldest first, t)`` returns the keys of the batch
+        #: a free lane runs. None: lanes batch as the engine's BatchQueue does.
+        self.former: Former | None = None
         self._batches: list[_Batch] = []
         self._waiting: list[deque[Unit]] = [deque(), deque(), deque()]
         self._running = [0, 0, 0]
@@ -292,6 +298,10 @@ class BatchedGpuModel(GpuModel):
             ValueError: If the stage has no free slot or ``key`` already runs.
         """
         unit = self._new_unit(key, stage, t)
+        if self.former is not None:  # the policy forms the batch at flush()
+            self._waiting[stage].append(unit)
+            self._rerate(t)
+            return unit
         joined = next((b for b in self._batches if b.open and b.stage == stage
                        and b.started == t and len(b.members) < self.max_batch), None)
         if joined is not None:
@@ -313,7 +323,7 @@ class BatchedGpuModel(GpuModel):
             self._running[batch.stage] -= len(batch.members)
             self._done.extend(batch.members)
             waiting = self._waiting[batch.stage]
-            if waiting:
+            if waiting and self.former is None:  # else the decision after this flushes
                 self._start(batch.stage, [waiting.popleft()
                                           for _ in range(min(self.max_batch, len(waiting)))],
                             t, open_=False)
@@ -322,3 +332,35 @@ class BatchedGpuModel(GpuModel):
         self.counts[done.stage] -= 1
         self._rerate(t)
         return done
+
+    def flush(self, t: float) -> None:
+        """Start the policy's batches on the free lanes (with a ``former`` only).
+
+        The simulator calls it after every decision, so units launched at one instant
+        and units freed lanes wait for are formed together. The policy's hold for mates
+        (its plan's ``start_by``) is not modelled yet: a formed batch starts now, and a
+        lone waiting unit starts without asking.
+        """
+        former = self.former
+        if former is None:
+            return
+        started = False
+        for stage in range(3):
+            waiting = self._waiting[stage]
+            while waiting and sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
+                if len(waiting) == 1:  # no mates to choose (and holds are not modelled)
+                    self._start(stage, [waiting.popleft()], t, open_=False)
+                    started = True
+                    continue
+                chosen = set(former(stage, [u.key for u in waiting], t))
+                units = [u for u in waiting if u.key in chosen]
+                if not units:
+                    raise ValueError(f"batch former chose none of the waiting stage-{stage} "
+                                     f"units")
+                self._waiting[stage] = waiting = deque(u for u in waiting
+                                                       if u.key not in chosen)
+                self._start(stage, units, t, open_=False)
+                started = True
+        if started:
+            self._advance(t)
+            self._rerate(t)

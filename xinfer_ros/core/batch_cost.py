@@ -1,0 +1,120 @@
+"""Predicted cost of a stage batch of 1..N units, read from a rate table (issue 28, item 2).
+
+A rate table has a batch dimension when the engine calibrated it with batches
+(``xinfer-calibrate --max-batch N`` stores ``model.settings.max_batch = N``). Such a
+table's ρ_s(n) counts *units*, the ``n_s + 1`` units of stage s split evenly into
+batches of at most N over ``ceil((n_s + 1) / N)`` lanes (:func:`~xinfer_ros.core.batching.
+batch_sizes`). So while ``k <= N`` units fit one batch, a stage-s batch of ``k`` units
+with the load ``n`` of *other* running units around it is measured directly as
+
+    d_s(k, n) = h_s + W_s / ρ_s(n + (k − 1) e_s)
+
+(its ``k − 1`` mates are the "other units held running" of the calibration). This is the
+batch dimension: no new file field, and the engine, the policy and the simulator read the
+same cell through :class:`~xinfer_ros.core.predictor.Predictor`'s ``q`` table (online
+correction included). The dimension stops at ``min(N, c_s + 1)``: beyond the table's
+bound c_s the cell would be clipped, not measured.
+
+A table without ``settings.max_batch`` (the paper's default, every unbatched calibration)
+states batch size 1 only. Asking it for batches is refused at start
+(:func:`check_batch_table`, one line naming the table) rather than extrapolated: an
+unbatched table's ρ_s(n) measures units on *separate* lanes, which says nothing about
+one stacked forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from xinfer_ros.core.errors import RateTableError
+from xinfer_ros.core.predictor import Predictor
+from xinfer_ros.core.rate_table import RateTable
+
+__all__ = ["BatchCost", "check_batch_table", "table_batch_bound"]
+
+
+def _calibrated_max_batch(table: RateTable) -> int:
+    """``model.settings.max_batch`` of the table; 1 when absent.
+
+    Raises:
+        RateTableError: when the field is present but not an integer >= 1.
+    """
+    settings = table.model.get("settings") if isinstance(table.model, Mapping) else None
+    if not isinstance(settings, Mapping) or "max_batch" not in settings:
+        return 1
+    value = settings["max_batch"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RateTableError(f"rate table model.settings.max_batch must be an integer >= 1, "
+                             f"got {value!r}")
+    return value
+
+
+def table_batch_bound(table: RateTable) -> tuple[int, int, int]:
+    """Largest batch per stage whose cost the table measures: ``min(N, c_s + 1)``."""
+    n = _calibrated_max_batch(table)
+    c = table.bounds
+    return (min(n, c[0] + 1), min(n, c[1] + 1), min(n, c[2] + 1))
+
+
+def check_batch_table(table: RateTable, max_batch: int, source: str) -> None:
+    """Refuse a ``max_batch`` the table cannot cost, with one line naming ``source``.
+
+    Raises:
+        RateTableError: ``max_batch`` above the smallest stage bound of
+            :func:`table_batch_bound`, or below one.
+    """
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise RateTableError(f"{source}: max_batch must be an integer >= 1, got {max_batch!r}")
+    bound = min(table_batch_bound(table))
+    if max_batch > bound:
+        how = ("it states batch size 1 only (calibrated without --max-batch)" if bound == 1
+               else f"it measures batches of at most {bound}")
+        raise RateTableError(
+            f"{source}: max_batch {max_batch} needs a rate table with a batch dimension; "
+            f"{how}: recalibrate with xinfer-calibrate --max-batch {max_batch} or set "
+            f"max_batch <= {bound}")
+
+
+class BatchCost:
+    """d_s(k, n): the predicted duration of a stage-s batch of k units (see module doc).
+
+    Args:
+        predictor: its ``q`` table gives the cells (with the online correction).
+        max_batch: most units per batch; checked against the table.
+        source: names the table in the error.
+        table: the table whose batch dimension is checked (default: the predictor's;
+            pass the calibrated one when the predictor runs the no-interference
+            ablation, whose isolated copy keeps no calibration settings).
+
+    Raises:
+        RateTableError: when the table cannot cost batches of ``max_batch``.
+    """
+
+    __slots__ = ("max_batch", "predictor")
+
+    def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table",
+                 table: RateTable | None = None) -> None:
+        check_batch_table(predictor.table if table is None else table, max_batch, source)
+        self.predictor = predictor
+        self.max_batch = max_batch
+
+    def duration(self, stage: int, k: int, n: tuple[int, int, int]) -> float:
+        """d_s(k, n): ``k`` units as one batch among ``n`` other running units (s).
+
+        Raises:
+            ValueError: ``k`` outside 1..max_batch.
+        """
+        if not 1 <= k <= self.max_batch:
+            raise ValueError(f"batch size must be in 1..{self.max_batch}, got {k!r}")
+        pred = self.predictor
+        mates = (n[0] + (k - 1) * (stage == 0), n[1] + (k - 1) * (stage == 1),
+                 n[2] + (k - 1) * (stage == 2))
+        return pred.q_tab[pred.index(mates)][stage]
+
+    def durations(self, stage: int, n: tuple[int, int, int]) -> tuple[float, ...]:
+        """``(d_s(1, n), ..., d_s(max_batch, n))``: one lookup per size, for formation."""
+        pred = self.predictor
+        q, index = pred.q_tab, pred.index
+        return tuple(q[index((n[0] + k * (stage == 0), n[1] + k * (stage == 1),
+                              n[2] + k * (stage == 2)))][stage]
+                     for k in range(self.max_batch))

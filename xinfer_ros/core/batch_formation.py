@@ -1,0 +1,156 @@
+"""Slack-aware batch formation: which launched units of a stage run as one batch (issue 28).
+
+The lanes of today batch blindly: a free lane takes the oldest launched unit and up to
+``max_batch − 1`` mates of its batch key (:mod:`xinfer_ros.engine.batching`). Under
+per-request deadlines that can make a mate late: a batch of k runs for d_s(k, n), longer
+than the lead's d_s(1, n). :func:`form_batch` decides instead, from the predictor's batch
+costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
+
+* **No member is made late.** Member j finishes its stage at ``t + d(k)`` and the
+  request at ``t + d(k) + rest_j``; a mate joins only while that stays ``<= ℓ_j`` for
+  every member that could still make its deadline alone (one predicted late even
+  alone is lost whatever the batch: it constrains nobody, and runs now).
+* **Tight slack stays intact.** The batch's extra lane time ``d(k) − d(1)`` must fit in
+  ``guard``, the smallest slack among protected requests outside the batch (they wait
+  on the same lanes), and a *tight* member keeps at least half of its own slack. A
+  member is tight when a full batch would cost it more than its slack:
+  ``σ_j(1) < max(0, d(N) − d(1))`` (so a member late even alone is tight).
+* **A tight unit is never held.** The oldest tight candidate leads the batch (else
+  the oldest), and a batch with a tight member runs now. Otherwise, when the batch is
+  not full, the lead may wait for mates until ``start_by``: the latest start at which
+  a *full* batch still keeps every member (and ``guard``) feasible, and at most one
+  lone-unit duration d(1) after ``t`` (waiting longer than the unit takes alone never
+  pays: the lane would have finished it). The caller runs the batch at ``start_by`` at
+  the latest, or sooner when a mate arrives (it calls again).
+
+All times are seconds. The function is pure and O(N · members): one lookup of the
+sizes' costs (:meth:`BatchCost.durations`) and a greedy scan of the candidates (lead
+first, then in their given order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["BatchPlan", "Candidate", "form_batch", "is_tight"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A launched unit of one stage and batch key, waiting for a lane.
+
+    Attributes:
+        request_id: its request.
+        deadline: ℓ_j, the request's deadline (s).
+        rest: predicted time from the end of this stage to the request's end (later
+            stages and output processing) (s).
+    """
+
+    request_id: int
+    deadline: float
+    rest: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """What the lane should run.
+
+    Attributes:
+        members: request ids of the batch, lead first, then mates in candidate order.
+        duration: predicted batch duration d(len(members)) (s).
+        start_by: latest start time; equal to the decision time when the batch runs now,
+            later when the lead may wait for mates.
+    """
+
+    members: tuple[int, ...]
+    duration: float
+    start_by: float
+
+    def runs_now(self, t: float) -> bool:
+        """Whether the batch should start at ``t`` (no mate is worth waiting for)."""
+        return self.start_by <= t
+
+
+def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
+    """Whether a full batch would cost ``c`` more than its slack alone (see module doc)."""
+    alone = c.deadline - t - durations[0] - c.rest
+    return alone < 0.0 or alone < durations[-1] - durations[0]
+
+
+def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
+               guard: float = float("inf"), may_wait: bool = True) -> BatchPlan:
+    """The batch a free lane runs, and how long it may wait for mates.
+
+    Args:
+        candidates: the waiting units of one stage and batch key, oldest first.
+        t: decision time.
+        durations: ``d(1), ..., d(N)`` at the current load
+            (:meth:`~xinfer_ros.core.batch_cost.BatchCost.durations`); N is the most
+            units one batch may take.
+        guard: smallest slack of protected requests outside the batch; the batch's extra
+            duration over the lead alone must fit in it.
+        may_wait: False runs the batch now whatever the slack (e.g. while mates cannot
+            come: no other robot has work upstream of this stage).
+
+    Returns:
+        The plan; ``members`` is never empty.
+
+    Raises:
+        ValueError: no candidates, or no durations.
+    """
+    if not candidates:
+        raise ValueError("form_batch needs at least one candidate")
+    if not durations:
+        raise ValueError("form_batch needs the duration of a batch of one")
+    n_max = len(durations)
+    d1 = durations[0]
+    spread = durations[-1] - d1
+    # Each candidate's slack alone, computed once: tightness and floors derive from it.
+    alone = [c.deadline - t - d1 - c.rest for c in candidates]
+    tight = [sl < 0.0 or sl < spread for sl in alone]
+    # The oldest tight unit leads when there is one: it must not queue behind a relaxed
+    # lead's batch (nor behind a lead that waits for mates).
+    first = tight.index(True) if any(tight) else 0
+    order = [first, *(i for i in range(len(candidates)) if i != first)]
+    members = [first]
+    floors = [_floor_of(alone[first], spread)]
+    for i in order[1:]:
+        k = len(members)
+        if k == n_max:
+            break
+        d = durations[k]
+        extra = d - d1
+        if extra > guard:
+            break  # larger batches only cost more lane time
+        floor = _floor_of(alone[i], spread)
+        # Slack in a batch of duration d is the slack alone less the extra duration.
+        if alone[i] - extra < floor:
+            continue  # this mate would be late (or lose its tight slack): skip it
+        if all(alone[m] - extra >= f for m, f in zip(members, floors, strict=True)):
+            members.append(i)
+            floors.append(floor)
+    k = len(members)
+    start_by = t
+    if may_wait and k < n_max and not any(tight[m] for m in members) and spread <= guard:
+        # Nobody tight: wait while a full batch started then keeps everyone feasible.
+        latest = min(candidates[m].deadline - candidates[m].rest for m in members) \
+            - durations[-1]
+        start_by = max(t, min(latest, t + d1))
+    return BatchPlan(tuple(candidates[m].request_id for m in members), durations[k - 1],
+                     start_by)
+
+
+def _floor_of(alone: float, spread: float) -> float:
+    """Slack a member must keep in a batch, from its slack ``alone`` (see module doc).
+
+    Half of it when tight, else 0. A member predicted late even alone has no floor:
+    its deadline is lost whatever the batch, and refusing it mates would only cost the
+    others throughput.
+    """
+    if alone < 0.0:
+        return -math.inf
+    if alone < spread:
+        return alone / 2.0
+    return 0.0
