@@ -29,6 +29,16 @@ def start(module: str, namespace: str, params: dict, tmp_path) -> subprocess.Pop
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
 
 
+def spin_executor_until(spinner, cond, timeout: float) -> bool:
+    """Spin ``spinner`` until ``cond()`` holds (True) or ``timeout`` passes (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        spinner.spin_once(timeout_sec=0.01)
+        if cond():
+            return True
+    return False
+
+
 def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> float:
     """Return the time at which ``needle`` appeared in the process output."""
     found: list[float] = []
@@ -140,12 +150,7 @@ def test_executor_holds_across_server_restart_and_resumes_quickly(tmp_path) -> N
     counters = executor.queue.counters
 
     def spin_until(cond, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            spinner.spin_once(timeout_sec=0.01)
-            if cond():
-                return True
-        return False
+        return spin_executor_until(spinner, cond, timeout)
 
     server = start("xinfer_ros.nodes.inference_server", "/", server_params, tmp_path)
     try:

@@ -28,7 +28,7 @@ from xinfer_ros.srv import GetFleetStats  # noqa: E402
 from xinfer_ros.nodes.robot_sim import RobotSim  # noqa: E402
 from xinfer_ros.nodes.rtc_executor import RtcExecutor  # noqa: E402
 
-from .test_processes import start, wait_for_line  # noqa: E402
+from .test_processes import spin_executor_until, start, wait_for_line  # noqa: E402
 
 STALL_S = 3.0
 
@@ -54,12 +54,7 @@ def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
     counters = executor.queue.counters
 
     def spin_until(cond, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            spinner.spin_once(timeout_sec=0.01)
-            if cond():
-                return True
-        return False
+        return spin_executor_until(spinner, cond, timeout)
 
     server = start("xinfer_ros.nodes.inference_server", "/",
                    {"robots": ["rr1"], "backend": "emulated"}, tmp_path)
