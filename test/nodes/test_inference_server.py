@@ -755,7 +755,7 @@ def test_lifecycle_inactive_refuses_active_serves_deactivate_stops_at_once() -> 
 
 @pytest.mark.timeout(60)
 def test_a_second_requester_does_not_supersede_the_robots_requests(fleet) -> None:
-    """Another session's request (or a replayed seq) is REJECTED and the live one stays OK."""
+    """Another session's request (or a replayed one) is REJECTED and the live one stays OK."""
     server, peer, robots, spin = fleet
     r1 = robots["r1"]
     own = PolicyRequest(robot_id="r1", seq=10, budget_ms=400.0, commit_steps=8,
@@ -764,17 +764,18 @@ def test_a_second_requester_does_not_supersede_the_robots_requests(fleet) -> Non
     r1.observe()
     spin(0.1)
 
-    def send(seq: int, frame_id: str) -> None:
+    def send(seq: int, frame_id: str, stamp=None) -> PolicyRequest:
         msg = PolicyRequest(robot_id="r1", seq=seq, budget_ms=400.0, commit_steps=8,
                             keyframe_spacing_s=0.03)
         msg.header.frame_id = frame_id
-        msg.header.stamp = peer.get_clock().now().to_msg()
+        msg.header.stamp = stamp or peer.get_clock().now().to_msg()
         r1.requests.publish(msg)
+        return msg
 
-    send(10, "executor-session")
+    first = send(10, "executor-session")
     spin(0.02)
     send(11, "forger")  # another session, newer seq: supersedes nothing
-    send(10, "executor-session")  # a replay of the live request
+    send(10, "executor-session", first.header.stamp)  # the live request replayed
     forged = answer(r1, 11, spin)
     assert forged.status == ActionChunk.STATUS_REJECTED
     assert "second requester" in forged.reason

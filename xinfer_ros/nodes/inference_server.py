@@ -367,9 +367,8 @@ class InferenceServer(LifecycleNode):
         arrival = time.monotonic()
         if msg.server and msg.server != self.params["server_name"]:
             return  # addressed to another server of the fleet
-        stamp = msg.header.stamp
-        age = request_age(self.get_clock().now().nanoseconds,
-                          stamp.sec * 1_000_000_000 + stamp.nanosec,
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        age = request_age(self.get_clock().now().nanoseconds, stamp_ns,
                           self.params["max_clock_skew_s"])
         try:
             rx = _Received(robot, msg, arrival,
@@ -384,7 +383,7 @@ class InferenceServer(LifecycleNode):
                           f"server {self.get_fully_qualified_name()} inactive: "
                           "'ros2 lifecycle set' it to activate")
             return
-        refused = self.sessions.admit(robot, msg.header.frame_id, int(msg.seq), arrival)
+        refused = self.sessions.admit(robot, msg.header.frame_id, stamp_ns, arrival)
         if refused:
             # Not the robot's own request: answered (a misconfigured second executor
             # learns why) but kept out of the robot's statistics.
