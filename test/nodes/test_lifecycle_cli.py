@@ -22,6 +22,19 @@ def _ros2(*args: str) -> str:
     return proc.stdout + proc.stderr
 
 
+def _lifecycle_set(node: str, transition: str) -> str:
+    """``ros2 lifecycle set``, again while the CLI's fresh graph view lacks the node.
+
+    Each ros2 invocation discovers the graph anew; on a loaded machine it can miss a
+    node that the previous invocation saw ("Node not found").
+    """
+    end = time.monotonic() + 30.0
+    while "Node not found" in (out := _ros2("lifecycle", "set", node, transition)) \
+            and time.monotonic() < end:
+        time.sleep(0.5)
+    return out
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(shutil.which("ros2") is None, reason="the ros2 command is not installed")
 def test_ros2_lifecycle_set_configures_activates_and_deactivates(tmp_path) -> None:
@@ -47,8 +60,7 @@ def test_ros2_lifecycle_set_configures_activates_and_deactivates(tmp_path) -> No
         assert stats == []  # unconfigured: nothing published
         for transition, state in (("configure", "inactive"), ("activate", "active"),
                                   ("deactivate", "inactive")):
-            assert "Transitioning successful" in _ros2("lifecycle", "set", "/lc/rtc_executor",
-                                                       transition)
+            assert "Transitioning successful" in _lifecycle_set("/lc/rtc_executor", transition)
             assert state in _ros2("lifecycle", "get", "/lc/rtc_executor")
             stats.clear()
             spin(0.6)
@@ -89,6 +101,8 @@ def test_ros2_lifecycle_set_starts_and_stops_the_servers_service(tmp_path) -> No
         while time.monotonic() < end:
             spinner.spin_once(timeout_sec=0.02)
             if found := [c for c in robot.chunks if c.seq == seq]:
+                if "received yet" in found[0].reason:
+                    break  # a best-effort frame of this observation was lost: again
                 return found[0]
         return ask()  # lost to discovery of the just-configured subscriptions: again
 
@@ -100,8 +114,7 @@ def test_ros2_lifecycle_set_starts_and_stops_the_servers_service(tmp_path) -> No
                 ("configure", "inactive", ActionChunk.STATUS_REJECTED),
                 ("activate", "active", ActionChunk.STATUS_OK),
                 ("deactivate", "inactive", ActionChunk.STATUS_REJECTED)):
-            assert "Transitioning successful" in _ros2("lifecycle", "set", "/inference_server",
-                                                       transition)
+            assert "Transitioning successful" in _lifecycle_set("/inference_server", transition)
             assert state in _ros2("lifecycle", "get", "/inference_server")
             chunk = ask()
             assert chunk.status == status, chunk.reason

@@ -20,13 +20,15 @@ from xinfer_ros.nodes.robot_sim import RobotSim  # noqa: E402
 from xinfer_ros.nodes.rtc_executor import RtcExecutor  # noqa: E402
 
 
-def start(module: str, namespace: str, params: dict, tmp_path) -> subprocess.Popen:
+def start(module: str, namespace: str, params: dict, tmp_path,
+          env: dict[str, str] | None = None) -> subprocess.Popen:
     path = tmp_path / f"{module.rsplit('.', 1)[-1]}_{namespace.strip('/') or 'root'}.yaml"
     path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
     return subprocess.Popen(
         [sys.executable, "-m", module, "--ros-args", "-r", f"__ns:={namespace}",
          "--params-file", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **(env or {})})
 
 
 def spin_executor_until(spinner, cond, timeout: float) -> bool:

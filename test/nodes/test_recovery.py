@@ -56,8 +56,13 @@ def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
     def spin_until(cond, timeout: float) -> bool:
         return spin_executor_until(spinner, cond, timeout)
 
+    # The server takes its sensors over UDP loopback: after a stall, Fast DDS's shared
+    # memory transport at times delivered no camera frame to it again (2 of about 8
+    # runs, "no camera_0/image_raw received yet" for > 10 s), a transport matter apart
+    # from the request path this test times (see the issue note).
     server = start("xinfer_ros.nodes.inference_server", "/",
-                   {"robots": ["rr1"], "backend": "emulated"}, tmp_path)
+                   {"robots": ["rr1"], "backend": "emulated"}, tmp_path,
+                   env={"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"})
     try:
         wait_for_line(server, "serving 1 robots", 60)
         assert spin_until(lambda: counters.chunks_applied >= 10, 30)
