@@ -800,3 +800,54 @@ def test_a_second_requester_does_not_supersede_the_robots_requests(fleet) -> Non
     spin(0.1)
     send(1, "restarted")
     assert answer(r1, 1, spin).status == ActionChunk.STATUS_OK
+
+
+@pytest.mark.timeout(60)
+def test_the_openpi_endpoint_follows_the_lifecycle() -> None:
+    """An inactive server's openpi endpoint refuses inference as its ROS topics do."""
+    import socket
+
+    from xinfer_ros.openpi.client import OpenPIClient, ServerError
+
+    with socket.socket() as probe:  # openpi_port 0 means off: take a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    obs = {"observation/image": np.zeros((64, 64, 3), np.uint8),
+           "observation/wrist_image": np.zeros((64, 64, 3), np.uint8),
+           "observation/state": np.zeros(7), "prompt": "x"}
+    with (serving(autostart=False, openpi_port=port, openpi_layout="libero") as (server, *_),
+          OpenPIClient(f"ws://127.0.0.1:{port}/web_arm") as client):
+        with pytest.raises(ServerError, match="inactive"):
+            client.infer(obs)
+        server.trigger_configure()
+        server.trigger_activate()
+        assert client.infer(obs)["actions"].shape == (16, 7)
+        server.trigger_deactivate()
+        with pytest.raises(ServerError, match="inactive"):
+            client.infer(obs)
+
+
+@pytest.mark.timeout(60)
+def test_a_camera_silent_while_its_robot_talks_is_subscribed_afresh() -> None:
+    """A reader that stopped delivering one camera is replaced, and frames flow again."""
+    with serving(camera_resubscribe_s=0.6) as (server, _, robots, spin):
+        r1 = robots["r1"]
+        first = server._camera_subs[("r1", 2)]
+        r1.observe()
+        spin(0.2)
+        assert answer(r1, r1.request(), spin).status == ActionChunk.STATUS_OK
+        # Only cameras 0 and 1 and the joint states arrive now, with requests.
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            r1.observe(shapes=SHAPES[:2])
+            r1.request()
+            spin(0.1)
+        fresh = server._camera_subs[("r1", 2)]
+        assert fresh is not first and fresh in server._entities
+        assert first not in server._entities
+        assert server._camera_subs[("r1", 0)] in server._entities  # the others stay
+        spin(0.3)  # discovery of the new reader
+        r1.observe()
+        spin(0.2)
+        chunk = answer(r1, r1.request(), spin)
+        assert chunk.status == ActionChunk.STATUS_OK, chunk.reason

@@ -76,8 +76,12 @@ def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
         spin_until(lambda: False, STALL_S)
         resumed = time.monotonic()
         server.send_signal(signal.SIGCONT)
-        assert spin_until(lambda: any(t > resumed and c.status == ActionChunk.STATUS_OK
-                                      for t, c in chunks), 10)
+        recovered = spin_until(lambda: any(t > resumed and c.status == ActionChunk.STATUS_OK
+                                           for t, c in chunks), 10)
+        assert recovered, (
+            f"no OK chunk 10 s after SIGCONT; answers: "
+            f"{sorted({c.reason[:70] for t, c in chunks if t > resumed})}; server log tail: "
+            f"{''.join(server.lines[-15:])}")
         first_ok = min(t for t, c in chunks if t > resumed and c.status == ActionChunk.STATUS_OK)
         after = [c for t, c in chunks if t > resumed and t <= first_ok]
         recovery = first_ok - resumed

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
@@ -88,6 +88,7 @@ from xinfer_ros.serving.observations import (
     joint_positions,
     stamp_seconds,
 )
+from xinfer_ros.serving.presence import OwnPauses, silent_cameras
 from xinfer_ros.serving.release import ReleaseScheduler
 from xinfer_ros.serving.server_params import PARAMS, POLICIES
 from xinfer_ros.serving.sessions import RequestSessions
@@ -110,6 +111,8 @@ _NO_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
 
 #: A heartbeat lists the robots whose requests arrived this recently (s).
 _SERVING_WINDOW_S = 2.0
+# Period of the robot presence check.
+_PRESENCE_PERIOD_S = 0.1
 
 #: How each ``ActionChunk`` status counts in the statistics.
 _OUTCOMES = {ActionChunk.STATUS_OK: Outcome.OK, ActionChunk.STATUS_SHED: Outcome.SHED,
@@ -151,6 +154,8 @@ class _RobotState:
         self.name = name
         self.obs = RobotObservations(cameras, max_frame_bytes=max_frame_bytes)
         self.present = False
+        #: Per camera: monotonic arrival of its latest frame, or of its subscription.
+        self.frame_seen = [0.0] * cameras
 
 
 class InferenceServer(LifecycleNode):
@@ -186,12 +191,19 @@ class InferenceServer(LifecycleNode):
         self.engine = engine if engine is not None else self._load_engine(p)
         self.engine.start()
         self._openpi = start_openpi_bridge(self)
+        if self._openpi is not None:
+            self._openpi.refuse(self._inactive_reason())
         #: The live session of each robot's requests (a second requester is refused).
         self.sessions = RequestSessions(p["robot_timeout_s"])
+        # Half the timeout: lateness a loaded machine causes is not compensated, while
+        # a stall never counts for more than half a timeout of silence.
+        self._pauses = OwnPauses(_PRESENCE_PERIOD_S,
+                                 max(3 * _PRESENCE_PERIOD_S, p["robot_timeout_s"] / 2))
         #: Active: requests are served. Inactive: answered REJECTED "server inactive".
         self.serving = False
         self._chunk_pubs: dict[str, Any] = {}
         self._entities: list[Any] = []  # what configure creates and cleanup destroys
+        self._camera_subs: dict[tuple[str, int], Subscription] = {}  # (robot, camera)
         self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
         #: Prefix of this server's statistics topic and diagnostic names.
         self._scope = f"xinfer/{p['server_name']}" if p["server_name"] else "xinfer"
@@ -223,6 +235,8 @@ class InferenceServer(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Serve requests."""
         self.serving = True
+        if self._openpi is not None:
+            self._openpi.refuse("")
         self.get_logger().info(f"serving {self._banner}")
         return TransitionCallbackReturn.SUCCESS
 
@@ -236,7 +250,7 @@ class InferenceServer(LifecycleNode):
         for entity in self._entities:
             destroy: Any = _DESTROY[type(entity)]
             destroy(self, entity)
-        self._entities, self._chunk_pubs = [], {}
+        self._entities, self._chunk_pubs, self._camera_subs = [], {}, {}
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -248,12 +262,19 @@ class InferenceServer(LifecycleNode):
         if not self.serving:
             return
         self.serving = False
+        if self._openpi is not None:
+            self._openpi.refuse(self._inactive_reason())
         # The engine answers each live request (SHED "cancelled: ...") at its next stage
         # boundary; a result ready before that goes out REJECTED (see _send).
         for robot in self._robots:
             self.engine.cancel(robot, f"server {why}")
         self.get_logger().info(f"{why}: live requests cancelled; requests are answered "
                                "REJECTED until activated")
+
+    def _inactive_reason(self) -> str:
+        """What a request to this server gets while it is not active (ROS and openpi)."""
+        return (f"server {self.get_fully_qualified_name()} inactive: "
+                "'ros2 lifecycle set' it to activate")
 
     def _declare_interfaces(self, p: dict[str, Any]) -> None:
         """Per robot its sensor and request subscriptions and chunk publisher; services."""
@@ -264,13 +285,8 @@ class InferenceServer(LifecycleNode):
             self._sensor_types[self.resolve_topic_name(f"{name}/joint_states")] = \
                 "sensor_msgs/msg/JointState"
             for cam in range(p["cameras"]):
-                suffix, kind, type_name = _TRANSPORT_TOPICS[self._transports[cam]]
-                topic = f"{name}/camera_{cam}/{suffix}"
+                topic, type_name = self._subscribe_camera(name, cam, sensors)
                 self._sensor_types[self.resolve_topic_name(topic)] = type_name
-                made.append(self.create_subscription(
-                    kind, topic, lambda m, n=name, c=cam, k=kind: self._on_image(n, c, m, k),
-                    qos_profile_sensor_data, callback_group=sensors,
-                    event_callbacks=_NO_EVENTS, raw=True))
             made.append(self.create_subscription(
                 JointState, f"{name}/joint_states", lambda m, n=name: self._on_state(n, m),
                 qos_profile_sensor_data, callback_group=sensors, event_callbacks=_NO_EVENTS))
@@ -287,6 +303,33 @@ class InferenceServer(LifecycleNode):
         if p["allow_set_policy"]:
             made.append(self.create_service(SetPolicy, "~/set_policy", self._srv_policy))
 
+    def _subscribe_camera(self, name: str, cam: int,
+                          group: CallbackGroup) -> tuple[str, str]:
+        """Subscribe to one camera of a robot (kept serialized); its topic and type name."""
+        suffix, kind, type_name = _TRANSPORT_TOPICS[self._transports[cam]]
+        topic = f"{name}/camera_{cam}/{suffix}"
+        sub = self.create_subscription(
+            kind, topic, lambda m, n=name, c=cam, k=kind: self._on_image(n, c, m, k),
+            qos_profile_sensor_data, callback_group=group, event_callbacks=_NO_EVENTS,
+            raw=True)
+        self._entities.append(sub)
+        self._camera_subs[(name, cam)] = sub
+        self._robots[name].frame_seen[cam] = time.monotonic()
+        return topic, type_name
+
+    def _resubscribe_silent_cameras(self, now: float) -> None:
+        """Subscribe afresh to cameras silent while their robot's other messages arrive."""
+        after = self.params["camera_resubscribe_s"]
+        for state in self._robots.values():
+            for cam in silent_cameras(state.frame_seen, state.obs.last_seen, now, after):
+                old = self._camera_subs[(state.name, cam)]
+                self._entities.remove(old)
+                self.destroy_subscription(old)
+                self._subscribe_camera(state.name, cam, old.callback_group)
+                self.get_logger().warning(
+                    f"{state.name}: no camera_{cam} frame for {after:g} s while its other "
+                    "messages arrive; subscribed to it afresh", throttle_duration_sec=10.0)
+
     # -- construction ------------------------------------------------------------------
     def _start_timers(self, p: dict[str, Any]) -> None:
         """Statistics (1 Hz), the heartbeat of a named server, presence, the graph."""
@@ -296,7 +339,7 @@ class InferenceServer(LifecycleNode):
             self._status_pub = self.create_publisher(ServerStatus, SERVERS_TOPIC, 10)
             made += [self._status_pub, self.create_timer(p["heartbeat_period_s"],
                                                          self._announce)]
-        made.append(self.create_timer(0.1, self._check_presence))
+        made.append(self.create_timer(_PRESENCE_PERIOD_S, self._check_presence))
         made.append(self.create_timer(5.0, self._check_graph))
 
     @staticmethod
@@ -354,6 +397,7 @@ class InferenceServer(LifecycleNode):
             return
         state = self._robots[robot]
         state.present = True
+        state.frame_seen[camera] = time.monotonic()
         try:
             state.obs.add_image(camera, frame, time.monotonic(), frame.stamp_s, frame.nbytes)
         except FrameBudgetError as exc:
@@ -379,9 +423,7 @@ class InferenceServer(LifecycleNode):
         state.obs.last_seen = arrival
         state.present = True
         if not self.serving:
-            self._publish(rx, ActionChunk.STATUS_REJECTED,
-                          f"server {self.get_fully_qualified_name()} inactive: "
-                          "'ros2 lifecycle set' it to activate")
+            self._publish(rx, ActionChunk.STATUS_REJECTED, self._inactive_reason())
             return
         refused = self.sessions.admit(robot, msg.header.frame_id, stamp_ns, arrival)
         if refused:
@@ -503,6 +545,14 @@ class InferenceServer(LifecycleNode):
     # -- presence and statistics --------------------------------------------------------
     def _check_presence(self) -> None:
         now = time.monotonic()
+        paused = self._pauses.tick(now)
+        if paused:
+            # Silence counts only while the server ran: the robots' messages of the
+            # pause are still queued in the transport.
+            for state in self._robots.values():
+                state.obs.last_seen += paused
+            self.get_logger().warning(f"the server itself did not run for {paused:.2f} s; "
+                                      "robots are judged silent from when it resumed")
         for state in self._robots.values():
             if state.present and now - state.obs.last_seen > self.params["robot_timeout_s"]:
                 state.present = False
@@ -512,6 +562,7 @@ class InferenceServer(LifecycleNode):
                 self.get_logger().warning(
                     f"{state.name}: no messages for {self.params['robot_timeout_s']} s; "
                     "its live requests are cancelled and its buffers freed")
+        self._resubscribe_silent_cameras(now)
 
     def _check_graph(self) -> None:
         """Warn about robots off the allowlist, sensor topics of a wrong type, strangers.

@@ -60,6 +60,10 @@ class OpenPIBridge:
         self.port = self._thread.start()
         return self.port
 
+    def refuse(self, reason: str) -> None:
+        """Refuse every inference with ``reason`` from now on (empty: serve again)."""
+        self.server.refusal = reason
+
     def stats(self) -> dict[str, Any]:
         """Per-robot counters of the openpi clients."""
         return self.server.stats()

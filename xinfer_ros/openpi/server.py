@@ -277,6 +277,9 @@ class OpenPIServer:
         #: (ms from receipt to reply, chunk or refusal) of the most recent answers.
         self._answers: collections.deque[tuple[float, bool]] = collections.deque(
             maxlen=_RECENT_ANSWERS)
+        #: Non-empty: every inference is refused with this reason (a lifecycle node's
+        #: inactive server); set from any thread.
+        self.refusal = ""
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> int:
@@ -588,6 +591,8 @@ class OpenPIServer:
         if isinstance(message, str):
             raise _ClientError("invalid_message", "expected a binary msgpack-numpy frame, got "
                                                   "a text frame")
+        if self.refusal:
+            raise _ClientError("rejected", self.refusal)
         t0 = time.monotonic()
         if len(message) <= self.config.inline_prepare_bytes:
             mapped, options = self._prepare(message)
@@ -616,6 +621,8 @@ class OpenPIServer:
             raise _ClientError("timeout", f"no result within {self.config.request_timeout_s} "
                                           "s") from exc
         status = _STATUS_NAMES.get(int(result.status), str(result.status))
+        if self.refusal:  # deactivated while the request ran: no chunk goes out after
+            raise _ClientError("rejected", self.refusal)
         if status != "ok" or result.actions is None:
             raise _ClientError(status, result.reason or "no actions")
         infer_ms = (time.monotonic() - t0) * 1e3

@@ -117,6 +117,10 @@ PARAMS = [
               "requests held at once (backpressure bound)", 1, 4096),
     ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
     ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
+    ParamSpec("camera_resubscribe_s", 2.0, "a camera without a frame this long while its "
+              "robot's other messages arrive is subscribed to afresh, with a warning (s; 0: "
+              "never): a transport reader that stopped delivering after a stall recovers",
+              0.0, 3600.0),
     ParamSpec("diagnostics.stale_after_s", 2.0, "a robot silent this long is STALE in "
               "/diagnostics (s)", 0.1, 3600.0),
     ParamSpec("diagnostics.error_threshold", 3, "this many rejected or failed requests in "
