@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from xinfer_ros.engine.latency_arms import in_process_latencies, percentiles
-from xinfer_ros.nodes.runtime import EXECUTOR_PARAM, EXECUTORS
+from xinfer_ros.serving.params import EXECUTOR_PARAM, EXECUTORS
 
 __all__ = ["add_arguments", "run"]
-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
