@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import yaml
 
@@ -140,7 +140,7 @@ def _scale_arg(text: str) -> float | None:
     return value
 
 
-def _backend_param(server: NodeParams, key: str, default: object) -> object:
+def _backend_param(server: NodeParams, key: str, default: object) -> Any:
     """A ``<backend>.<key>`` server parameter, flat or nested as YAML writes it."""
     backend = server["backend"]
     nested = server.get(backend)
@@ -186,8 +186,7 @@ def simulate_fleet(server: NodeParams, robots: int, *, workload: str, seed: int,
     """
     from xinfer_ros.sim.engine_loop import SimConfig, simulate
 
-    raw = _backend_param(server, "slots", [0])  # a list: read_server_params checked it
-    slots = list(raw) if isinstance(raw, (list, tuple)) else [0]
+    slots = list(_backend_param(server, "slots", [0]))
     cfg = SimConfig(policy=server["policy"], robots=robots, workload=workload, seed=seed,
                     duration=float(duration), window=window, rate_table=_server_table(server),
                     noise=0.0, slots=None if slots == [0] else tuple(slots),
