@@ -108,3 +108,33 @@ def test_every_exception_has_the_package_root() -> None:
                     bad.append(f"{rel}.{name}")
     assert checked >= 15
     assert not bad, f"exceptions outside the XInferRosError root: {bad}"
+
+
+def _module_level_imports(path: Path) -> list[str]:
+    """Modules imported when ``path`` is imported: outside functions and TYPE_CHECKING."""
+    names: list[str] = []
+    pending: list[ast.AST] = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending += node.orelse
+            continue
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+        else:
+            pending += list(ast.iter_child_nodes(node))
+    return names
+
+
+def test_cli_modules_import_without_ros() -> None:
+    # The README's promise: `cli` is ROS-free; a command reaches ROS (through nodes/)
+    # only inside the function that needs it, so `--help` and the ROS-free commands
+    # run where rclpy is absent.
+    bad = [f"{path.name} imports {module}" for path in sorted((PACKAGE / "cli").glob("*.py"))
+           for module in _module_level_imports(path)
+           if _is_ros(module) or module.startswith("xinfer_ros.nodes")]
+    assert not bad, "cli modules reaching ROS at import:\n" + "\n".join(bad)

@@ -78,9 +78,9 @@ def test_simulator_comparison_follows_the_servers_phase_spread() -> None:
     for setting in (True, False):
         out = simulate_fleet({**server, "phase_spread": setting}, 4, workload="phases",
                              seed=0, duration=20.0, window=(5.0, 19.0))
-        assert out["phase_spread"] is setting and out["config"]["phase_spread"] is setting
-        assert out["config"]["rate_table"] is None  # emulated: the shipped default table
-        assert out["metrics"]["requests"] > 100
+        assert out.phase_spread is setting and out.config["phase_spread"] is setting
+        assert out.config["rate_table"] is None  # emulated: the shipped default table
+        assert out.metrics.requests > 100
 
 
 def _two_servers(tmp_path, *extra: str) -> tuple[dict, str]:

@@ -329,19 +329,19 @@ def test_thresholds_decide_pass_and_fail(tmp_path, factory) -> None:
     run = scan_bag(bag)
     same = build_report(run, _result_for(run, 0.040), Thresholds(require_identical=True,
                                                                  max_action_rms=0.0))
-    assert same["passed"], same["checks"]
-    assert same["total"]["before"]["attainment"] == 1.0
-    assert same["total"]["actions"]["identical"] == len(run.robots["robot_1"].chunks)
+    assert same.passed, same.checks
+    assert same.total.before is not None and same.total.before.attainment == 1.0
+    assert same.total.actions.identical == len(run.robots["robot_1"].chunks)
 
     slow = build_report(run, _result_for(run, 0.400), Thresholds(max_attainment_drop=0.02))
-    assert not slow["passed"]
-    assert slow["total"]["after"]["attainment"] == 0.0
-    assert {c["check"] for c in slow["checks"] if not c["passed"]} == {"attainment_drop"}
+    assert not slow.passed
+    assert slow.total.after.attainment == 0.0
+    assert {c.check for c in slow.checks if not c.passed} == {"attainment_drop"}
 
     drift = build_report(run, _result_for(run, 0.040, shift=0.01),
                          Thresholds(max_action_rms=1e-3))
-    assert not drift["passed"]
-    assert drift["total"]["actions"]["rms"] == pytest.approx(0.01, rel=1e-3)
+    assert not drift.passed
+    assert drift.total.actions.rms == pytest.approx(0.01, rel=1e-3)
 
 
 # -- plain robot bags: their own topic names, no requests, mapped ---------------------------
@@ -464,10 +464,13 @@ def test_a_bag_without_recorded_chunks_reports_before_as_not_available(tmp_path,
             q.seq, q.stamp_ns + 40_000_000, 0, "", np.zeros((H, D), np.float32), (), 0, 1.0)
     report = build_report(run, result, Thresholds(max_attainment_drop=0.02,
                                                   max_p99_increase_ms=5.0))
-    assert report["robots"]["robot_1"]["before"] is None
-    assert report["total"]["before"] is None and report["total"]["delta"] is None
-    assert report["total"]["after"]["attainment"] == 1.0
-    assert report["checks"] == [] and report["passed"]  # nothing to compare against
+    assert report.robots["robot_1"].before is None
+    assert report.total.before is None and report.total.delta is None
+    assert report.total.after.attainment == 1.0
+    assert report.checks == [] and report.passed  # nothing to compare against
+    # The file says so too: null, never 0.
+    written = report.to_dict()
+    assert written["total"]["before"] is None and written["robots"]["robot_1"]["delta"] is None
     table = format_report(report)
     assert "n/a" in table and not re.search(r"(?<![\d.])0\.0%", table)
 
@@ -646,14 +649,14 @@ def test_player_lateness_counts_late_messages_and_says_so() -> None:
     from xinfer_ros.bags.report import _lateness_warning, player_lateness
 
     on_time = player_lateness([0.001] * 99 + [0.02])
-    assert on_time["late"] == 0 and _lateness_warning(on_time) is None
-    assert on_time["max_ms"] == pytest.approx(20.0)
+    assert on_time.late == 0 and _lateness_warning(on_time) is None
+    assert on_time.max_ms == pytest.approx(20.0)
     behind = player_lateness([0.001] * 97 + [0.15, 0.3, 0.45])
-    assert behind["late"] == 3 and behind["max_ms"] == pytest.approx(450.0)
+    assert behind.late == 3 and behind.max_ms == pytest.approx(450.0)
     warning = _lateness_warning(behind)
     assert warning is not None and "3 of 100 messages published over 100 ms late, at most " \
         "450 ms" in warning
-    assert player_lateness([])["max_ms"] is None
+    assert player_lateness([]).max_ms is None
 
 
 def test_the_player_gets_a_large_segment_unless_the_user_configured_dds(tmp_path,
@@ -772,10 +775,13 @@ def test_all_compares_only_robots_that_have_a_before(tmp_path, factory) -> None:
     result.chunks["plain"] = {q: dataclasses.replace(c, log_ns=c.log_ns + 10**9)
                               for q, c in result.chunks["robot_1"].items()}
     report = build_report(run, result, Thresholds(max_attainment_drop=0.02))
-    assert report["robots"]["plain"]["before"] is None
-    assert report["total"]["after"]["attainment"] == pytest.approx(0.5)
-    assert report["total"]["after_compared"]["attainment"] == 1.0
-    assert report["total"]["delta"]["attainment"] == 0.0 and report["passed"]
+    assert report.robots["plain"].before is None
+    assert report.total.after.attainment == pytest.approx(0.5)
+    assert report.total.after_compared is not None
+    assert report.total.after_compared.attainment == 1.0
+    assert report.total.delta is not None and report.total.delta.attainment == 0.0
+    assert report.passed
+    assert report.to_dict()["total"]["after_compared"]["attainment"] == 1.0
 
 
 def test_header_stamps_are_read_from_serialized_messages(factory) -> None:

@@ -24,6 +24,12 @@ def test_bench_engine_emulated_json(tmp_path: Path) -> None:
     for key in ("vit", "prefill", "action", "output", "queue"):
         assert key in report["stage_ms"]
     assert report["prediction"]["samples"] > 0
+    # The file's schema, in its order (tools and docs/BENCHMARKS.md read these keys).
+    assert list(report) == [
+        "benchmark", "emulated", "notice", "backend", "engine", "config", "policy",
+        "workload", "robots", "duration_s", "window_s", "rate_table", "rate_table_provenance",
+        "time_scale", "phase_spread", "held", "host", "load_average", "metrics", "stage_ms",
+        "prediction", "rate_correction", "statuses", "dispatcher"]
 
 
 def test_bench_engine_serial_is_slower_than_async() -> None:
@@ -34,11 +40,11 @@ def test_bench_engine_serial_is_slower_than_async() -> None:
         args = parser.parse_args(["--robots", "12", "--duration", "3", "--warmup", "1",
                                   "--engine", mode])
         reports[mode] = bench_engine.run_benchmark(args)
-    a, s = reports["async"]["metrics"], reports["serial"]["metrics"]
+    a, s = reports["async"].metrics, reports["serial"].metrics
     # Serial saturates near 1 / (sum of isolated unit times) ~ 33 req/s; 12 robots offer
     # up to 12 / 0.18 s = 67 req/s, which async serves.
-    assert a["throughput_rps"] > s["throughput_rps"], (a, s)
-    assert a["latency_p50_ms"] < s["latency_p50_ms"]
+    assert a.throughput_rps > s.throughput_rps, (a, s)
+    assert a.latency_p50_ms < s.latency_p50_ms
 
 
 def test_gpu_bench_script_parses() -> None:

@@ -9,7 +9,7 @@ headless).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -18,7 +18,11 @@ matplotlib.use("Agg")  # headless: CI machines have no display
 import matplotlib.pyplot as plt
 import numpy as np
 
+from xinfer_ros.bags.outcome import ReplayOutcome
 from xinfer_ros.bags.scan import RecordedChunk, RecordedRun
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["MAX_JOINTS", "write_replay_figure"]
 
@@ -36,14 +40,14 @@ def _first_actions(points: list[tuple[float, RecordedChunk]]) -> tuple[np.ndarra
     return np.asarray([t for t, _ in rows]), np.vstack([a for _, a in rows])
 
 
-def _cdf(ax: Any, latencies_ms: list[float], label: str, style: str) -> None:
+def _cdf(ax: Axes, latencies_ms: list[float], label: str, style: str) -> None:
     if latencies_ms:
         values = np.sort(np.asarray(latencies_ms))
         ax.step(values, np.arange(1, values.size + 1) / values.size, style, where="post",
                 label=f"{label} (n={values.size})")
 
 
-def write_replay_figure(run: RecordedRun, result: Any, path: Path | str) -> Path:
+def write_replay_figure(run: RecordedRun, result: ReplayOutcome, path: Path | str) -> Path:
     """Draw the figure of one replay into ``path`` (PNG).
 
     Args:

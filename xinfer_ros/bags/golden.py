@@ -13,11 +13,11 @@ with the recorded chunks. ROS-free (rosbags writes the bag).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys.store import Typestore
 
+from xinfer_ros.bags.outcome import ReplayOutcome
 from xinfer_ros.bags.reader import BagError
 from xinfer_ros.bags.scan import RecordedRun, scan_bag
 from xinfer_ros.bags.types import BagTopic, TopicKind, make_typestore
@@ -28,7 +28,7 @@ __all__ = ["GOLDEN_SOURCE_KEY", "apply_golden", "write_golden"]
 GOLDEN_SOURCE_KEY = "xinfer_ros.golden_source"
 
 
-def write_golden(path: Path | str, run: RecordedRun, result: Any,
+def write_golden(path: Path | str, run: RecordedRun, result: ReplayOutcome,
                  store: Typestore | None = None) -> int:
     """Write a replay's requests and answers as a golden bag.
 

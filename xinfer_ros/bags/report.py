@@ -21,17 +21,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
+from xinfer_ros.bags.outcome import ReplayOutcome, SentLike
 from xinfer_ros.bags.scan import RecordedChunk, RecordedRun, RobotTrack
 from xinfer_ros.core.metrics import ResponseRecord, summarize
 from xinfer_ros.core.timing import MS_PER_S
 
-__all__ = ["LATE_S", "STATUS_NAMES", "Thresholds", "build_report", "format_report",
-           "player_lateness"]
+__all__ = ["LATE_S", "STATUS_NAMES", "ActionDiff", "Check", "Delta", "MismatchExample",
+           "PlayerLateness", "ReplayReport", "RobotSection", "SideMetrics", "Thresholds",
+           "TotalSection", "build_report", "format_report", "player_lateness"]
+
+#: A JSON object as the report writes it.
+JsonDict = dict[str, object]
 
 #: A recorded message published this much behind its schedule counts as late: one
 #: camera period at 10 Hz, after which the server may pick an older frame than recorded.
@@ -84,7 +90,7 @@ def _before_records(track: RobotTrack, start_ns: int) -> list[ResponseRecord]:
     return records
 
 
-def _after_records(sent: list[Any], answers: dict[int, RecordedChunk],
+def _after_records(sent: Sequence[SentLike], answers: Mapping[int, RecordedChunk],
                    start_ns: int) -> list[ResponseRecord]:
     records = []
     for s in sent:
@@ -98,7 +104,7 @@ def _after_records(sent: list[Any], answers: dict[int, RecordedChunk],
     return records
 
 
-def _statuses(seqs: list[int], answers: dict[int, RecordedChunk]) -> dict[str, int]:
+def _statuses(seqs: list[int], answers: Mapping[int, RecordedChunk]) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for seq in seqs:
         chunk = answers.get(seq)
@@ -107,24 +113,94 @@ def _statuses(seqs: list[int], answers: dict[int, RecordedChunk]) -> dict[str, i
     return dict(counts)
 
 
-def _reasons(answers: dict[int, RecordedChunk], limit: int = 5) -> dict[str, int]:
+def _reasons(answers: Mapping[int, RecordedChunk], limit: int = 5) -> dict[str, int]:
     # Digits vary per request (ages, sizes); without them equal causes count together.
     counts = Counter("".join("#" if ch.isdigit() else ch for ch in c.reason[:100])
                      for c in answers.values() if c.status != STATUS_OK)
     return dict(counts.most_common(limit))
 
 
+@dataclass(frozen=True)
+class SideMetrics:
+    """One side (recorded or replayed) of a robot's requests in the window."""
+
+    # Requests sent in the window.
+    requests: int
+    # Of those, answered with a chunk.
+    responses: int
+    # Of those, answered within their budget.
+    on_time: int
+    # on_time / requests (NaN: no requests).
+    attainment: float
+    # Latency of the chunks (ms; NaN: none).
+    latency_p50_ms: float
+    latency_p99_ms: float
+    latency_mean_ms: float
+    # Answers by status name, "unanswered" included.
+    statuses: dict[str, int]
+
+    def to_dict(self) -> JsonDict:
+        """The report's entry."""
+        return {**asdict(self), "statuses": dict(self.statuses)}
+
+
 def _metrics(records: list[ResponseRecord], window: tuple[float, float],
-             statuses: dict[str, int]) -> dict[str, Any]:
+             statuses: dict[str, int]) -> SideMetrics:
     m = summarize(records, window=window)
-    return {"requests": m.requests, "responses": m.responses, "on_time": m.on_time,
-            "attainment": m.attainment, "latency_p50_ms": m.latency_p50_ms,
-            "latency_p99_ms": m.latency_p99_ms, "latency_mean_ms": m.latency_mean_ms,
-            "statuses": statuses}
+    return SideMetrics(requests=m.requests, responses=m.responses, on_time=m.on_time,
+                       attainment=m.attainment, latency_p50_ms=m.latency_p50_ms,
+                       latency_p99_ms=m.latency_p99_ms, latency_mean_ms=m.latency_mean_ms,
+                       statuses=statuses)
 
 
 def _in_window(send_s: float, window: tuple[float, float]) -> bool:
     return window[0] <= send_s < window[1]
+
+
+@dataclass(frozen=True)
+class MismatchExample:
+    """A pair whose chunks used other observations, and how far each stream moved."""
+
+    # The request's seq.
+    seq: int
+    # Per stream ("camera_<i>", "joint_states"; "cameras": a count that changed), the
+    # replay's stamp minus the recording's (ms).
+    shift_ms: dict[str, float]
+
+    def to_dict(self) -> JsonDict:
+        """The report's entry."""
+        return {"seq": self.seq, "shift_ms": dict(self.shift_ms)}
+
+
+@dataclass(frozen=True)
+class ActionDiff:
+    """Recorded against replayed actions of the chunks that answer the same request."""
+
+    # OK pairs of equal shape.
+    pairs: int
+    # Of those, pairs that used the same observations.
+    comparable: int
+    # Of those, pairs with identical actions.
+    identical: int
+    # pairs - comparable.
+    observation_mismatch: int
+    # OK pairs whose action arrays differ in shape (or are empty).
+    shape_mismatch: int
+    # Every comparable pair identical, and at least one.
+    all_identical: bool
+    # Over comparable pairs (NaN: none).
+    max_abs: float
+    rms: float
+    # Over every pair.
+    max_abs_all_pairs: float
+    rms_all_pairs: float
+    # A few observation mismatches.
+    mismatch_examples: list[MismatchExample]
+
+    def to_dict(self) -> JsonDict:
+        """The report's entry."""
+        return {**{k: getattr(self, k) for k in self.__dataclass_fields__},
+                "mismatch_examples": [m.to_dict() for m in self.mismatch_examples]}
 
 
 @dataclass
@@ -139,7 +215,7 @@ class _ActionStats:
     sq_sum_all: float = 0.0
     count_all: int = 0
     max_abs_all: float = 0.0
-    mismatches: list[dict[str, Any]] | None = None
+    mismatches: list[MismatchExample] = field(default_factory=list)
 
     def add(self, before: RecordedChunk, after: RecordedChunk) -> None:
         if before.status != STATUS_OK or after.status != STATUS_OK:
@@ -165,8 +241,6 @@ class _ActionStats:
     def _note_mismatch(self, before: RecordedChunk, after: RecordedChunk) -> None:
         # A few examples tell whether a camera or the joint state differed, and by how
         # much; that separates lost frames from a regression in observation assembly.
-        if self.mismatches is None:
-            self.mismatches = []
         if len(self.mismatches) >= _MISMATCH_EXAMPLES:
             return
         streams = {f"camera_{i}": (a - b) / 1e6 for i, (b, a) in
@@ -176,7 +250,7 @@ class _ActionStats:
             streams["cameras"] = float(len(after.image_stamps) - len(before.image_stamps))
         if before.state_stamp != after.state_stamp:
             streams["joint_states"] = (after.state_stamp - before.state_stamp) / 1e6
-        self.mismatches.append({"seq": before.seq, "shift_ms": streams})
+        self.mismatches.append(MismatchExample(before.seq, streams))
 
     def merge(self, other: _ActionStats) -> None:
         for name in ("pairs", "comparable", "identical", "shape_mismatch", "sq_sum", "count",
@@ -185,24 +259,121 @@ class _ActionStats:
         self.max_abs = max(self.max_abs, other.max_abs)
         self.max_abs_all = max(self.max_abs_all, other.max_abs_all)
 
-    def to_dict(self) -> dict[str, Any]:
+    def summary(self) -> ActionDiff:
         nan = math.nan
-        return {
-            "pairs": self.pairs, "comparable": self.comparable, "identical": self.identical,
-            "observation_mismatch": self.pairs - self.comparable,
-            "shape_mismatch": self.shape_mismatch,
-            "all_identical": self.comparable > 0 and self.identical == self.comparable,
-            "max_abs": self.max_abs if self.count else nan,
-            "rms": math.sqrt(self.sq_sum / self.count) if self.count else nan,
-            "max_abs_all_pairs": self.max_abs_all if self.count_all else nan,
-            "rms_all_pairs": math.sqrt(self.sq_sum_all / self.count_all) if self.count_all
-            else nan,
-            "mismatch_examples": list(self.mismatches or []),
-        }
+        return ActionDiff(
+            pairs=self.pairs, comparable=self.comparable, identical=self.identical,
+            observation_mismatch=self.pairs - self.comparable,
+            shape_mismatch=self.shape_mismatch,
+            all_identical=self.comparable > 0 and self.identical == self.comparable,
+            max_abs=self.max_abs if self.count else nan,
+            rms=math.sqrt(self.sq_sum / self.count) if self.count else nan,
+            max_abs_all_pairs=self.max_abs_all if self.count_all else nan,
+            rms_all_pairs=(math.sqrt(self.sq_sum_all / self.count_all) if self.count_all
+                           else nan),
+            mismatch_examples=list(self.mismatches))
 
 
-def _robot_section(track: RobotTrack, sent: list[Any], answers: dict[int, RecordedChunk],
-                   start_ns: int, window: tuple[float, float]) -> tuple[dict[str, Any], Any]:
+@dataclass(frozen=True)
+class Delta:
+    """Replayed minus recorded."""
+
+    attainment: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+
+
+def _delta(before: SideMetrics | None, after: SideMetrics) -> Delta | None:
+    if before is None:
+        return None
+    return Delta(attainment=after.attainment - before.attainment,
+                 latency_p50_ms=after.latency_p50_ms - before.latency_p50_ms,
+                 latency_p99_ms=after.latency_p99_ms - before.latency_p99_ms)
+
+
+def _json_delta(delta: Delta | None) -> JsonDict | None:
+    return None if delta is None else asdict(delta)
+
+
+@dataclass(frozen=True)
+class RobotSection:
+    """One robot's comparison."""
+
+    # Recorded (None: the bag recorded no chunks for it) and replayed.
+    before: SideMetrics | None
+    after: SideMetrics
+    # Requests replayed, and those left unanswered.
+    sent: int
+    unanswered: int
+    # Recorded requests before the first replayable one (context only).
+    before_context: int
+    # Its header stamps minus the recorder's log times (ms).
+    clock_offset_ms: float
+    actions: ActionDiff
+    # The most common refusal reasons, recorded ("before") and replayed ("after").
+    reasons: dict[str, dict[str, int]]
+    # after - before (None without a before).
+    delta: Delta | None
+
+    def to_dict(self) -> JsonDict:
+        """The report's entry."""
+        return {"before": None if self.before is None else self.before.to_dict(),
+                "after": self.after.to_dict(), "sent": self.sent,
+                "unanswered": self.unanswered, "before_context": self.before_context,
+                "clock_offset_ms": self.clock_offset_ms, "actions": self.actions.to_dict(),
+                "reasons": {k: dict(v) for k, v in self.reasons.items()},
+                "delta": _json_delta(self.delta)}
+
+
+@dataclass(frozen=True)
+class TotalSection:
+    """All robots together."""
+
+    # None when no robot has a before.
+    before: SideMetrics | None
+    after: SideMetrics
+    sent: int
+    unanswered: int
+    actions: ActionDiff
+    # The replay of only the robots that have a before, when some have none: what
+    # delta and the checks compare.
+    after_compared: SideMetrics | None
+    delta: Delta | None
+
+    @property
+    def compared(self) -> SideMetrics:
+        """The replayed side that the deltas and checks compare."""
+        return self.after if self.after_compared is None else self.after_compared
+
+    def to_dict(self) -> JsonDict:
+        """The report's ``total`` entry."""
+        out: JsonDict = {"before": None if self.before is None else self.before.to_dict(),
+                         "after": self.after.to_dict(), "sent": self.sent,
+                         "unanswered": self.unanswered, "actions": self.actions.to_dict()}
+        if self.after_compared is not None:
+            out["after_compared"] = self.after_compared.to_dict()
+        out["delta"] = _json_delta(self.delta)
+        return out
+
+
+@dataclass(frozen=True)
+class Check:
+    """One threshold check."""
+
+    # Its name (attainment_drop, action_rms, ...).
+    check: str
+    # A robot, or ALL.
+    scope: str
+    value: float
+    limit: float
+    passed: bool
+
+
+def _robot_section(track: RobotTrack, sent: Sequence[SentLike],
+                   answers: Mapping[int, RecordedChunk], start_ns: int,
+                   window: tuple[float, float]
+                   ) -> tuple[RobotSection, list[ResponseRecord], list[ResponseRecord],
+                              _ActionStats]:
     before = _before_records(track, start_ns)
     after = _after_records(sent, answers, start_ns)
     before_seqs = [q.seq for q in track.replayable
@@ -215,66 +386,145 @@ def _robot_section(track: RobotTrack, sent: list[Any], answers: dict[int, Record
     before_metrics = (_metrics(before, window, _statuses(before_seqs, track.chunks))
                       if track.chunks else None)
     after_metrics = _metrics(after, window, _statuses(after_seqs, answers))
-    section = {
-        "before": before_metrics,
-        "after": after_metrics,
-        "sent": len(sent),
-        "unanswered": sum(1 for s in sent if s.seq not in answers),
-        "before_context": len(track.requests) - len(track.replayable),
-        "clock_offset_ms": track.clock_offset_ns / 1e6,
-        "actions": actions.to_dict(),
-        "reasons": {"before": _reasons(track.chunks), "after": _reasons(answers)},
-    }
-    section["delta"] = _delta(before_metrics, after_metrics)
-    return section, (before if track.chunks else [], after, actions)
+    section = RobotSection(
+        before=before_metrics, after=after_metrics, sent=len(sent),
+        unanswered=sum(1 for s in sent if s.seq not in answers),
+        before_context=len(track.requests) - len(track.replayable),
+        clock_offset_ms=track.clock_offset_ns / 1e6, actions=actions.summary(),
+        reasons={"before": _reasons(track.chunks), "after": _reasons(answers)},
+        delta=_delta(before_metrics, after_metrics))
+    return section, before if track.chunks else [], after, actions
 
 
-def _delta(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, float] | None:
-    if before is None:
-        return None
-    return {key: after[key] - before[key]
-            for key in ("attainment", "latency_p50_ms", "latency_p99_ms")}
+class _Scope(NamedTuple):
+    """What the checks read of a robot or of ALL."""
+
+    before: SideMetrics | None
+    after: SideMetrics
+    delta: Delta | None
+    actions: ActionDiff
+    sent: int
+    unanswered: int
 
 
-def _check(checks: list[dict[str, Any]], name: str, scope: str, value: float,
+def _check(checks: list[Check], name: str, scope: str, value: float,
            limit: float, *, higher_is_bad: bool = True) -> None:
     bad = (not math.isfinite(value)) or (value > limit if higher_is_bad else value < limit)
-    checks.append({"check": name, "scope": scope, "value": value, "limit": limit,
-                   "passed": not bad})
+    checks.append(Check(check=name, scope=scope, value=value, limit=limit, passed=not bad))
 
 
-def _run_checks(sections: dict[str, dict[str, Any]], limits: Thresholds) -> list[dict[str, Any]]:
-    checks: list[dict[str, Any]] = []
-    for scope, sec in sections.items():
-        before = sec["before"]
+def _run_checks(scopes: dict[str, _Scope], limits: Thresholds) -> list[Check]:
+    checks: list[Check] = []
+    for scope, sec in scopes.items():
+        before = sec.before
         # Nothing recorded to compare against: the before-checks do not apply (n/a).
         if before is not None and limits.max_attainment_drop is not None \
-                and before["requests"]:
+                and before.requests:
             _check(checks, "attainment_drop", scope,
-                   before["attainment"] - sec["after"]["attainment"], limits.max_attainment_drop)
-        for key, limit in (("latency_p50_ms", limits.max_p50_increase_ms),
-                           ("latency_p99_ms", limits.max_p99_increase_ms)):
-            if limit is not None and before is not None:
-                _check(checks, f"{key}_increase", scope, sec["delta"][key], limit)
-        act = sec["actions"]
+                   before.attainment - sec.after.attainment, limits.max_attainment_drop)
+        if sec.delta is not None:
+            for key, value, limit in (
+                    ("latency_p50_ms", sec.delta.latency_p50_ms, limits.max_p50_increase_ms),
+                    ("latency_p99_ms", sec.delta.latency_p99_ms, limits.max_p99_increase_ms)):
+                if limit is not None:
+                    _check(checks, f"{key}_increase", scope, value, limit)
+        act = sec.actions
         if limits.max_action_rms is not None:
-            _check(checks, "action_rms", scope, act["rms"], limits.max_action_rms)
+            _check(checks, "action_rms", scope, act.rms, limits.max_action_rms)
         if limits.max_action_abs is not None:
-            _check(checks, "action_max_abs", scope, act["max_abs"], limits.max_action_abs)
+            _check(checks, "action_max_abs", scope, act.max_abs, limits.max_action_abs)
         if limits.require_identical:
-            _check(checks, "actions_identical", scope, float(act["all_identical"]), 1.0,
+            _check(checks, "actions_identical", scope, float(act.all_identical), 1.0,
                    higher_is_bad=False)
         if limits.max_obs_mismatch is not None:
-            frac = act["observation_mismatch"] / act["pairs"] if act["pairs"] else 0.0
+            frac = act.observation_mismatch / act.pairs if act.pairs else 0.0
             _check(checks, "observation_mismatch", scope, frac, limits.max_obs_mismatch)
         if limits.max_unanswered is not None:
-            frac = sec["unanswered"] / sec["sent"] if sec["sent"] else 1.0
+            frac = sec.unanswered / sec.sent if sec.sent else 1.0
             _check(checks, "unanswered", scope, frac, limits.max_unanswered)
     return checks
 
 
-def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s: float = 0.0,
-                 drain_s: float = 0.5, info: dict[str, Any] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PlayerLateness:
+    """How far the player published behind the recording's schedule."""
+
+    # Recorded messages published.
+    messages: int
+    # Their lateness (ms; None: no messages).
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    # Messages later than late_after_ms.
+    late: int
+    late_after_ms: float
+
+
+@dataclass
+class ReplayReport:
+    """The regression report of one replay."""
+
+    # The run's settings as the caller gives them (mode, rate, server, ...): first in
+    # the JSON.
+    info: JsonDict
+    # The bag: its path, storage, whether it was salvaged, its length (s).
+    bag: str
+    storage: str
+    salvaged: bool
+    duration_s: float
+    # Requests sent in [start, end) s of the recording were measured.
+    window_s: tuple[float, float]
+    warnings: list[str]
+    # Messages that could not be read, by reason; why reading stopped (None: it did not).
+    skipped_messages: dict[str, int]
+    read_error: str | None
+    # Message types whose definition in the bag differs from this build's.
+    schema_changes: list[JsonDict]
+    # Messages published per topic kind, the largest publication delay (s).
+    published: dict[str, int]
+    max_lag_s: float
+    player: PlayerLateness
+    # Answers to a seq already answered; whether the replay was stopped early.
+    duplicates: int
+    stopped_early: bool
+    robots: dict[str, RobotSection]
+    total: TotalSection
+    checks: list[Check]
+    thresholds: Thresholds
+    # Why the replay did not run to its end (None: it did); set by the runner.
+    error: str | None = None
+    # Where the figure was written; set by the runner.
+    figure: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """False when a check failed."""
+        return all(c.passed for c in self.checks)
+
+    def to_dict(self) -> JsonDict:
+        """The JSON report, keys in the order xinfer-replay always wrote them."""
+        out: JsonDict = {
+            **self.info,
+            "bag": self.bag, "storage": self.storage, "salvaged": self.salvaged,
+            "duration_s": self.duration_s, "window_s": list(self.window_s),
+            "warnings": list(self.warnings), "skipped_messages": dict(self.skipped_messages),
+            "read_error": self.read_error, "schema_changes": list(self.schema_changes),
+            "published": dict(self.published), "max_lag_s": self.max_lag_s,
+            "player": asdict(self.player), "duplicates": self.duplicates,
+            "stopped_early": self.stopped_early,
+            "robots": {name: sec.to_dict() for name, sec in self.robots.items()},
+            "total": self.total.to_dict(), "checks": [asdict(c) for c in self.checks],
+            "thresholds": asdict(self.thresholds), "passed": self.passed,
+            "error": self.error,
+        }
+        if self.figure is not None:
+            out["figure"] = self.figure
+        return out
+
+
+def build_report(run: RecordedRun, result: ReplayOutcome, limits: Thresholds, *,
+                 warmup_s: float = 0.0, drain_s: float = 0.5,
+                 info: JsonDict | None = None) -> ReplayReport:
     """The regression report of one replay.
 
     Args:
@@ -286,64 +536,59 @@ def build_report(run: RecordedRun, result: Any, limits: Thresholds, *, warmup_s:
         info: Extra fields for the report (mode, server, ...).
 
     Returns:
-        A JSON-ready dict; ``passed`` is false when a check failed.
+        The report; ``passed`` is false when a check failed.
     """
     end = max(warmup_s + 1e-3, run.duration_s - drain_s)
     window = (warmup_s, end)
-    sections: dict[str, dict[str, Any]] = {}
-    before_all, after_all = [], []
+    sections: dict[str, RobotSection] = {}
+    before_all: list[ResponseRecord] = []
+    after_all: list[ResponseRecord] = []
     actions_all = _ActionStats()
     statuses_before: Counter[str] = Counter()
     statuses_after: Counter[str] = Counter()
     recorded = False
     after_compared: list[ResponseRecord] = []  # the replay of robots that have a before
     for name, track in run.robots.items():
-        sec, (before, after, actions) = _robot_section(
+        sec, before, after, actions = _robot_section(
             track, result.sent.get(name, []), result.chunks.get(name, {}), run.start_ns, window)
         sections[name] = sec
         before_all += before
         after_all += after
         actions_all.merge(actions)
-        if sec["before"] is not None:
+        if sec.before is not None:
             recorded = True
             after_compared += after
-            statuses_before.update(sec["before"]["statuses"])
-        statuses_after.update(sec["after"]["statuses"])
-    total = {
-        "before": _metrics(before_all, window, dict(statuses_before)) if recorded else None,
-        "after": _metrics(after_all, window, dict(statuses_after)),
-        "sent": sum(s["sent"] for s in sections.values()),
-        "unanswered": sum(s["unanswered"] for s in sections.values()),
-        "actions": actions_all.to_dict(),
-    }
+            statuses_before.update(sec.before.statuses)
+        statuses_after.update(sec.after.statuses)
+    total_before = _metrics(before_all, window, dict(statuses_before)) if recorded else None
+    total_after = _metrics(after_all, window, dict(statuses_after))
     # ALL's deltas and checks compare like with like: only robots with a before.
-    compared = total["after"]
+    compared = None
     if recorded and len(after_compared) != len(after_all):
         compared = _metrics(after_compared, window, {})
-        total["after_compared"] = compared
-    total["delta"] = _delta(total["before"], compared)
-    checks = _run_checks({**sections, "ALL": {**total, "after": compared}}, limits)
+    total = TotalSection(
+        before=total_before, after=total_after,
+        sent=sum(s.sent for s in sections.values()),
+        unanswered=sum(s.unanswered for s in sections.values()),
+        actions=actions_all.summary(), after_compared=compared,
+        delta=_delta(total_before, compared or total_after))
+    scopes = {name: _Scope(s.before, s.after, s.delta, s.actions, s.sent, s.unanswered)
+              for name, s in sections.items()}
+    scopes["ALL"] = _Scope(total.before, total.compared, total.delta, total.actions,
+                           total.sent, total.unanswered)
+    checks = _run_checks(scopes, limits)
     player = player_lateness(result.lags_s)
     late = _lateness_warning(player)
-    return {
-        **(info or {}),
-        "bag": str(run.source.path), "storage": run.source.storage,
-        "salvaged": run.source.salvaged, "duration_s": run.duration_s,
-        "window_s": list(window), "warnings": [*run.warnings, *([late] if late else [])],
-        "skipped_messages": run.skipped, "read_error": run.source.read_error,
-        "schema_changes": [change.to_dict() for change in run.schema_changes],
-        "published": dict(result.published), "max_lag_s": result.max_lag_s,
-        "player": player,
-        "duplicates": result.duplicates, "stopped_early": result.stopped,
-        "robots": sections, "total": total, "checks": checks,
-        "thresholds": limits.__dict__.copy(),
-        "passed": all(c["passed"] for c in checks),
-    }
-
-
-#: The before columns of a robot the bag recorded no chunks for.
-_NOT_RECORDED: dict[str, Any] = {"requests": "n/a", "attainment": None,
-                                 "latency_p50_ms": None, "latency_p99_ms": None}
+    return ReplayReport(
+        info=dict(info or {}),
+        bag=str(run.source.path), storage=run.source.storage,
+        salvaged=run.source.salvaged, duration_s=run.duration_s,
+        window_s=window, warnings=[*run.warnings, *([late] if late else [])],
+        skipped_messages=run.skipped, read_error=run.source.read_error,
+        schema_changes=[change.to_dict() for change in run.schema_changes],
+        published=dict(result.published), max_lag_s=result.max_lag_s,
+        player=player, duplicates=result.duplicates, stopped_early=result.stopped,
+        robots=sections, total=total, checks=checks, thresholds=limits)
 
 
 def _pct(value: float | None) -> str:
@@ -358,62 +603,66 @@ def _ms(value: float | None) -> str:
     return "-" if not math.isfinite(value) else f"{value:.1f}"
 
 
-def player_lateness(lags_s: list[float]) -> dict[str, Any]:
+def player_lateness(lags_s: Sequence[float]) -> PlayerLateness:
     """How far the player published behind the recording's schedule (ms), and how often.
 
     Args:
         lags_s: Per published recorded message, its publish time minus its due time.
     """
     if not lags_s:
-        return {"messages": 0, "p50_ms": None, "p99_ms": None, "max_ms": None, "late": 0,
-                "late_after_ms": LATE_S * MS_PER_S}
+        return PlayerLateness(messages=0, p50_ms=None, p99_ms=None, max_ms=None, late=0,
+                              late_after_ms=LATE_S * MS_PER_S)
     lags = np.asarray(lags_s, dtype=float)
-    return {"messages": int(lags.size), "p50_ms": float(np.percentile(lags, 50)) * MS_PER_S,
-            "p99_ms": float(np.percentile(lags, 99)) * MS_PER_S,
-            "max_ms": float(lags.max()) * MS_PER_S, "late": int((lags > LATE_S).sum()),
-            "late_after_ms": LATE_S * MS_PER_S}
+    return PlayerLateness(
+        messages=int(lags.size), p50_ms=float(np.percentile(lags, 50)) * MS_PER_S,
+        p99_ms=float(np.percentile(lags, 99)) * MS_PER_S,
+        max_ms=float(lags.max()) * MS_PER_S, late=int((lags > LATE_S).sum()),
+        late_after_ms=LATE_S * MS_PER_S)
 
 
-def _lateness_warning(lateness: dict[str, Any]) -> str | None:
-    if not lateness["late"]:
+def _lateness_warning(lateness: PlayerLateness) -> str | None:
+    if not lateness.late:
         return None
-    return (f"the player fell behind the recording: {lateness['late']} of "
-            f"{lateness['messages']} messages published over {lateness['late_after_ms']:.0f} "
-            f"ms late, at most {lateness['max_ms']:.0f} ms (P99 {lateness['p99_ms']:.0f} ms); "
+    return (f"the player fell behind the recording: {lateness.late} of "
+            f"{lateness.messages} messages published over {lateness.late_after_ms:.0f} "
+            f"ms late, at most {lateness.max_ms:.0f} ms (P99 {lateness.p99_ms:.0f} ms); "
             "the server may have picked older observations than recorded")
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_report(report: ReplayReport) -> str:
     """The report as a text table (per robot and ALL), followed by the checks."""
     head = (f"{'robot':<10}{'req b/a':>10}{'attain before':>15}{'after':>8}{'P50 b/a ms':>15}"
             f"{'P99 b/a ms':>15}{'actions same/cmp':>18}{'rms':>10}  statuses after")
     lines = [head, "-" * len(head)]
-    for name, sec in {**report["robots"], "ALL": report["total"]}.items():
-        a, act = sec["after"], sec["actions"]
-        b = sec["before"] or _NOT_RECORDED
-        rms = "-" if not math.isfinite(act["rms"]) else f"{act['rms']:.2e}"
+    rows: dict[str, tuple[SideMetrics | None, SideMetrics, ActionDiff]] = {
+        name: (sec.before, sec.after, sec.actions) for name, sec in report.robots.items()}
+    rows["ALL"] = (report.total.before, report.total.after, report.total.actions)
+    for name, (b, a, act) in rows.items():
+        # The before columns of a robot the bag recorded no chunks for: n/a.
+        requests = "n/a" if b is None else b.requests
+        rms = "-" if not math.isfinite(act.rms) else f"{act.rms:.2e}"
         lines.append(
-            f"{name:<10}{b['requests']:>5}/{a['requests']:<4}{_pct(b['attainment']):>15}"
-            f"{_pct(a['attainment']):>8}"
-            f"{_ms(b['latency_p50_ms']) + '/' + _ms(a['latency_p50_ms']):>15}"
-            f"{_ms(b['latency_p99_ms']) + '/' + _ms(a['latency_p99_ms']):>15}"
-            f"{str(act['identical']) + '/' + str(act['comparable']):>18}{rms:>10}"
-            f"  {a['statuses']}")
-    total = report["total"]["actions"]
-    lines.append(f"action pairs: {total['pairs']}, comparable (same observations): "
-                 f"{total['comparable']}, identical: {total['identical']}"
-                 + ("  -> actions match exactly" if total["all_identical"] else ""))
-    player = report.get("player")
-    if player and player["messages"]:
-        lines.append(f"player: {player['messages']} recorded messages published, behind "
-                     f"schedule P50 {player['p50_ms']:.1f} ms, P99 {player['p99_ms']:.1f} ms, "
-                     f"max {player['max_ms']:.1f} ms; {player['late']} over "
-                     f"{player['late_after_ms']:.0f} ms late")
-    for warning in report["warnings"]:
+            f"{name:<10}{requests:>5}/{a.requests:<4}"
+            f"{_pct(None if b is None else b.attainment):>15}{_pct(a.attainment):>8}"
+            f"{_ms(None if b is None else b.latency_p50_ms) + '/' + _ms(a.latency_p50_ms):>15}"
+            f"{_ms(None if b is None else b.latency_p99_ms) + '/' + _ms(a.latency_p99_ms):>15}"
+            f"{str(act.identical) + '/' + str(act.comparable):>18}{rms:>10}"
+            f"  {a.statuses}")
+    total = report.total.actions
+    lines.append(f"action pairs: {total.pairs}, comparable (same observations): "
+                 f"{total.comparable}, identical: {total.identical}"
+                 + ("  -> actions match exactly" if total.all_identical else ""))
+    player = report.player
+    if player.messages:
+        lines.append(f"player: {player.messages} recorded messages published, behind "
+                     f"schedule P50 {player.p50_ms:.1f} ms, P99 {player.p99_ms:.1f} ms, "
+                     f"max {player.max_ms:.1f} ms; {player.late} over "
+                     f"{player.late_after_ms:.0f} ms late")
+    for warning in report.warnings:
         lines.append(f"warning: {warning}")
-    for c in report["checks"]:
-        mark = "ok  " if c["passed"] else "FAIL"
-        lines.append(f"{mark} {c['check']:<22}{c['scope']:<10} value {c['value']:.4g} "
-                     f"limit {c['limit']:.4g}")
-    lines.append("PASSED" if report["passed"] else "REGRESSION: a threshold was crossed")
+    for c in report.checks:
+        mark = "ok  " if c.passed else "FAIL"
+        lines.append(f"{mark} {c.check:<22}{c.scope:<10} value {c.value:.4g} "
+                     f"limit {c.limit:.4g}")
+    lines.append("PASSED" if report.passed else "REGRESSION: a threshold was crossed")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,7 @@ __all__ = [
     "RecordedRequest",
     "RecordedRun",
     "RobotTrack",
+    "TimeStamp",
     "cdr_header_stamp_ns",
     "scan_bag",
     "stamp_ns",
@@ -54,7 +55,19 @@ def cdr_header_stamp_ns(data: bytes) -> int | None:
     return sec * 1_000_000_000 + nanosec
 
 
-def stamp_ns(stamp: Any) -> int:
+class TimeStamp(Protocol):
+    """A builtin_interfaces/Time as rosbags and rclpy both give it."""
+
+    @property
+    def sec(self) -> int:
+        """Whole seconds."""
+
+    @property
+    def nanosec(self) -> int:
+        """Nanoseconds past ``sec``."""
+
+
+def stamp_ns(stamp: TimeStamp) -> int:
     """A builtin_interfaces/Time (rosbags or rclpy) as integer nanoseconds."""
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 

@@ -83,7 +83,7 @@ class TypeChange:
         return (f"{self.msgtype}: the bag's definition differs from this build's; decoded "
                 "with the bag's and mapped by field name; " + "; ".join(parts))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
         return {"type": self.msgtype, "added": list(self.added), "removed": list(self.removed)}
 

@@ -16,10 +16,17 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
 
+from xinfer_ros.cli.engine_report import (
+    EngineReport,
+    PairRow,
+    PredictionSummary,
+    RateCorrectionSummary,
+    SimulatorRun,
+)
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
 from xinfer_ros.core.clients import Link
 from xinfer_ros.core.constants import DEFAULT_SLOTS
@@ -171,8 +178,8 @@ def stage_summary(run: ClosedLoopRun, window: tuple[float, float]) -> dict[str, 
     return out
 
 
-def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> dict[str, Any]:
-    """Run one closed-loop benchmark and return the JSON-ready report.
+def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> EngineReport:
+    """Run one closed-loop benchmark and return its report.
 
     Args:
         args: parsed ``engine`` options.
@@ -204,40 +211,42 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> d
     for s in run.sent:
         key = s.result.status.name if s.result is not None else "UNANSWERED"
         statuses[key] = statuses.get(key, 0) + 1
-    report: dict[str, Any] = {
-        "benchmark": "engine",
-        "emulated": backend.emulated,
-        "notice": EMULATION_NOTICE if backend.emulated else "",
-        "backend": backend.describe(),
-        "engine": args.engine if not getattr(args, "ablation", None) else args.ablation,
-        "config": engine.config.to_dict(),
-        "policy": args.policy,
-        "workload": args.workload,
-        "robots": len(workload.robots),
-        "duration_s": duration,
-        "window_s": list(window),
-        "rate_table": str(args.rate_table) if args.rate_table else "default",
-        "rate_table_provenance": table.provenance,
-        "time_scale": args.time_scale,
-        "phase_spread": engine.config.phase_spread,
-        "held": engine.stats()["held"],
-        "host": platform.node(),
-        "load_average": list(os.getloadavg()),
-        "metrics": metrics.to_dict(),
-        "stage_ms": stage_summary(run, window),
-        "prediction": engine.audit.summary(),
-        "rate_correction": (engine.rate_correction.summary()
-                            if engine.rate_correction is not None else None),
-        "statuses": statuses,
-        "dispatcher": {k: engine.stats()[k] for k in ("decisions", "decision_ms_total")},
-    }
+    stats = engine.stats()
+    report = EngineReport(
+        emulated=backend.emulated,
+        notice=EMULATION_NOTICE if backend.emulated else "",
+        backend=backend.describe(),
+        engine=args.engine if not getattr(args, "ablation", None) else args.ablation,
+        config=engine.config.to_dict(),
+        policy=args.policy,
+        workload=args.workload,
+        robots=len(workload.robots),
+        duration_s=duration,
+        window_s=window,
+        rate_table=str(args.rate_table) if args.rate_table else "default",
+        rate_table_provenance=table.provenance,
+        time_scale=args.time_scale,
+        phase_spread=engine.config.phase_spread,
+        held=stats["held"],
+        host=platform.node(),
+        load_average=list(os.getloadavg()),
+        metrics=metrics,
+        stage_ms=stage_summary(run, window),
+        # core's summaries as the TypedDicts of their keys.
+        prediction=cast(PredictionSummary, engine.audit.summary()),
+        rate_correction=(cast(RateCorrectionSummary, engine.rate_correction.summary())
+                         if engine.rate_correction is not None else None),
+        statuses=statuses,
+        dispatcher={"decisions": stats["decisions"],
+                    "decision_ms_total": stats["decision_ms_total"]},
+    )
     if args.compare_sim:
-        report["simulator"] = simulate_same(args, engine.config, window)
+        report.simulator = simulate_same(args, engine.config, window)
     return report
 
 
 def simulate_same(args: argparse.Namespace, config: EngineConfig,
-                  window: tuple[float, float]) -> dict[str, Any]:
+                  window: tuple[float, float]) -> SimulatorRun:
     """The simulator's metrics for the same policy, workload, seed, table and lanes."""
     from xinfer_ros.sim.engine_loop import SimConfig, simulate
 
@@ -250,25 +259,25 @@ def simulate_same(args: argparse.Namespace, config: EngineConfig,
                     max_batch=config.max_batch,
                     budgets_ms=tuple(args.budgets_ms) if args.budgets_ms else None,
                     phase_spread=bool(getattr(args, "phase_spread", False)))
-    return {"config": "xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
-            "metrics": simulate(cfg).metrics.to_dict()}
+    return SimulatorRun(
+        config="xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
+        metrics=simulate(cfg).metrics)
 
 
-def _fmt(report: dict[str, Any]) -> str:
-    m = report["metrics"]
-    pred = report["prediction"]
-    st = report["stage_ms"]
-    prefix = f"{EMULATION_NOTICE} " if report["emulated"] else ""
+def _fmt(report: EngineReport) -> str:
+    m = report.metrics
+    pred = report.prediction
+    prefix = f"{EMULATION_NOTICE} " if report.emulated else ""
     lines = [
-        f"{prefix}engine={report['engine']} policy={report['policy']} "
-        f"backend={report['backend']['backend']} robots={report['robots']} "
-        f"workload={report['workload']} window={report['window_s']}",
-        f"{prefix}throughput={m['throughput_rps']:.2f} req/s goodput={m['goodput_rps']:.2f} "
-        f"attainment={m['attainment'] * 100:.1f}% P50/P95/P99={m['latency_p50_ms']:.1f}/"
-        f"{m['latency_p95_ms']:.1f}/{m['latency_p99_ms']:.1f} ms requests={m['requests']} "
-        f"errors={m['errors']}",
+        f"{prefix}engine={report.engine} policy={report.policy} "
+        f"backend={report.backend['backend']} robots={report.robots} "
+        f"workload={report.workload} window={list(report.window_s)}",
+        f"{prefix}throughput={m.throughput_rps:.2f} req/s goodput={m.goodput_rps:.2f} "
+        f"attainment={m.attainment * 100:.1f}% P50/P95/P99={m.latency_p50_ms:.1f}/"
+        f"{m.latency_p95_ms:.1f}/{m.latency_p99_ms:.1f} ms requests={m.requests} "
+        f"errors={m.errors}",
         f"{prefix}stage means (ms): " + " ".join(
-            f"{k}={v['mean']:.2f}" for k, v in st.items()),
+            f"{k}={v['mean']:.2f}" for k, v in report.stage_ms.items()),
     ]
     if pred.get("samples"):
         lines.append(f"{prefix}running-stage prediction: samples={pred['samples']} "
@@ -276,22 +285,21 @@ def _fmt(report: dict[str, Any]) -> str:
                      f"mean stage={pred['mean_stage_duration_ms']:.2f} ms "
                      f"(MAE/mean={pred['mae_rel_mean_stage'] * 100:.1f}%)")
         per = pred.get("per_stage", {})
-        corr = report.get("rate_correction")
+        corr = report.rate_correction
         lines.append(f"{prefix}per stage MAE/mean error (ms): " + " ".join(
             f"{k}={v['mae_ms']:.1f}/{v['mean_error_ms']:+.1f}" for k, v in per.items())
             + (" rate correction k=" + ",".join(f"{f:.2f}" for f in corr["factors"])
                if corr else " rate correction off"))
-    disp = report["dispatcher"]
-    lines.append(f"{prefix}statuses: {report['statuses']} decisions={disp['decisions']} "
+    disp = report.dispatcher
+    lines.append(f"{prefix}statuses: {report.statuses} decisions={disp['decisions']} "
                  f"({disp['decision_ms_total'] / max(disp['decisions'], 1) * 1e3:.0f} us each, "
-                 f"{disp['decision_ms_total'] / 1e3 / report['duration_s'] * 100:.1f}% of the run)")
-    sim = report.get("simulator")
-    if sim is not None:
-        sm = sim["metrics"]
+                 f"{disp['decision_ms_total'] / 1e3 / report.duration_s * 100:.1f}% of the run)")
+    if report.simulator is not None:
+        sm = report.simulator.metrics
         lines.append(f"{prefix}simulator (same policy/workload/seed): attainment="
-                     f"{sm['attainment'] * 100:.1f}% throughput={sm['throughput_rps']:.2f} "
-                     f"P50={sm['latency_p50_ms']:.1f} ms; engine - simulator = "
-                     f"{(m['attainment'] - sm['attainment']) * 100:+.1f} points")
+                     f"{sm.attainment * 100:.1f}% throughput={sm.throughput_rps:.2f} "
+                     f"P50={sm.latency_p50_ms:.1f} ms; engine - simulator = "
+                     f"{(m.attainment - sm.attainment) * 100:+.1f} points")
     return "\n".join(lines)
 
 
@@ -308,7 +316,7 @@ def _baseline(args: argparse.Namespace) -> argparse.Namespace:
     return base
 
 
-def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
+def run_pairs(args: argparse.Namespace) -> dict[str, object]:
     """Alternate a baseline arm and the ``--engine`` arm ``args.pairs`` times.
 
     The serial baseline is the Table 6 All-Off engine, one unit at a time with Action
@@ -323,29 +331,29 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
     """
     arms = {"baseline": _baseline(args), "other": args}
     backends: dict[str, Backend | None] = {"baseline": None, "other": None}
-    rows: list[dict[str, Any]] = []
-    runs: list[dict[str, Any]] = []
+    rows: list[PairRow] = []
+    runs: list[EngineReport] = []
     try:
         for i in range(args.pairs):
             order = ("baseline", "other") if i % 2 == 0 else ("other", "baseline")
-            got: dict[str, dict[str, Any]] = {}
+            got: dict[str, EngineReport] = {}
             for arm in order:
                 a = arms[arm]
                 if a.backend == "torch" and backends[arm] is None:
                     backends[arm] = make_torch_backend(a)
                 rep = run_benchmark(a, backends[arm])
-                rep["pair"], rep["arm"] = i + 1, arm
+                rep.pair, rep.arm = i + 1, arm
                 runs.append(rep)
                 got[arm] = rep
                 print(_fmt(rep), flush=True)
-            mb, mo = got["baseline"]["metrics"], got["other"]["metrics"]
-            row = {"pair": i + 1, "order": list(order),
-                   "baseline_rps": mb["throughput_rps"], "arm_rps": mo["throughput_rps"],
-                   "ratio": mo["throughput_rps"] / mb["throughput_rps"]
-                   if mb["throughput_rps"] else math.nan,
-                   "baseline_p50_ms": mb["latency_p50_ms"], "arm_p50_ms": mo["latency_p50_ms"],
-                   "baseline_attainment": mb["attainment"], "arm_attainment": mo["attainment"],
-                   "load_average": got[order[-1]]["load_average"][0]}
+            mb, mo = got["baseline"].metrics, got["other"].metrics
+            row: PairRow = {
+                "pair": i + 1, "order": list(order),
+                "baseline_rps": mb.throughput_rps, "arm_rps": mo.throughput_rps,
+                "ratio": mo.throughput_rps / mb.throughput_rps if mb.throughput_rps else math.nan,
+                "baseline_p50_ms": mb.latency_p50_ms, "arm_p50_ms": mo.latency_p50_ms,
+                "baseline_attainment": mb.attainment, "arm_attainment": mo.attainment,
+                "load_average": got[order[-1]].load_average[0]}
             rows.append(row)
             print(f"[pair {i + 1}] {args.baseline}={row['baseline_rps']:.2f} "
                   f"{args.engine}={row['arm_rps']:.2f} req/s ratio={row['ratio']:.2f} P50 "
@@ -357,14 +365,16 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
             if b is not None:
                 b.close()
 
-    def med(key: str) -> float:
-        return float(np.median([r[key] for r in rows]))
+    def med(values: list[float]) -> float:
+        return float(np.median(values))
 
-    summary = {"pairs": len(rows), "ratio": med("ratio"), "baseline_rps": med("baseline_rps"),
-               "arm_rps": med("arm_rps"), "baseline_p50_ms": med("baseline_p50_ms"),
-               "arm_p50_ms": med("arm_p50_ms"),
-               "baseline_attainment": med("baseline_attainment"),
-               "arm_attainment": med("arm_attainment"),
+    summary = {"pairs": len(rows), "ratio": med([r["ratio"] for r in rows]),
+               "baseline_rps": med([r["baseline_rps"] for r in rows]),
+               "arm_rps": med([r["arm_rps"] for r in rows]),
+               "baseline_p50_ms": med([r["baseline_p50_ms"] for r in rows]),
+               "arm_p50_ms": med([r["arm_p50_ms"] for r in rows]),
+               "baseline_attainment": med([r["baseline_attainment"] for r in rows]),
+               "arm_attainment": med([r["arm_attainment"] for r in rows]),
                "arm_p50_lower": sum(r["arm_p50_ms"] < r["baseline_p50_ms"] for r in rows)}
     print(f"[pairs] medians over {len(rows)}: {args.baseline}={summary['baseline_rps']:.2f} "
           f"{args.engine}={summary['arm_rps']:.2f} req/s, ratio={summary['ratio']:.2f} "
@@ -372,7 +382,7 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
           f"{summary['baseline_p50_ms']:.0f}/{summary['arm_p50_ms']:.0f} ms, "
           f"{args.engine} lower in {summary['arm_p50_lower']}/{len(rows)}", flush=True)
     return {"benchmark": "engine-pairs", "baseline": args.baseline, "pairs": rows,
-            "median": summary, "runs": runs}
+            "median": summary, "runs": [r.to_dict() for r in runs]}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -381,17 +391,13 @@ def run(args: argparse.Namespace) -> int:
         print("robots must be >= 1, duration > 0 and pairs >= 0", file=sys.stderr)
         return 2
     if args.pairs:
-        report = run_pairs(args)
-        if args.json is not None:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(report, indent=1, default=str) + "\n",
-                                 encoding="utf-8")
-            print(f"wrote {args.json}")
-        return 0
-    report = run_benchmark(args)
-    print(_fmt(report))
+        data = run_pairs(args)
+    else:
+        report = run_benchmark(args)
+        print(_fmt(report))
+        data = report.to_dict()
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
     return 0

@@ -45,7 +45,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -53,6 +52,7 @@ from xinfer_ros.core.clients import Robot, RobotSpec
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.core.metrics import ResponseRecord, WindowMetrics, summarize
 from xinfer_ros.core.timing import MS_PER_S
+from xinfer_ros.fleet.plan import NodeParams
 from xinfer_ros.sim.workloads import CyclicBudgets
 
 __all__ = ["ARMS", "ArmServer", "BlockResult", "add_arguments", "block_metrics", "run",
@@ -97,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- servers ------------------------------------------------------------------------------
-def _xinfer_params(params_file: str | None) -> dict[str, Any]:
+def _xinfer_params(params_file: str | None) -> NodeParams:
     from xinfer_ros.cli.serve import build_parser, server_params
 
     argv = ["--openpi"] + (["--params-file", params_file] if params_file else [])
@@ -119,7 +119,7 @@ def serial_params_file(params_file: str | None, workdir: Path) -> str:
     return str(path)
 
 
-def _command(arm: str, params: dict[str, Any], params_file: str | None) -> list[str]:
+def _command(arm: str, params: NodeParams, params_file: str | None) -> list[str]:
     if arm.startswith("xinfer"):
         cmd = [sys.executable, "-m", "xinfer_ros.cli.serve", "--openpi", "--host",
                "127.0.0.1", "--port", "0", "--layout", "aloha", "--log-level", "WARNING"]
@@ -169,7 +169,7 @@ class ArmServer:
                 self.proc.wait(timeout=5)
 
 
-def start_servers(arms: Sequence[str], params: dict[str, Any], params_file: str | None,
+def start_servers(arms: Sequence[str], params: NodeParams, params_file: str | None,
                   workdir: Path) -> dict[str, ArmServer]:
     """Start every arm's server at once (they load in parallel) and wait for each."""
     servers: dict[str, ArmServer] = {}
@@ -191,7 +191,7 @@ def start_servers(arms: Sequence[str], params: dict[str, Any], params_file: str 
 
 
 # -- the load generator -----------------------------------------------------------------
-def observation(params: dict[str, Any], robot: int) -> dict[str, Any]:
+def observation(params: NodeParams, robot: int) -> dict[str, object]:
     """A robot's ALOHA-layout observation at the model's camera sizes (no resize)."""
     from xinfer_ros.model.presets import model_io
 
@@ -215,7 +215,7 @@ class BlockResult:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _drive(uri: str, spec: RobotSpec, obs: dict[str, Any], span: tuple[float, float],
+def _drive(uri: str, spec: RobotSpec, obs: dict[str, object], span: tuple[float, float],
            out: BlockResult) -> None:
     """One closed-loop robot from ``t0`` until ``duration`` s later (``span``)."""
     t0, duration = span
@@ -258,7 +258,7 @@ def _drive(uri: str, spec: RobotSpec, obs: dict[str, Any], span: tuple[float, fl
 
 
 def run_block(server: ArmServer, robots: int, duration: float, budgets_ms: Sequence[float],
-              params: dict[str, Any]) -> BlockResult:
+              params: NodeParams) -> BlockResult:
     """Run ``robots`` closed-loop robots against one arm for ``duration`` seconds."""
     out = BlockResult()
     budgets = tuple(b / MS_PER_S for b in budgets_ms)
@@ -301,7 +301,7 @@ def _figures(m: WindowMetrics, records: Sequence[ResponseRecord],
 
 
 # -- the run --------------------------------------------------------------------------------
-def _warm(server: ArmServer, params: dict[str, Any]) -> None:
+def _warm(server: ArmServer, params: NodeParams) -> None:
     from xinfer_ros.openpi.client import OpenPIClient
 
     with OpenPIClient(server.uri(999), timeout_s=60.0) as client:

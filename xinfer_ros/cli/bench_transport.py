@@ -17,13 +17,23 @@ import os
 import random
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from xinfer_ros.engine.latency_arms import in_process_latencies, percentiles
-from xinfer_ros.nodes.runtime import EXECUTOR_PARAM, EXECUTORS
+from xinfer_ros.serving.params import EXECUTOR_PARAM, EXECUTORS
 
 __all__ = ["add_arguments", "run"]
 
+
+class _Row(TypedDict):
+    """One robot count: both arms' latency percentiles and what ROS adds (ms)."""
+
+    robots: int
+    # percentiles(): n, p50_ms, p99_ms.
+    in_process: dict[str, float]
+    ros: dict[str, float]
+    added_p50_ms: float
+    added_p99_ms: float
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 100)))
     from xinfer_ros.nodes.transport_bench import through_ros
 
-    rows: list[dict[str, Any]] = []
+    rows: list[_Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.robots:
             direct = percentiles(in_process_latencies(n, args.duration, args.warmup))

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import signal
@@ -42,19 +41,37 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import yaml
 
+from xinfer_ros.cli.fleet_report import (
+    ExecutorFigures,
+    FailoverReport,
+    FleetReport,
+    FleetTotal,
+    RobotReport,
+    SendLag,
+    ServerReport,
+    SimComparison,
+)
+from xinfer_ros.core.metrics import ResponseRecord, WindowMetrics
 from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.fleet.plan import (
     BACKENDS,
+    NodeParams,
     NodeSpec,
     PlanError,
     build_fleet_plan,
     config_file,
     server_names,
 )
+
+if TYPE_CHECKING:
+    from xinfer_ros.nodes.fleet_monitor import FleetMonitor, RobotObservation
+
+    #: What the fleet monitor saw, per robot.
+    Snapshot = dict[str, RobotObservation]
 
 __all__ = ["build_parser", "main"]
 
@@ -123,7 +140,7 @@ def _scale_arg(text: str) -> float | None:
     return value
 
 
-def _backend_param(server: dict[str, Any], key: str, default: Any) -> Any:
+def _backend_param(server: NodeParams, key: str, default: object) -> Any:
     """A ``<backend>.<key>`` server parameter, flat or nested as YAML writes it."""
     backend = server["backend"]
     nested = server.get(backend)
@@ -132,13 +149,13 @@ def _backend_param(server: dict[str, Any], key: str, default: Any) -> Any:
     return server.get(f"{backend}.{key}", default)
 
 
-def _server_table(server: dict[str, Any]) -> str | None:
+def _server_table(server: NodeParams) -> str | None:
     """The rate-table file the server reads (``None``: the shipped default)."""
     table = _backend_param(server, "rate_table", "")
-    return config_file(table) if table else None
+    return config_file(str(table)) if table else None
 
 
-def fit_budget_scale(server: dict[str, Any]) -> tuple[float, str]:
+def fit_budget_scale(server: NodeParams) -> tuple[float, str]:
     """The factor that fits the paper's budgets to the server's calibrated table.
 
     Returns:
@@ -158,9 +175,9 @@ def fit_budget_scale(server: dict[str, Any]) -> tuple[float, str]:
                    f"machine ({where}) against {paper * 1e3:.0f} ms on the paper's GPU")
 
 
-def simulate_fleet(server: dict[str, Any], robots: int, *, workload: str, seed: int,
+def simulate_fleet(server: NodeParams, robots: int, *, workload: str, seed: int,
                    duration: float, window: tuple[float, float],
-                   budget_scale: float = 1.0) -> dict[str, Any]:
+                   budget_scale: float = 1.0) -> SimComparison:
     """The simulator's metrics for the fleet the server parameters describe.
 
     Same policy, workload (and budget scale), seed, robots, window, rate table, slots
@@ -175,11 +192,11 @@ def simulate_fleet(server: dict[str, Any], robots: int, *, workload: str, seed: 
                     noise=0.0, slots=None if slots == [0] else tuple(slots),
                     phase_spread=bool(server.get("phase_spread", False)),
                     budget_scale=budget_scale)
-    return {"config": {k: getattr(cfg, k) for k in (
-                "policy", "robots", "workload", "seed", "duration", "window", "rate_table",
-                "noise", "slots", "phase_spread", "budget_scale")},
-            "phase_spread": cfg.phase_spread,
-            "metrics": simulate(cfg).metrics.to_dict()}
+    return SimComparison(
+        config={k: getattr(cfg, k) for k in (
+            "policy", "robots", "workload", "seed", "duration", "window", "rate_table",
+            "noise", "slots", "phase_spread", "budget_scale")},
+        phase_spread=cfg.phase_spread, metrics=simulate(cfg).metrics)
 
 
 def _loopback_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -215,89 +232,98 @@ def _stop(procs: list[subprocess.Popen], grace: float = 8.0) -> None:
             proc.wait()
 
 
-def _robot_report(obs: Any, window: tuple[float, float]) -> dict[str, Any]:
+def _robot_report(obs: RobotObservation, window: tuple[float, float]) -> RobotReport:
     from xinfer_ros.core.metrics import summarize
 
-    metrics = summarize(obs.records, window=window).to_dict()
-    ex = obs.executor
-    metrics.update({
-        "statuses": dict(obs.statuses),
-        # Every chunk the robot received, by the server that sent it.
-        "chunks_by_server": dict(Counter(server for _, server, _ in obs.answers)),
-        "starved_ticks": int(ex.starved_ticks) if ex else None,
-        "ticks": int(ex.ticks) if ex else None,
-        "handoff_violations": int(ex.handoff_violations) if ex else None,
-        "trigger_misses": int(ex.trigger_misses) if ex else None,
-        "request_timeouts": int(ex.request_timeouts) if ex else None,
-        "requests_sent": int(ex.requests_sent) if ex else None,
-        "chunks_applied": int(ex.chunks_applied) if ex else None,
-        "non_ok_chunks": int(ex.non_ok_chunks) if ex else None,
-        # RTC at work: per joint, the largest command step at a chunk switch and
-        # within a chunk (robot units); the worst joint of each.
-        "switch_step_max": max(ex.switch_step_max, default=0.0) if ex else None,
-        "within_step_max": max(ex.within_step_max, default=0.0) if ex else None,
-        "send_lag_mean_ms": float(ex.send_lag_mean_ms) if ex else None,
-        "send_lag_p95_ms": float(ex.send_lag_p95_ms) if ex else None,
-        "send_lag_max_ms": float(ex.send_lag_max_ms) if ex else None,
-    })
-    return metrics
+    return RobotReport(
+        metrics=summarize(obs.records, window=window), statuses=dict(obs.statuses),
+        chunks_by_server=dict(Counter(server for _, server, _ in obs.answers)),
+        executor=None if obs.executor is None else ExecutorFigures.of(obs.executor))
 
 
-def _fleet_send_lag(robots: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+def _fleet_send_lag(robots: dict[str, RobotReport]) -> SendLag:
     """Fleet send lag: request-weighted mean of robot means, max of P95s and of maxima.
 
     Robots whose executor never reported are left out; all ``None`` when none reported.
     """
-    seen = [r for r in robots.values() if r.get("send_lag_mean_ms") is not None]
+    seen = [r.executor for r in robots.values() if r.executor is not None]
     if not seen:
-        return {"send_lag_mean_ms": None, "send_lag_p95_ms": None, "send_lag_max_ms": None}
-    weight = sum(r["requests_sent"] for r in seen)
-    mean = (sum(r["send_lag_mean_ms"] * r["requests_sent"] for r in seen) / weight
+        return SendLag()
+    weight = sum(ex.requests_sent for ex in seen)
+    mean = (sum(ex.send_lag_mean_ms * ex.requests_sent for ex in seen) / weight
             if weight else 0.0)
-    return {"send_lag_mean_ms": mean,
-            "send_lag_p95_ms": max(r["send_lag_p95_ms"] for r in seen),
-            "send_lag_max_ms": max(r["send_lag_max_ms"] for r in seen)}
+    return SendLag(send_lag_mean_ms=mean,
+                   send_lag_p95_ms=max(ex.send_lag_p95_ms for ex in seen),
+                   send_lag_max_ms=max(ex.send_lag_max_ms for ex in seen))
 
 
-def _print_report(report: dict[str, Any]) -> None:
+class _Row(NamedTuple):
+    """One line of the printed table (``None``: a blank cell)."""
+
+    metrics: WindowMetrics
+    statuses: dict[str, int]
+    starved: int | None
+    late: int | None
+    lag: float | None
+    lag95: float | None
+
+
+def _rows(report: FleetReport) -> dict[str, _Row]:
+    rows = {}
+    for name, r in report.robots.items():
+        ex = r.executor
+        rows[name] = (_Row(r.metrics, r.statuses, None, None, None, None) if ex is None else
+                      _Row(r.metrics, r.statuses, ex.starved_ticks, ex.handoff_violations,
+                           ex.send_lag_mean_ms, ex.send_lag_p95_ms))
+    total = report.total
+    # ALL's late column is the monitor's count; the robots' are their executors'.
+    rows["ALL"] = _Row(total.metrics, total.statuses, None, total.metrics.handoff_violations,
+                       total.send_lag.send_lag_mean_ms, total.send_lag.send_lag_p95_ms)
+    return rows
+
+
+def _cell(value: float | None, fmt: str = "") -> str:
+    return "" if value is None else format(value, fmt)
+
+
+def _print_report(report: FleetReport) -> None:
     # P50/P99 over chunks; "all" over every answer, refusals (shed, rejected) included.
     head = (f"{'robot':<12}{'requests':>9}{'attain':>8}{'P50 ms':>8}{'P99 ms':>8}"
             f"{'all P50':>8}{'all P99':>8}"
             f"{'starved':>9}{'late':>6}{'lag ms':>8}{'lag95':>7}  statuses")
     print(head)
     print("-" * len(head))
-    for name, r in {**report["robots"], "ALL": report["total"]}.items():
-        starved = "" if r.get("starved_ticks") is None else str(r["starved_ticks"])
-        late = "" if r.get("handoff_violations") is None else str(r["handoff_violations"])
-        lag = "" if r.get("send_lag_mean_ms") is None else f"{r['send_lag_mean_ms']:.2f}"
-        lag95 = "" if r.get("send_lag_p95_ms") is None else f"{r['send_lag_p95_ms']:.2f}"
-        print(f"{name:<12}{r['requests']:>9}{r['attainment'] * 100:>7.1f}%"
-              f"{r['latency_p50_ms']:>8.1f}{r['latency_p99_ms']:>8.1f}"
-              f"{r.get('answer_p50_ms', math.nan):>8.1f}{r.get('answer_p99_ms', math.nan):>8.1f}"
-              f"{starved:>9}{late:>6}"
-              f"{lag:>8}{lag95:>7}  {r.get('statuses', '')}")
-    if len(report["servers"]) > 1:
-        for name, srv in report["servers"].items():
-            print(f"{name:<12}{srv['requests']:>9}{srv['attainment'] * 100:>7.1f}%"
-                  f"{srv['latency_p50_ms']:>8.1f}{srv['latency_p99_ms']:>8.1f}  robots "
-                  f"{', '.join(srv['robots'])}")
-    total = report["total"]
-    for budget, attainment in total.get("per_budget", {}).items():
-        print(f"  budget {budget:>6} ms: {total['per_budget_requests'][budget]:>5} requests, "
-              f"attainment {attainment * 100:5.1f}%")
-    steps = [(r["switch_step_max"], r["within_step_max"]) for r in report["robots"].values()
-             if r.get("switch_step_max") is not None]
+    for name, r in _rows(report).items():
+        m = r.metrics
+        print(f"{name:<12}{m.requests:>9}{m.attainment * 100:>7.1f}%"
+              f"{m.latency_p50_ms:>8.1f}{m.latency_p99_ms:>8.1f}"
+              f"{m.answer_p50_ms:>8.1f}{m.answer_p99_ms:>8.1f}"
+              f"{_cell(r.starved):>9}{_cell(r.late):>6}"
+              f"{_cell(r.lag, '.2f'):>8}{_cell(r.lag95, '.2f'):>7}  {r.statuses}")
+    if len(report.servers) > 1:
+        for name, srv in report.servers.items():
+            sm = srv.metrics
+            print(f"{name:<12}{sm.requests:>9}{sm.attainment * 100:>7.1f}%"
+                  f"{sm.latency_p50_ms:>8.1f}{sm.latency_p99_ms:>8.1f}  robots "
+                  f"{', '.join(srv.robots)}")
+    total = report.total
+    for budget, attainment in total.metrics.per_budget.items():
+        print(f"  budget {budget:>6} ms: {total.metrics.per_budget_requests[budget]:>5} "
+              f"requests, attainment {attainment * 100:5.1f}%")
+    steps = [(r.executor.switch_step_max, r.executor.within_step_max)
+             for r in report.robots.values() if r.executor is not None]
     if steps:
         print(f"RTC splices: largest command step at a chunk switch "
               f"{max(a for a, _ in steps):.3f}, within a chunk {max(b for _, b in steps):.3f} "
               "(robot units, worst joint and robot)")
-    if total.get("send_lag_mean_ms") is not None:
+    lag = total.send_lag
+    if lag.send_lag_mean_ms is not None:
         print(f"\nsend lag behind Eq. 1 (ms, since start): mean "
-              f"{total['send_lag_mean_ms']:.2f} (request-weighted over robots), P95 "
-              f"{total['send_lag_p95_ms']:.2f} (worst robot), max {total['send_lag_max_ms']:.2f}")
+              f"{lag.send_lag_mean_ms:.2f} (request-weighted over robots), P95 "
+              f"{lag.send_lag_p95_ms:.2f} (worst robot), max {lag.send_lag_max_ms:.2f}")
 
 
-def _plot(report: dict[str, Any], records: dict[str, list[Any]], out: Path) -> Path:
+def _plot(report: FleetReport, records: dict[str, list[ResponseRecord]], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -319,15 +345,15 @@ def _plot(report: dict[str, Any], records: dict[str, list[Any]], out: Path) -> P
         ax[1].plot([r.send_time for r in missed],
                    [r.latency * 1e3 if r.response_time is not None else r.budget * 1e3
                     for r in missed], "x", ms=4, color=line.get_color())
-    for budget in report["total"].get("per_budget", {}):
+    for budget in report.total.metrics.per_budget:
         ax[0].axvline(float(budget), ls="--", lw=0.8, color="grey")
-    ax[1].axvspan(*report["window_s"], color="grey", alpha=0.08, lw=0)
+    ax[1].axvspan(*report.window_s, color="grey", alpha=0.08, lw=0)
     ax[0].set(xlabel="latency (ms)", ylabel="CDF", title="request latency (dashed: budgets)")
     ax[1].set(xlabel="send time (s)", ylabel="latency (ms)",
               title="latency over time (steps: budget, x: miss; shaded: measured)")
     ax[0].legend(fontsize=7)
-    fig.suptitle(f"xinfer-fleet: {report['robots_count']} robots, {report['policy']}, "
-                 f"{report['backend']} backend, budgets x{report.get('budget_scale', 1):g}")
+    fig.suptitle(f"xinfer-fleet: {len(report.robots)} robots, {report.policy}, "
+                 f"{report.backend} backend, budgets x{report.budget_scale:g}")
     fig.tight_layout()
     path = out / "fleet_latency.png"
     fig.savefig(path, dpi=110)
@@ -380,16 +406,16 @@ def run_fleet(args: argparse.Namespace) -> int:
     report = _build_report(args, server, snap, ready=ready, window=window, scale=scale,
                            why=why, died=died, servers=server_names(plan))
     if failed_at is not None:
-        report["failover"] = _failover(plan, snap, failed_at, resumed_at)
+        report.failover = _failover(plan, snap, failed_at, resumed_at)
     print()
     _print_report(report)
-    if "failover" in report:
-        _print_failover(report["failover"])
-    if "simulator" in report:
-        _print_sim_comparison(report)
+    if report.failover is not None:
+        _print_failover(report.failover)
+    if report.simulator is not None:
+        _print_sim_comparison(report.simulator, report)
     json_path = args.json or args.out / "fleet_report.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(report, indent=2, default=float))
+    json_path.write_text(json.dumps(report.to_dict(), indent=2, default=float))
     plot = _plot(report, {n: o.records for n, o in snap.items()}, args.out)
     print(f"\nreport: {json_path}\nplot:   {plot}")
     return _exit_status(report, died, workdir)
@@ -419,8 +445,8 @@ def _plan_fleet(args: argparse.Namespace) -> tuple[list[NodeSpec], float, str]:
     return plan, scale, why
 
 
-def _failover(plan: list[NodeSpec], snap: dict[str, Any], at: float,
-              resumed_at: float | None) -> dict[str, Any]:
+def _failover(plan: list[NodeSpec], snap: Snapshot, at: float,
+              resumed_at: float | None) -> FailoverReport:
     """The report's failover entry: the last server failed ``at`` seconds into the run.
 
     A hung server woke up at ``resumed_at`` and took robots back.
@@ -430,21 +456,20 @@ def _failover(plan: list[NodeSpec], snap: dict[str, Any], at: float,
     records = [r for o in snap.values() for r in o.records]
     answers = {n: o.answers for n, o in snap.items()}
     victim = server_names(plan)[-1]
-    result = failover(victim, at, answers, records).to_dict()
-    if resumed_at is not None:
+    return FailoverReport(
+        failover=failover(victim, at, answers, records), resumed_at_s=resumed_at,
         # Robots it took back once heard again: how long each went without an OK chunk.
-        result["resumed_at_s"] = resumed_at
-        result["takeover_gap_s"] = takeover_gaps(victim, resumed_at, answers)
-    # What the executors dropped as coming from a server they had left, and what the
-    # monitor saw arrive from one (the two see requests and chunks in their own orders,
-    # so they may differ by a chunk that crossed a switch).
-    result["foreign_chunks"] = sum(int(o.executor.foreign_chunks) for o in snap.values()
-                                   if o.executor is not None)
-    result["left_server_chunks_seen"] = sum(o.left_server_chunks for o in snap.values())
-    return result
+        takeover_gap_s=(None if resumed_at is None
+                        else takeover_gaps(victim, resumed_at, answers)),
+        # What the executors dropped as coming from a server they had left, and what the
+        # monitor saw arrive from one (the two see requests and chunks in their own
+        # orders, so they may differ by a chunk that crossed a switch).
+        foreign_chunks=sum(int(o.executor.foreign_chunks) for o in snap.values()
+                           if o.executor is not None),
+        left_server_chunks_seen=sum(o.left_server_chunks for o in snap.values()))
 
 
-def _await_in_flight(monitor: Any, server: str, timeout: float = 2.0) -> None:
+def _await_in_flight(monitor: FleetMonitor, server: str, timeout: float = 2.0) -> None:
     """Return once a request to ``server`` is in flight (at most ``timeout`` seconds)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end and not monitor.in_flight_to(server):
@@ -453,7 +478,7 @@ def _await_in_flight(monitor: Any, server: str, timeout: float = 2.0) -> None:
 
 
 def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subprocess.Popen],
-           monitor: Any, t0: float
+           monitor: FleetMonitor, t0: float
            ) -> tuple[float | None, list[str], float | None, float | None]:
     """Show live progress until the run is over, a node exits, startup times out or Ctrl-C.
 
@@ -497,7 +522,8 @@ def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subproces
                     if hang:
                         # Stall it with work in hand, as a stuck driver would: its answers
                         # come after it wakes up, to robots that have moved on.
-                        _await_in_flight(monitor, plan[victim].parameters["server_name"])
+                        _await_in_flight(monitor,
+                                         str(plan[victim].parameters["server_name"]))
                     os.killpg(procs[victim].pid, signal.SIGSTOP if hang else signal.SIGKILL)
                     failed_at = time.time() - t0
                     tqdm.write(f"xinfer-fleet: {'stopped' if hang else 'killed'} "
@@ -522,93 +548,90 @@ def _watch(args: argparse.Namespace, plan: list[NodeSpec], procs: list[subproces
     return ready, died, failed_at, resumed_at
 
 
-def _build_report(args: argparse.Namespace, server: dict[str, Any], snap: dict[str, Any], *,
+def _build_report(args: argparse.Namespace, server: NodeParams, snap: Snapshot, *,
                   ready: float, window: tuple[float, float], scale: float, why: str,
-                  died: list[str], servers: list[str]) -> dict[str, Any]:
-    """The JSON report of the run, with the simulator's run beside it if asked for."""
+                  died: list[str], servers: list[str]) -> FleetReport:
+    """The report of the run, with the simulator's run beside it if asked for."""
     from xinfer_ros.core.metrics import summarize
 
-    robots = len(snap)
-    report: dict[str, Any] = {
-        "robots_count": robots, "policy": server["policy"], "backend": server["backend"],
-        "model": server["model"], "workload": args.workload,
-        "phase_spread": bool(server.get("phase_spread", False)),
-        "budget_scale": scale, "budget_scale_reason": why, "duration_s": args.duration,
-        "server_ready_s": ready, "window_s": list(window),
-        "emulated": server["backend"] == "emulated",
-        "robots": {name: _robot_report(obs, window) for name, obs in snap.items()},
-        "total": summarize([r for o in snap.values() for r in o.records],
-                           window=window).to_dict(),
-        "failed_nodes": died,
-        "servers": {name: _server_report(name, snap, window, only=len(servers) == 1)
-                    for name in servers},
-    }
-    report["total"]["statuses"] = _sum_statuses(snap)
-    report["total"].update(_fleet_send_lag(report["robots"]))
+    robots = {name: _robot_report(obs, window) for name, obs in snap.items()}
+    report = FleetReport(
+        policy=str(server["policy"]), backend=str(server["backend"]),
+        model=str(server["model"]), workload=args.workload,
+        phase_spread=bool(server.get("phase_spread", False)),
+        budget_scale=scale, budget_scale_reason=why, duration_s=args.duration,
+        server_ready_s=ready, window_s=window, robots=robots,
+        total=FleetTotal(summarize([r for o in snap.values() for r in o.records],
+                                   window=window),
+                         _sum_statuses(snap), _fleet_send_lag(robots)),
+        failed_nodes=died,
+        servers={name: _server_report(name, snap, window, only=len(servers) == 1)
+                 for name in servers})
     if args.compare_sim:
         # One server's simulation, at its share of the robots (the largest share).
-        share = max([1, *(len(s["robots"]) for s in report["servers"].values())])
-        report["simulator"] = simulate_fleet(server, share, workload=args.workload,
-                                             seed=args.seed, duration=ready + args.duration,
-                                             window=window, budget_scale=scale)
+        share = max([1, *(len(s.robots) for s in report.servers.values())])
+        report.simulator = simulate_fleet(server, share, workload=args.workload,
+                                          seed=args.seed, duration=ready + args.duration,
+                                          window=window, budget_scale=scale)
     return report
 
 
-def _server_report(name: str, snap: dict[str, Any], window: tuple[float, float], *,
-                   only: bool) -> dict[str, Any]:
+def _server_report(name: str, snap: Snapshot, window: tuple[float, float], *,
+                   only: bool) -> ServerReport:
     """One server's figures: the requests addressed to it (every request when ``only``)."""
     from xinfer_ros.core.metrics import summarize
 
     mine = {robot: [rec for rec, by in zip(o.records, o.served_by, strict=True)
                     if only or by == name] for robot, o in snap.items()}
-    return {"robots": [r for r, recs in mine.items() if recs],
-            **summarize([rec for recs in mine.values() for rec in recs],
-                        window=window).to_dict()}
+    return ServerReport(robots=[r for r, recs in mine.items() if recs],
+                        metrics=summarize([rec for recs in mine.values() for rec in recs],
+                                          window=window))
 
 
-def _print_failover(result: dict[str, Any]) -> None:
-    took = result["failover_s"]
-    print(f"\nfailover: {result['server']} failed at {result['at_s']:.1f} s; its "
-          f"{len(result['robots'])} robots served again by another server after "
+def _print_failover(report: FailoverReport) -> None:
+    result = report.failover
+    took = result.failover_s
+    print(f"\nfailover: {result.server} failed at {result.at:.1f} s; its "
+          f"{len(result.robots)} robots served again by another server after "
           f"{'never' if took is None else f'{took:.2f} s'} (worst robot); attainment "
-          f"{result['attainment_before']:.1%} in the {result['span_s']:g} s before, "
-          f"{result['attainment_after']:.1%} after; late chunks of the left server dropped "
-          f"by executors: {result['foreign_chunks']} (the monitor saw "
-          f"{result['left_server_chunks_seen']} arrive)")
-    gaps = result.get("takeover_gap_s")
+          f"{result.attainment_before:.1%} in the {result.span:g} s before, "
+          f"{result.attainment_after:.1%} after; late chunks of the left server dropped "
+          f"by executors: {report.foreign_chunks} (the monitor saw "
+          f"{report.left_server_chunks_seen} arrive)")
+    gaps = report.takeover_gap_s
     if gaps:
-        print(f"  woke up at {result['resumed_at_s']:.1f} s and took back "
+        print(f"  woke up at {report.resumed_at_s:.1f} s and took back "
               f"{', '.join(sorted(gaps))}: longest time without an OK chunk "
               f"{max(gaps.values()):.2f} s")
 
 
-def _print_sim_comparison(report: dict[str, Any]) -> None:
-    sim = report["simulator"]["metrics"]
+def _print_sim_comparison(sim: SimComparison, report: FleetReport) -> None:
+    sm, fleet = sim.metrics, report.total.metrics
     print(f"\nsimulator (same policy, workload, seed, table, slots; phase_spread "
-          f"{'on' if report['phase_spread'] else 'off'}): attainment "
-          f"{sim['attainment'] * 100:.1f}% "
-          f"P50/P99 {sim['latency_p50_ms']:.1f}/{sim['latency_p99_ms']:.1f} ms; fleet "
-          f"{report['total']['attainment'] * 100:.1f}% "
-          f"({(report['total']['attainment'] - sim['attainment']) * 100:+.1f} pt)")
+          f"{'on' if report.phase_spread else 'off'}): attainment "
+          f"{sm.attainment * 100:.1f}% "
+          f"P50/P99 {sm.latency_p50_ms:.1f}/{sm.latency_p99_ms:.1f} ms; fleet "
+          f"{fleet.attainment * 100:.1f}% "
+          f"({(fleet.attainment - sm.attainment) * 100:+.1f} pt)")
 
 
-def _exit_status(report: dict[str, Any], died: list[str], workdir: Path) -> int:
+def _exit_status(report: FleetReport, died: list[str], workdir: Path) -> int:
     """1 (with the reason on stderr) if a node exited early or nothing was measured."""
     if died:
         print(f"error: node(s) exited early: {', '.join(died)}; see {workdir}", file=sys.stderr)
         return 1
-    failover = report.get("failover")
-    if failover is not None and failover["failover_s"] is None:
-        print(f"error: robots of {failover['server']} were not served again after it "
-              f"failed: {failover['recovered_s']}", file=sys.stderr)
+    failover = report.failover.failover if report.failover is not None else None
+    if failover is not None and failover.failover_s is None:
+        print(f"error: robots of {failover.server} were not served again after it "
+              f"failed: {failover.recovered_s}", file=sys.stderr)
         return 1
-    if report["total"]["responses"] == 0:
+    if report.total.metrics.responses == 0:
         print(f"error: no responses in the window; see the logs in {workdir}", file=sys.stderr)
         return 1
     return 0
 
 
-def _sum_statuses(snap: dict[str, Any]) -> dict[str, int]:
+def _sum_statuses(snap: Snapshot) -> dict[str, int]:
     total: dict[str, int] = {}
     for obs in snap.values():
         for key, count in obs.statuses.items():

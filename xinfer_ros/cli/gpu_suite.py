@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xinfer_ros.cli import bench_engine
+from xinfer_ros.cli.engine_report import EngineReport
 from xinfer_ros.core.rate_table import write_rate_table
 from xinfer_ros.engine.backends import Backend, make_backend
 from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
@@ -146,20 +147,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibrations.append(_calibrate(backend, ns, ns.max_batch))
     report["steps"]["calibrate_s"] = sum(c["seconds"] for c in calibrations)
     report["calibration"] = [{**c, "table": c["table"].name} for c in calibrations]
-    runs: list[dict[str, Any]] = []
+    runs: list[EngineReport] = []
     out = ns.out / "engine_bench.json"
 
     def bench(robots: int, label: str, engine: str, table: Path, batched: bool) -> None:
         args = _bench_args(ns, robots, engine, table, "torch", batched=batched)
         t2 = time.perf_counter()
         rep = bench_engine.run_benchmark(args, backend)
-        rep["wall_s"], rep["arm"] = time.perf_counter() - t2, label
+        rep.wall_s, rep.arm = time.perf_counter() - t2, label
         runs.append(rep)
-        m = rep["metrics"]
-        print(f"[bench] robots={robots} engine={label} qps={m['throughput_rps']:.2f} "
-              f"p50={m['latency_p50_ms']:.1f} p95={m['latency_p95_ms']:.1f} "
-              f"attain={m['attainment'] * 100:.1f}% pred_mae="
-              f"{rep['prediction'].get('mae_ms', float('nan')):.2f} ms", flush=True)
+        m = rep.metrics
+        print(f"[bench] robots={robots} engine={label} qps={m.throughput_rps:.2f} "
+              f"p50={m.latency_p50_ms:.1f} p95={m.latency_p95_ms:.1f} "
+              f"attain={m.attainment * 100:.1f}% pred_mae="
+              f"{rep.prediction.get('mae_ms', float('nan')):.2f} ms", flush=True)
         _write(out, report, runs)  # a suite cut short by its timeout keeps what it ran
 
     eager_table = calibrations[0]["table"]
@@ -188,15 +189,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _write(out: Path, report: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+def _write(out: Path, report: dict[str, Any], runs: list[EngineReport]) -> None:
     """Write the report with every run so far and its summary."""
-    report["runs"] = runs
-    report["summary"] = [{"robots": r["robots"], "engine": r["arm"],
-                          "throughput_rps": r["metrics"]["throughput_rps"],
-                          "p50_ms": r["metrics"]["latency_p50_ms"],
-                          "p99_ms": r["metrics"]["latency_p99_ms"],
-                          "attainment": r["metrics"]["attainment"],
-                          "prediction_mae_ms": r["prediction"].get("mae_ms")} for r in runs]
+    report["runs"] = [r.to_dict() for r in runs]
+    report["summary"] = [{"robots": r.robots, "engine": r.arm,
+                          "throughput_rps": r.metrics.throughput_rps,
+                          "p50_ms": r.metrics.latency_p50_ms,
+                          "p99_ms": r.metrics.latency_p99_ms,
+                          "attainment": r.metrics.attainment,
+                          "prediction_mae_ms": r.prediction.get("mae_ms")} for r in runs]
     out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
 
 

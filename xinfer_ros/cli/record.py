@@ -26,9 +26,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from xinfer_ros.fleet.plan import BACKENDS, PlanError, build_fleet_plan, parse_robots
+
+if TYPE_CHECKING:
+    from xinfer_ros.nodes.recorder import Recorder
+    from xinfer_ros.nodes.runtime import StopFlag
 
 __all__ = ["build_parser", "main", "record", "record_env"]
 
@@ -88,7 +92,7 @@ class _FleetStopper:
     :data:`IN_FLIGHT_GRACE_S` so answers in flight land in the bag, then ends.
     """
 
-    def __init__(self, procs: dict[str, subprocess.Popen], recorder: Any, duration: float,
+    def __init__(self, procs: dict[str, subprocess.Popen], recorder: Recorder, duration: float,
                  ready_s: float, signalled: Callable[[], bool]) -> None:
         self.procs = procs
         self.recorder = recorder
@@ -134,7 +138,7 @@ def record_env(with_fleet: bool, environ: Mapping[str, str]) -> dict[str, str]:
 class _Silence:
     """True once ``timeout_s`` passed without a single recorded message."""
 
-    def __init__(self, recorder: Any, timeout_s: float) -> None:
+    def __init__(self, recorder: Recorder, timeout_s: float) -> None:
         self.recorder = recorder
         self.until = time.monotonic() + timeout_s
         self.timed_out = False
@@ -179,7 +183,7 @@ def record(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace, robots: list[str], output: Path, env: dict[str, str],
-            flag: Any) -> int:
+            flag: StopFlag) -> int:
     from xinfer_ros.cli.fleet import _stop
     from xinfer_ros.nodes.recorder import make_recorder, run_recorder, wait_for_server
 

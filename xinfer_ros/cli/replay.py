@@ -34,12 +34,18 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.errors import XInferRosError
-from xinfer_ros.fleet.plan import BACKENDS, PlanError, build_fleet_plan
+from xinfer_ros.fleet.plan import BACKENDS, NodeParams, PlanError, build_fleet_plan
 from xinfer_ros.sim.workloads import WORKLOADS
+
+if TYPE_CHECKING:
+    from xinfer_ros.bags.mapping import TopicMapping
+    from xinfer_ros.bags.report import ReplayReport, Thresholds
+    from xinfer_ros.bags.scan import RecordedRun
+    from xinfer_ros.nodes.bag_player import PlayResult
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_REGRESSION", "EXIT_SERVER", "build_parser", "main", "replay"]
 
@@ -56,7 +62,8 @@ class _MappingFlag(argparse.Action):
     """Keeps ``--robot/--camera/--state/--budget-topic`` in command-line order."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+                 values: str | Sequence[object] | None,
+                 option_string: str | None = None) -> None:
         items = list(getattr(namespace, "mapping_flags", None) or [])
         items.append((self.dest, str(values)))
         namespace.mapping_flags = items
@@ -152,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _thresholds(args: argparse.Namespace) -> Any:
+def _thresholds(args: argparse.Namespace) -> Thresholds:
     from xinfer_ros.bags.report import Thresholds
 
     return Thresholds(
@@ -180,7 +187,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 
 def _start_server(args: argparse.Namespace, robots: list[str], env: dict[str, str],
-                  workdir: Path, sensors: dict[str, Any]) -> subprocess.Popen:
+                  workdir: Path, sensors: NodeParams) -> subprocess.Popen[bytes]:
     from xinfer_ros.cli.fleet import _spawn
 
     spec = build_fleet_plan(robots, backend=args.backend, model=args.model,
@@ -192,7 +199,7 @@ def _start_server(args: argparse.Namespace, robots: list[str], env: dict[str, st
     return _spawn(spec, workdir, env)
 
 
-def _mapping(args: argparse.Namespace) -> Any:
+def _mapping(args: argparse.Namespace) -> TopicMapping | None:
     """The topic mapping of a plain robot bag, or None for a fleet bag.
 
     Raises:
@@ -209,7 +216,7 @@ def _mapping(args: argparse.Namespace) -> Any:
     return TopicMapping.from_flags(flags) if flags else None
 
 
-def _check_mapped(args: argparse.Namespace, mapping: Any) -> str | None:
+def _check_mapped(args: argparse.Namespace, mapping: TopicMapping | None) -> str | None:
     """Why a plain-bag replay cannot run as asked, or None."""
     if mapping is None:
         for name in ("budget_ms", "budget_pattern"):
@@ -231,7 +238,7 @@ def _check_mapped(args: argparse.Namespace, mapping: Any) -> str | None:
     return None
 
 
-def _clock_warnings(run: Any, limit_ms: float) -> list[str]:
+def _clock_warnings(run: RecordedRun, limit_ms: float) -> list[str]:
     """A warning per robot whose clock is further than ``limit_ms`` from the recorder's."""
     notes = []
     for name, track in sorted(run.robots.items()):
@@ -243,7 +250,7 @@ def _clock_warnings(run: Any, limit_ms: float) -> list[str]:
     return notes
 
 
-def _sensor_params(run: Any, mapping: Any) -> dict[str, Any]:
+def _sensor_params(run: RecordedRun, mapping: TopicMapping | None) -> NodeParams:
     """The server's camera parameters for a mapped bag (count and transport per camera).
 
     Raises:
@@ -265,7 +272,7 @@ def _sensor_params(run: Any, mapping: Any) -> dict[str, Any]:
     return {"cameras": len(layout), "image_transports": list(layout)}
 
 
-def _server_info(args: argparse.Namespace) -> dict[str, Any]:
+def _server_info(args: argparse.Namespace) -> dict[str, object]:
     if args.running:
         return {"server": "running"}
     try:
@@ -278,8 +285,8 @@ def _server_info(args: argparse.Namespace) -> dict[str, Any]:
             "policy": params.get("policy")}
 
 
-def _play(args: argparse.Namespace, run: Any, server: subprocess.Popen | None,
-          stop: Callable[[], bool]) -> tuple[Any, str | None]:
+def _play(args: argparse.Namespace, run: RecordedRun, server: subprocess.Popen[bytes] | None,
+          stop: Callable[[], bool]) -> tuple[PlayResult, str | None]:
     """Connect to the server and replay; return the result and an error, if any."""
     from xinfer_ros.nodes.bag_player import PlayConfig, play_bag
 
@@ -292,7 +299,7 @@ def _play(args: argparse.Namespace, run: Any, server: subprocess.Popen | None,
                     probe_timeout=args.probe_timeout)
 
 
-def _json_safe(value: Any) -> Any:
+def _json_safe(value: object) -> object:
     # NaN and infinities (no samples) become null so that strict JSON readers accept
     # the report; numpy scalars become plain numbers.
     if isinstance(value, dict):
@@ -301,22 +308,25 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
-    if isinstance(value, (int, float)) or hasattr(value, "item"):
-        number = value.item() if hasattr(value, "item") else value
-        return None if isinstance(number, float) and not math.isfinite(number) else number
-    return str(value)
+    if isinstance(value, (int, float)):
+        number: object = value
+    elif callable(item := getattr(value, "item", None)):
+        number = item()
+    else:
+        return str(value)
+    return None if isinstance(number, float) and not math.isfinite(number) else number
 
 
-def _write_report(report: dict[str, Any], path: Path) -> None:
+def _write_report(report: ReplayReport, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False))
+    path.write_text(json.dumps(_json_safe(report.to_dict()), indent=2, allow_nan=False))
 
 
 class _RefusedError(XInferRosError):
     """The replay cannot run as asked; the message says why (exit 2)."""
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+def _prepare(args: argparse.Namespace) -> tuple[RecordedRun, NodeParams]:
     """The scanned bag (with its golden baseline) and the server's camera parameters.
 
     Raises:
@@ -344,8 +354,8 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return run, sensors
 
 
-def _serve_and_play(args: argparse.Namespace, run: Any,
-                    sensors: dict[str, Any]) -> tuple[Any, str | None, bool, Path]:
+def _serve_and_play(args: argparse.Namespace, run: RecordedRun,
+                    sensors: NodeParams) -> tuple[PlayResult, str | None, bool, Path]:
     """Start the server (unless ``--running``) and replay into it.
 
     Returns:
@@ -387,8 +397,8 @@ def _serve_and_play(args: argparse.Namespace, run: Any,
     return result, error, flag.signal is not None, workdir
 
 
-def _write_outputs(args: argparse.Namespace, run: Any, result: Any,
-                   report: dict[str, Any]) -> None:
+def _write_outputs(args: argparse.Namespace, run: RecordedRun, result: PlayResult,
+                   report: ReplayReport) -> None:
     """The JSON report, the figure, the JUnit file and the golden bag, as asked.
 
     Raises:
@@ -401,7 +411,7 @@ def _write_outputs(args: argparse.Namespace, run: Any, result: Any,
 
     json_path = args.json or args.out / "replay_report.json"
     figure = json_path.with_suffix(".png")
-    report["figure"] = str(figure)
+    report.figure = str(figure)
     _write_report(report, json_path)
     print(f"report: {json_path}")
     try:  # the figure is a convenience: never at the cost of the report
@@ -410,10 +420,10 @@ def _write_outputs(args: argparse.Namespace, run: Any, result: Any,
     except (ValueError, OSError, RuntimeError, MemoryError) as exc:
         print(f"warning: figure not written: {exc}", file=sys.stderr)
     if args.junit is not None:
-        write_junit(_json_safe(report), args.junit)
+        write_junit(report, args.junit)
         print(f"JUnit: {args.junit}")
     if args.save_golden is not None:
-        if report["error"] or result.stopped or report["total"]["after"]["responses"] == 0:
+        if report.error or result.stopped or report.total.after.responses == 0:
             print("warning: the replay did not run to its end; no golden bag written",
                   file=sys.stderr)
             return
@@ -437,19 +447,19 @@ def replay(args: argparse.Namespace) -> int:
                 "golden": str(args.golden) if args.golden else None}
         report = build_report(run, result, _thresholds(args), warmup_s=args.warmup,
                               drain_s=args.drain, info=info)
-        report["error"] = error
+        report.error = error
         print(format_report(report))
         _write_outputs(args, run, result, report)
     except _RefusedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if error or report["total"]["after"]["responses"] == 0:
+    if error or report.total.after.responses == 0:
         print(f"error: {error or 'no answers from the server'}; see {workdir}", file=sys.stderr)
         return EXIT_SERVER
     if interrupted:
         print("interrupted", file=sys.stderr)
         return EXIT_SERVER
-    return 0 if report["passed"] else EXIT_REGRESSION
+    return 0 if report.passed else EXIT_REGRESSION
 
 
 def main(argv: Sequence[str] | None = None) -> int:

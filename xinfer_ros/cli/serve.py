@@ -27,7 +27,12 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xinfer_ros.engine.engine import StageEngine
+    from xinfer_ros.fleet.plan import NodeParams
+    from xinfer_ros.openpi.server import OpenPIServer, ServerConfig
 
 __all__ = ["build_parser", "main", "server_params"]
 
@@ -101,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def server_params(args: argparse.Namespace) -> dict[str, Any]:
+def server_params(args: argparse.Namespace) -> NodeParams:
     """The server parameters xinfer-serve runs with: the file's, then the flags given.
 
     Raises:
@@ -128,14 +133,14 @@ def server_params(args: argparse.Namespace) -> dict[str, Any]:
     return {**p, **given}
 
 
-def _build_engine(p: dict[str, Any]) -> Any:
+def _build_engine(p: NodeParams) -> StageEngine:
     from xinfer_ros.engine.from_params import build_engine
     from xinfer_ros.model.presets import model_io
 
     return build_engine(p, model_io(p["model"], p["model_path"] or None))
 
 
-def _config(args: argparse.Namespace, p: dict[str, Any]) -> Any:
+def _config(args: argparse.Namespace, p: NodeParams) -> ServerConfig:
     from xinfer_ros.openpi.from_params import endpoint_config
 
     return endpoint_config(p, port=args.port, default_prompt=args.default_prompt,
@@ -145,7 +150,7 @@ def _config(args: argparse.Namespace, p: dict[str, Any]) -> Any:
                               if (v := getattr(args, k)) is not None})
 
 
-async def _serve(server: Any, host: str) -> None:
+async def _serve(server: OpenPIServer, host: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -175,7 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = server_params(args)
         config = _config(args, params)
         engine = _build_engine(params)
-        server = OpenPIServer(engine, ModelSpec.from_io(engine.backend.io), config)
+        io = engine.backend.io
+        if io is None:  # build_engine gives every backend its model's IO
+            raise ValueError(f"backend {params['backend']!r} has no model IO")
+        server = OpenPIServer(engine, ModelSpec.from_io(io), config)
     except (ValueError, OSError) as exc:
         print(f"xinfer-serve: {exc}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from xinfer_ros.serving.server_params import read_server_params
 __all__ = [
     "BACKENDS",
     "DEFAULT_CONFIG",
+    "NodeParams",
     "NodeSpec",
     "PlanError",
     "assignment_topic",
@@ -37,6 +38,10 @@ PACKAGE = "xinfer_ros"
 BACKENDS = ("torch", "emulated")
 #: The shipped fleet configuration (the source checkout's, else the installed share/).
 DEFAULT_CONFIG = config_dir() / "fleet.yaml"
+
+#: A node's ROS parameters by name, as a parameter file (YAML) gives them: values of
+#: several types (str, int, float, bool and lists of them) that each reader converts.
+NodeParams = dict[str, Any]
 
 
 def default_config() -> Path:
@@ -63,7 +68,7 @@ class NodeSpec:
     executable: str
     name: str
     namespace: str
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: NodeParams = field(default_factory=dict)
 
     @property
     def module(self) -> str:
@@ -97,7 +102,7 @@ def parse_robots(robots: int | str | list[str]) -> list[str]:
     return names
 
 
-def _read_config(config: Path) -> dict[str, Any]:
+def _read_config(config: Path) -> NodeParams:
     try:
         data = yaml.safe_load(config.read_text())
         dict(data["inference_server"]["ros__parameters"])
@@ -111,7 +116,7 @@ def _read_config(config: Path) -> dict[str, Any]:
     return dict(data)
 
 
-def _section(data: dict[str, Any], node: str) -> dict[str, Any]:
+def _section(data: NodeParams, node: str) -> NodeParams:
     """The ``ros__parameters`` of ``node`` in a parameter file (empty when absent)."""
     entry = data.get(node)
     params = entry.get("ros__parameters") if isinstance(entry, dict) else None
@@ -120,7 +125,7 @@ def _section(data: dict[str, Any], node: str) -> dict[str, Any]:
     return dict(params or {})
 
 
-def _robot_params(server: dict[str, Any]) -> dict[str, Any]:
+def _robot_params(server: NodeParams) -> NodeParams:
     """The simulated robots' joints and cameras for the served model.
 
     The action dimension is the model's, and so are the cameras when the server's
@@ -136,7 +141,7 @@ def _robot_params(server: dict[str, Any]) -> dict[str, Any]:
         raise PlanError(f"model {server.get('model')!r}: {exc}") from exc
     server["cameras"] = min(int(server.get("cameras", len(io.cameras))), len(io.cameras))
     cameras = io.cameras[:server["cameras"]]
-    params: dict[str, Any] = {"action_dim": io.action_dim}
+    params: NodeParams = {"action_dim": io.action_dim}
     if not io.resizes_images:
         heights = {c.height for c in cameras}
         if len(heights) != 1:
@@ -148,8 +153,8 @@ def _robot_params(server: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _server_specs(server: dict[str, Any], manager: dict[str, Any], names: list[str],
-                  servers: int, *, root: str, clock: dict[str, Any]) -> list[NodeSpec]:
+def _server_specs(server: NodeParams, manager: NodeParams, names: list[str],
+                  servers: int, *, root: str, clock: NodeParams) -> list[NodeSpec]:
     """One server with every robot, or ``servers`` named ones and the fleet manager."""
     if servers == 1:
         return [NodeSpec("inference_server", "inference_server", root, {**server, **clock})]

@@ -1,0 +1,161 @@
+"""The report of ``xinfer-bench engine``, typed until it is written as JSON.
+
+``to_dict`` gives the keys, order and values the benchmark always wrote. The parts the
+engine and core summarise themselves (backend, config, prediction audit, rate
+correction) are described by TypedDicts of the keys the benchmark reads. ROS-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, TypedDict
+
+from xinfer_ros.core.metrics import WindowMetrics
+
+__all__ = ["Dispatcher", "EngineReport", "PairRow", "PredictionSummary", "RateCorrectionSummary",
+           "SimulatorRun", "StageError"]
+
+#: A JSON object as the report writes it.
+JsonDict = dict[str, object]
+
+
+class StageError(TypedDict):
+    """Remaining-time prediction error of one stage (``PredictionAudit.summary``)."""
+
+    samples: int
+    mae_ms: float
+    mean_error_ms: float
+    mean_duration_ms: float
+
+
+class PredictionSummary(TypedDict, total=False):
+    """``PredictionAudit.summary()``: only ``samples`` when there were none."""
+
+    samples: int
+    mae_ms: float
+    mean_error_ms: float
+    p95_abs_error_ms: float
+    mean_stage_duration_ms: float
+    mae_rel_mean_stage: float
+    per_stage: dict[str, StageError]
+    incl_output: dict[str, float]
+
+
+class RateCorrectionSummary(TypedDict):
+    """``RateCorrection.summary()``: per-stage factors and their state."""
+
+    factors: list[float]
+    estimates: list[float]
+    samples: list[int]
+    alpha: float
+    min_samples: int
+    bounds: list[float]
+    deadband: float
+
+
+class PairRow(TypedDict):
+    """One pair of ``--pairs``: the baseline arm against the other."""
+
+    pair: int
+    # The arms in the order they ran.
+    order: list[str]
+    baseline_rps: float
+    arm_rps: float
+    # arm_rps / baseline_rps (NaN: the baseline served nothing).
+    ratio: float
+    baseline_p50_ms: float
+    arm_p50_ms: float
+    baseline_attainment: float
+    arm_attainment: float
+    # The 1-minute load average after the pair's second run.
+    load_average: float
+
+
+class Dispatcher(TypedDict):
+    """The dispatcher's cost over the run."""
+
+    decisions: int
+    decision_ms_total: float
+
+
+@dataclass(frozen=True)
+class SimulatorRun:
+    """The closed-loop simulator's run of the same policy, workload, seed and table."""
+
+    # Which settings it ran with, in words.
+    config: str
+    metrics: WindowMetrics
+
+    def to_dict(self) -> JsonDict:
+        """The report's ``simulator`` entry."""
+        return {"config": self.config, "metrics": self.metrics.to_dict()}
+
+
+@dataclass
+class EngineReport:
+    """One closed-loop engine benchmark run."""
+
+    benchmark: ClassVar[str] = "engine"
+    # Whether the backend was the emulated one, and its notice ("" when not).
+    emulated: bool
+    notice: str
+    # Backend.describe().
+    backend: JsonDict
+    # The engine mode or ablation that ran.
+    engine: str
+    # EngineConfig.to_dict().
+    config: JsonDict
+    policy: str
+    workload: str
+    robots: int
+    duration_s: float
+    # Requests sent in [start, end) s were measured.
+    window_s: tuple[float, float]
+    # The rate table's file ("default": the shipped one) and where its figures come from.
+    rate_table: str
+    rate_table_provenance: str
+    # Emulated time runs this much faster than the wall clock.
+    time_scale: float
+    phase_spread: bool
+    # Responses held back by phase spreading.
+    held: int
+    # The machine, and its load average (1, 5, 15 min) when the run ended.
+    host: str
+    load_average: list[float]
+    metrics: WindowMetrics
+    # Per stage (and queue, total): mean, p50 and p95 of the server time (ms).
+    stage_ms: dict[str, dict[str, float]]
+    prediction: PredictionSummary
+    # None: correction off.
+    rate_correction: RateCorrectionSummary | None
+    # Answers by engine status name ("UNANSWERED" included).
+    statuses: dict[str, int]
+    dispatcher: Dispatcher
+    # With --compare-sim.
+    simulator: SimulatorRun | None = None
+    # Set by --pairs: the pair's number; by the GPU suite: the run's wall time (s); by
+    # both: the arm's label.
+    pair: int | None = None
+    wall_s: float | None = None
+    arm: str | None = None
+
+    def to_dict(self) -> JsonDict:
+        """The JSON report, keys in the order the benchmark always wrote them."""
+        out: JsonDict = {
+            "benchmark": self.benchmark, "emulated": self.emulated, "notice": self.notice,
+            "backend": self.backend, "engine": self.engine, "config": self.config,
+            "policy": self.policy, "workload": self.workload, "robots": self.robots,
+            "duration_s": self.duration_s, "window_s": list(self.window_s),
+            "rate_table": self.rate_table, "rate_table_provenance": self.rate_table_provenance,
+            "time_scale": self.time_scale, "phase_spread": self.phase_spread,
+            "held": self.held, "host": self.host, "load_average": list(self.load_average),
+            "metrics": self.metrics.to_dict(), "stage_ms": self.stage_ms,
+            "prediction": self.prediction, "rate_correction": self.rate_correction,
+            "statuses": self.statuses, "dispatcher": self.dispatcher,
+        }
+        if self.simulator is not None:
+            out["simulator"] = self.simulator.to_dict()
+        for key in ("pair", "wall_s", "arm"):
+            if (value := getattr(self, key)) is not None:
+                out[key] = value
+        return out
