@@ -19,7 +19,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from xinfer_ros.model.config import VLAConfig
-from xinfer_ros.model.serving import ReferenceStageModel, StageModel, load_stage_model
+from xinfer_ros.model.loading import load_stage_model
+from xinfer_ros.model.serving import ReferenceStageModel, StageModel
 from xinfer_ros.model.synthetic import synthetic_inputs
 from xinfer_ros.model.vla import ReferenceVLA
 

@@ -1,7 +1,8 @@
 """One interface over every served model: prepare, three stages, finish.
 
-The engine's torch backend serves a :class:`StageModel`; :func:`load_stage_model`
-builds the right one from a preset's family:
+The engine's torch backend serves a :class:`StageModel`;
+:func:`~xinfer_ros.model.loading.load_stage_model` builds the one of a preset's family
+(each family's entry in :data:`~xinfer_ros.model.presets.FAMILY_REGISTRY`):
 
 * :class:`ReferenceStageModel`: the paper-shaped reference VLA (``tiny``, ``vla-2b``,
   ``pi05``), :mod:`xinfer_ros.model.stages`;
@@ -23,22 +24,19 @@ what the Action stage reads (prefix keys and values as arrays, the CPU inputs) a
 from __future__ import annotations
 
 import dataclasses
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from xinfer_ros.model.presets import ModelIO, load_model_preset, reference_io
-from xinfer_ros.model.request import StagedState, StageProgress, cache_kv
+from xinfer_ros.core.stages import Stage
+from xinfer_ros.model.io import ModelIO, reference_io
+from xinfer_ros.model.request import StagedState, cache_kv
 from xinfer_ros.model.transfer import to_device
 
-__all__ = ["Pi0StageModel", "ReferenceStageModel", "StageModel", "load_stage_model"]
-
-_LOG = logging.getLogger("xinfer_ros.model")
+__all__ = ["Pi0StageModel", "ReferenceStageModel", "StageModel"]
 
 #: Per layer, the prefix keys and values as CPU arrays (an Action payload).
 KVArrays = list[tuple[np.ndarray, np.ndarray]]
@@ -115,7 +113,7 @@ class StageModel(ABC):
         """
         return None
 
-    def run_batch(self, stage: StageProgress, states: Sequence[Any],
+    def run_batch(self, stage: Stage, states: Sequence[Any],
                   guidance: bool = True) -> None:
         """Run ``stage`` of every state, which are all ready for it.
 
@@ -123,9 +121,9 @@ class StageModel(ABC):
         the results equal one-at-a-time runs up to the kernels' rounding.
         """
         for state in states:
-            if stage is StageProgress.VIT:
+            if stage is Stage.VIT:
                 self.vit(state)
-            elif stage is StageProgress.PREFILL:
+            elif stage is Stage.PREFILL:
                 self.prefill(state)
             else:
                 self.action(state, guidance=guidance)
@@ -140,7 +138,7 @@ class StageModel(ABC):
         state.actions = None
 
     @abstractmethod
-    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+    def copy_at(self, state: Any, stage: Stage) -> StagedState:
         """A fresh state that runs ``stage`` next from what ``state`` holds (calibration).
 
         ``state`` must be ready for ``stage``; the copy shares its read-only tensors,
@@ -202,11 +200,11 @@ class ReferenceStageModel(StageModel):
 
         return postprocess_actions(state.actions, self.module.config, state.prepared.rtc)
 
-    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+    def copy_at(self, state: Any, stage: Stage) -> StagedState:
         """See :meth:`StageModel.copy_at` (the reference Action only reads the cache)."""
         from xinfer_ros.model.request import RequestState
 
-        if stage is StageProgress.VIT:
+        if stage is Stage.VIT:
             return RequestState(state.prepared)
         return dataclasses.replace(state, progress=stage, actions=None)
 
@@ -225,7 +223,7 @@ class ReferenceStageModel(StageModel):
         cache = _PrefixCache([_LayerKV(torch.from_numpy(k), torch.from_numpy(v))
                               for k, v in kv])
         return RequestState(prepared, cache=cache, prefix_len=prefix_len,  # type: ignore[arg-type]
-                            progress=StageProgress.ACTION)
+                            progress=Stage.ACTION)
 
     def num_parameters_by_stage(self) -> dict[str, int]:
         """See :meth:`StageModel.num_parameters_by_stage`."""
@@ -301,29 +299,29 @@ class Pi0StageModel(StageModel):
         """See :meth:`StageModel.batch_key`: present cameras and prompt length."""
         return self._stages.batch_key(state)  # type: ignore[no-any-return]
 
-    def run_batch(self, stage: StageProgress, states: Sequence[Any],
+    def run_batch(self, stage: Stage, states: Sequence[Any],
                   guidance: bool = True) -> None:
         """See :meth:`StageModel.run_batch`; states of one key run as one batch."""
         groups: dict[Hashable, list[Any]] = {}
         for state in states:
             groups.setdefault(self.batch_key(state), []).append(state)
         for group in groups.values():
-            if stage is StageProgress.VIT:
+            if stage is Stage.VIT:
                 self._stages.vit_batch(self.module, group)
-            elif stage is StageProgress.PREFILL:
+            elif stage is Stage.PREFILL:
                 self._stages.prefill_batch(self.module, group)
             else:
                 self._stages.action_batch(self.module, group, guidance, self.compile_mode)
 
     def _state_with_prefix(self, prepared: Any, kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
                            ) -> StagedState:
-        return self._stages.Pi0State(prepared, prefix_kv=list(kv), progress=StageProgress.ACTION)
+        return self._stages.Pi0State(prepared, prefix_kv=list(kv), progress=Stage.ACTION)
 
-    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+    def copy_at(self, state: Any, stage: Stage) -> StagedState:
         """See :meth:`StageModel.copy_at`."""
-        if stage is StageProgress.VIT:
+        if stage is Stage.VIT:
             return self._stages.Pi0State(state.prepared)
-        if stage is StageProgress.PREFILL:
+        if stage is Stage.PREFILL:
             return dataclasses.replace(state, progress=stage, actions=None)
         return self._state_with_prefix(state.prepared, state.prefix_kv)
 
@@ -360,74 +358,3 @@ class Pi0StageModel(StageModel):
                 "action": _count(dit, self.module.embed_action_time,
                                  self.module.action_out_proj)
                 - _count(dit.get_input_embeddings())}
-
-
-def load_stage_model(preset: str | Path, *, model_path: str | Path | None = None,
-                     device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-                     seed: int | None = None, compile_mode: str = "off") -> StageModel:
-    """Build the served model of a preset (any family).
-
-    Args:
-        preset: Preset name or YAML path.
-        model_path: Checkpoint directory: a π0 checkpoint (either layout) for the pi0
-            family, a ``save_pretrained`` directory of the reference family.
-        device: ``cpu``, ``cuda``, ``cuda:N`` or ``meta`` (shapes only).
-        dtype: Parameter dtype (the preset's when ``None``).
-        seed: Seed of random weights (the preset's when ``None``).
-        compile_mode: How the Action loop runs (:meth:`StageModel.set_compile`).
-
-    Raises:
-        CheckpointError: On an unusable checkpoint directory, tokenizer or statistics.
-        FileNotFoundError: On an unknown preset.
-        ValueError: On a compile mode the family does not have.
-    """
-    served = _load(preset, model_path, device, dtype, seed)
-    served.set_compile(compile_mode)
-    return served
-
-
-def _load(preset: str | Path, model_path: str | Path | None, device: str | torch.device,
-          dtype: str | torch.dtype | None, seed: int | None) -> StageModel:
-    from xinfer_ros.model.config import VLAConfig
-    from xinfer_ros.model.vla import resolve_dtype
-
-    torch_dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype
-    loaded = load_model_preset(preset)
-    if isinstance(loaded, VLAConfig):
-        from xinfer_ros.model.vla import ReferenceVLA
-
-        if model_path:
-            return ReferenceStageModel(ReferenceVLA.from_pretrained(model_path, device=device,
-                                                                    dtype=torch_dtype))
-        return ReferenceStageModel(_build_reference(loaded, device, seed, torch_dtype))
-    from xinfer_ros.model.pi0.checkpoint import build_model
-    from xinfer_ros.model.pi0.preset import resolve_pi0
-    from xinfer_ros.model.pi0.processing import Pi0Processor
-    from xinfer_ros.model.pi0.tokenizer import load_tokenizer
-
-    if seed is not None:
-        loaded = dataclasses.replace(loaded, seed=int(seed))
-    config, spec = resolve_pi0(loaded, model_path)
-    tokenizer = load_tokenizer(spec.tokenizer_path, spec.vocab_size)
-    model = build_model(config, spec, device=device, dtype=torch_dtype)
-    return Pi0StageModel(model, Pi0Processor(spec, tokenizer))
-
-
-def _build_reference(config: Any, device: str | torch.device, seed: int | None,
-                     dtype: torch.dtype | None) -> Any:
-    """Seeded reference weights; on CUDA initialised on the device.
-
-    ``ReferenceVLA.build`` initialises on the CPU and then moves the weights, which
-    takes minutes for ``vla-2b``; under a CUDA default device the same code
-    initialises on the GPU in seconds (different random values, same shapes, still
-    seeded). Falls back to the CPU path if the device build fails.
-    """
-    from xinfer_ros.model.vla import ReferenceVLA
-
-    if str(device).startswith("cuda"):
-        try:
-            with torch.device(device):
-                return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)
-        except (RuntimeError, TypeError, ValueError) as exc:  # pragma: no cover - CUDA only
-            _LOG.warning("on-device build failed (%s); building on the CPU", exc)
-    return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)
