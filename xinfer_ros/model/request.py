@@ -38,10 +38,16 @@ class StageProgress:
 
 
 class StagedState:
-    """Stage ordering of a request state: needs ``progress`` and ``request_id``."""
+    """What every family's request state has: stage ordering, the chunk, release."""
 
     #: The next stage to run; ``None`` once Action ran.
     progress: Stage | None
+    #: The chunk in model units after Action (``(1, H, D)`` float32).
+    actions: torch.Tensor | None
+
+    def release(self) -> None:
+        """Drop the device tensors once the result is taken."""
+        raise NotImplementedError
 
     @property
     def request_id(self) -> str:

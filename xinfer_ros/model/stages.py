@@ -86,7 +86,8 @@ def _velocity(expert: ActionExpert, x: torch.Tensor, tau: torch.Tensor, prefix_k
 
     The network runs in the parameters' dtype (that of the rotary tables).
     """
-    return expert(x.to(rope[0].dtype), tau, prefix_kv, rope).float()
+    velocity: torch.Tensor = expert(x.to(rope[0].dtype), tau, prefix_kv, rope)
+    return velocity.float()
 
 
 def guided_velocity(

@@ -102,10 +102,12 @@ def build_model(config: PI0Config, spec: Pi0Spec, device: str | torch.device = "
     model.eval()
     # RTC guidance differentiates w.r.t. the noisy actions only, never the weights.
     model.requires_grad_(False)
-    return model
+    built: PI0ForConditionalGeneration = model
+    return built
 
 
 def _load(config: PI0Config, directory: Path, dtype: torch.dtype) -> PI0ForConditionalGeneration:
+    model: PI0ForConditionalGeneration
     try:
         loaded: Any = PI0ForConditionalGeneration.from_pretrained(
             str(directory), config=config, dtype=dtype, local_files_only=True,

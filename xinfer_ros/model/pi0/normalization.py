@@ -124,23 +124,30 @@ class FeatureStats:
         """Robot units -> model units (last axis is the feature's dimensions)."""
         if self.mode == "identity":
             return np.asarray(values, dtype=np.float64)
+        out: np.ndarray
         if self.mode == "mean_std":
-            return (values - self.low) / (self.high + self.convention.eps)
-        return 2.0 * (values - self.low) / self._range() - 1.0
+            out = (values - self.low) / (self.high + self.convention.eps)
+        else:
+            out = 2.0 * (values - self.low) / self._range() - 1.0
+        return out
 
     def unnormalize(self, values: np.ndarray) -> np.ndarray:
         """Model units -> robot units (the inverse of :meth:`normalize`)."""
         if self.mode == "identity":
             return np.asarray(values, dtype=np.float64)
+        out: np.ndarray
         if self.mode == "mean_std":
             eps = self.convention.eps if self.convention.eps_in_unnormalize else 0.0
-            return values * (self.high + eps) + self.low
-        return (values + 1.0) * 0.5 * self._range() + self.low
+            out = values * (self.high + eps) + self.low
+        else:
+            out = (values + 1.0) * 0.5 * self._range() + self.low
+        return out
 
     def _range(self) -> np.ndarray:
         span = self.high - self.low
         if self.convention.eps_on_every_range:
-            return span + self.convention.eps
+            padded: np.ndarray = span + self.convention.eps
+            return padded
         return np.where(span == 0.0, self.convention.eps, span)
 
 

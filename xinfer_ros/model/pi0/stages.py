@@ -262,7 +262,7 @@ def velocity_function(model: PI0ForConditionalGeneration,
 def _fresh_outputs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """A CUDA-graph step whose output outlives the next replay (which reuses its memory)."""
     def step(*args: torch.Tensor) -> torch.Tensor:
-        torch.compiler.cudagraph_mark_step_begin()
+        torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
         return fn(*args).clone()
     return step
 
