@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from transformers import PI0Config, PI0ForConditionalGeneration
 
@@ -167,12 +168,12 @@ def save_checkpoint(model: PI0ForConditionalGeneration, directory: str | Path, *
     return out
 
 
-def _lists(stats: Mapping[str, Any]) -> dict[str, list[float]]:
+def _lists(stats: Mapping[str, npt.ArrayLike]) -> dict[str, list[float]]:
     return {k: np.asarray(v, dtype=np.float64).reshape(-1).tolist() for k, v in stats.items()}
 
 
-def write_openpi_stats(directory: str | Path, state: Mapping[str, Any],
-                       actions: Mapping[str, Any], asset: str | None = None) -> Path:
+def write_openpi_stats(directory: str | Path, state: Mapping[str, npt.ArrayLike],
+                       actions: Mapping[str, npt.ArrayLike], asset: str | None = None) -> Path:
     """Write openpi's ``norm_stats.json`` (top level, or under ``assets/<asset>/``)."""
     folder = Path(directory) / "assets" / asset if asset else Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -182,12 +183,12 @@ def write_openpi_stats(directory: str | Path, state: Mapping[str, Any],
     return path
 
 
-def _step(name: str, config: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+def _step(name: str, config: Mapping[str, object], **extra: object) -> dict[str, object]:
     return {"registry_name": name, "config": dict(config), **extra}
 
 
-def write_lerobot_pipeline(directory: str | Path, state: Mapping[str, Any],
-                           action: Mapping[str, Any], *, state_mode: str = "MEAN_STD",
+def write_lerobot_pipeline(directory: str | Path, state: Mapping[str, npt.ArrayLike],
+                           action: Mapping[str, npt.ArrayLike], *, state_mode: str = "MEAN_STD",
                            action_mode: str = "MEAN_STD", relative: bool = False,
                            exclude_joints: tuple[str, ...] = ("gripper",),
                            action_names: list[str] | None = None, max_length: int = 48,

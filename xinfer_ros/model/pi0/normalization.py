@@ -179,7 +179,7 @@ class Normalizer:
                                  f"{name} has {dim} dimensions")
 
 
-def _vector(value: Any, where: str, key: str) -> np.ndarray:
+def _vector(value: object, where: str, key: str) -> np.ndarray:
     try:
         arr = np.asarray(value, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -189,7 +189,7 @@ def _vector(value: Any, where: str, key: str) -> np.ndarray:
     return arr
 
 
-def feature_stats(mode: str, stats: Mapping[str, Any] | None, where: str, name: str,
+def feature_stats(mode: str, stats: Mapping[str, object] | None, where: str, name: str,
                   convention: NormConvention) -> FeatureStats:
     """One feature's statistics, checked.
 
@@ -268,7 +268,7 @@ def openpi_stats_file(directory: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -230,7 +230,7 @@ class Pi0Spec:
             num_steps=self.num_steps, masks_missing_cameras=True, resizes_images=True)
 
 
-def _resample_key(value: Any) -> str | None:
+def _resample_key(value: object) -> str | None:
     if value is None:
         return None
     if value not in RESAMPLE_MODES:
