@@ -55,7 +55,7 @@ class Pi0State(StagedState):
         prefix_kv: Each layer's prefix keys and values after Prefill (every denoising
             step attends to them through a cache of its own).
         actions: ``(1, H, max_action_dim)`` float32 in model units, after Action.
-        progress: Next stage to run.
+        progress: Next stage to run; ``None`` once Action ran.
     """
 
     prepared: Pi0Prepared
