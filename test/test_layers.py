@@ -1,7 +1,8 @@
 """The house as the README draws it: which layer may import which.
 
 Only ``nodes/`` touches ROS (rclpy, interfaces, launch); ``core``, ``rtc`` and ``sim``
-import neither ROS nor torch; no layer imports one above it.
+import neither ROS nor torch; no layer imports one above it; no modules import one
+another in a circle, function-level imports included.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import ast
 import importlib
 from pathlib import Path
 
-from .source_imports import module_imports
+from .source_imports import import_cycles, module_imports
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xinfer_ros"
 
@@ -138,3 +139,26 @@ def test_cli_modules_import_without_ros() -> None:
            for module in _module_level_imports(path)
            if _is_ros(module) or module.startswith("xinfer_ros.nodes")]
     assert not bad, "cli modules reaching ROS at import:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle() -> None:
+    """No two modules of the package import each other, even through others or lazily."""
+    cycles = import_cycles(PACKAGE)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_a_lazy_import_cycle_is_found(tmp_path: Path) -> None:
+    """The check sees a circle closed by a function-level import, not a type-only one."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "sub" / "__init__.py"):
+        init.write_text("", encoding="utf-8")
+    (pkg / "a.py").write_text("from pkg.sub import b\n", encoding="utf-8")
+    (pkg / "sub" / "b.py").write_text(
+        "def f():\n    from pkg.c import g\n    return g\n", encoding="utf-8")
+    (pkg / "c.py").write_text("import pkg.a\n", encoding="utf-8")
+    (pkg / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import e\n",
+        encoding="utf-8")
+    (pkg / "e.py").write_text("from pkg import d\n", encoding="utf-8")
+    assert import_cycles(pkg) == [["pkg.a", "pkg.c", "pkg.sub.b"]]

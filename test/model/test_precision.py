@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from xinfer_ros.model.serving import load_stage_model  # noqa: E402
+from xinfer_ros.model.loading import load_stage_model  # noqa: E402
 from xinfer_ros.model.synthetic import synthetic_inputs  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from xinfer_ros.model.config import VLAConfig, available_presets, load_preset
+from xinfer_ros.model.presets import FAMILY_REGISTRY, load_model_preset, model_io, preset_family
 
 
 def test_presets_present_and_parse() -> None:
@@ -23,6 +24,26 @@ def test_presets_present_and_parse() -> None:
         assert config.action.action_dim == 14
         assert config.action.num_steps == 10
         assert VLAConfig.from_dict(config.to_dict()) == config
+
+
+def test_every_shipped_preset_goes_through_its_family() -> None:
+    """Each preset names a registered family, whose loader and IO answer for it."""
+    assert set(FAMILY_REGISTRY) == {"reference", "pi0"}
+    for name in available_presets():
+        family = preset_family(name)
+        assert family in FAMILY_REGISTRY
+        io = model_io(name)
+        assert (io.name, io.family) == (name, family)
+        assert getattr(load_model_preset(name), "name", None) == name
+    assert isinstance(load_model_preset("tiny"), VLAConfig)
+
+
+def test_unknown_family_names_the_known_ones(tmp_path: Path) -> None:
+    path = tmp_path / "odd.yaml"
+    path.write_text("name: odd\nfamily: diffusion\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"unknown family 'diffusion'; known: \['reference', "
+                                         r"'pi0'\]"):
+        model_io(path)
 
 
 def test_pi05_layout() -> None:

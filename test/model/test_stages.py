@@ -19,8 +19,9 @@ pytest.importorskip("transformers")
 
 from transformers import DynamicCache  # noqa: E402
 
+from xinfer_ros.core.stages import Stage  # noqa: E402
 from xinfer_ros.model import stages  # noqa: E402
-from xinfer_ros.model.request import RequestState, StageOrderError, StageProgress  # noqa: E402
+from xinfer_ros.model.request import RequestState, StageOrderError  # noqa: E402
 
 from .helpers import request_state  # noqa: E402
 
@@ -59,7 +60,7 @@ def test_vit_gives_217_tokens_batched_per_shape(
     assert req.visual_tokens is not None
     assert req.visual_tokens.shape == (1, 217, tiny_model.config.backbone.hidden_size)
     assert torch.isfinite(req.visual_tokens).all()
-    assert req.progress is StageProgress.PREFILL
+    assert req.progress is Stage.PREFILL
 
 
 def test_vit_camera_order_matches_single_camera_runs(
@@ -141,7 +142,7 @@ def test_prefix_computed_once_and_reused(
         assert torch.equal(v0, lay.values)
     assert req.actions.shape == (1, 16, 14)
     assert torch.isfinite(req.actions).all()
-    assert req.progress is StageProgress.DONE
+    assert req.progress is None
 
 
 def test_action_attends_to_prefix_cache(
@@ -151,7 +152,7 @@ def test_action_attends_to_prefix_cache(
     stages.vit(tiny_model, req_a)
     stages.prefill(tiny_model, req_a)
     req_b = RequestState(req_a.prepared, prefix_len=req_a.prefix_len)
-    req_b.progress = StageProgress.ACTION
+    req_b.progress = Stage.ACTION
     # Same prefix length and noise, perturbed cached values: actions must change.
     req_b.cache = DynamicCache(
         ddp_cache_data=[(lay.keys, lay.values * 2.0) for lay in req_a.cache.layers]

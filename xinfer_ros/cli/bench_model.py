@@ -90,7 +90,7 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
 def _load(args: argparse.Namespace) -> Any:
     import torch
 
-    from xinfer_ros.model.serving import load_stage_model
+    from xinfer_ros.model.loading import load_stage_model
 
     torch.set_num_threads(max(1, args.threads))
     return load_stage_model(args.model, model_path=args.model_path, device=args.device,
@@ -186,7 +186,7 @@ def _write(path: str | None, payload: dict[str, Any]) -> None:
 
 def _flops_only(args: argparse.Namespace) -> int:
     from xinfer_ros.model.flops import count_stage_flops
-    from xinfer_ros.model.serving import load_stage_model
+    from xinfer_ros.model.loading import load_stage_model
 
     flops = count_stage_flops(args.model, rtc=not args.no_rtc, d=args.d,
                               model_path=args.model_path)

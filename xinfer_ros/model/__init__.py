@@ -2,7 +2,7 @@
 
 Every model is served through one interface, :class:`~xinfer_ros.model.serving.
 StageModel` (prepare on the CPU, ViT / Prefill / Action on the device, finish on the
-CPU), built from a preset by :func:`~xinfer_ros.model.serving.load_stage_model`::
+CPU), built from a preset by :func:`~xinfer_ros.model.loading.load_stage_model`::
 
     from xinfer_ros.model import load_stage_model, model_io
 
@@ -74,7 +74,7 @@ _LOCATIONS: dict[str, str] = {
     "ModelIO": "presets",
     "model_io": "presets",
     "StageModel": "serving",
-    "load_stage_model": "serving",
+    "load_stage_model": "loading",
     "CommitLengthError": "errors",
     "ImageError": "errors",
     "InputError": "errors",

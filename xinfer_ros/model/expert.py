@@ -102,7 +102,8 @@ class ExpertLayer(nn.Module):
         )
         hidden = hidden + self.o_proj(attn.transpose(1, 2).reshape(batch, length, -1))
         x = self.post_norm(hidden)
-        return hidden + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: torch.Tensor = hidden + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class ActionExpert(nn.Module):
@@ -133,7 +134,8 @@ class ActionExpert(nn.Module):
         self, positions: torch.Tensor, like: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(cos, sin)`` for ``(B, H)`` positions in ``like``'s dtype."""
-        return self.rotary(like, positions)
+        cos_sin: tuple[torch.Tensor, torch.Tensor] = self.rotary(like, positions)
+        return cos_sin
 
     def forward(
         self,
@@ -159,4 +161,5 @@ class ActionExpert(nn.Module):
         hidden = self.time_mlp(torch.cat([tokens, t_emb], dim=-1))
         for layer, (keys, values) in zip(self.layers, prefix_kv, strict=True):
             hidden = layer(hidden, rope, keys, values)
-        return self.out_proj(self.norm(hidden))
+        velocity: torch.Tensor = self.out_proj(self.norm(hidden))
+        return velocity

@@ -12,34 +12,35 @@ is a minimal dispatch mode over the same formula registry, without module tracki
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from xinfer_ros.model.config import VLAConfig
-from xinfer_ros.model.serving import ReferenceStageModel, StageModel, load_stage_model
+from xinfer_ros.model.loading import load_stage_model
+from xinfer_ros.model.request import StagedState
+from xinfer_ros.model.serving import ReferenceStageModel, StageModel
 from xinfer_ros.model.synthetic import synthetic_inputs
 from xinfer_ros.model.vla import ReferenceVLA
 
 __all__ = ["StageFlopCounter", "count_stage_flops", "stage_flops_of"]
 
 
-class StageFlopCounter(TorchDispatchMode):
+class StageFlopCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Sum the FLOPs of every dispatched op that torch's flop registry knows."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.total = 0
 
     def __torch_dispatch__(
         self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
+        func: OpOverload[..., object],
+        types: tuple[type, ...],
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+    ) -> object:
         """Run ``func`` and add its FLOPs."""
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -49,7 +50,7 @@ class StageFlopCounter(TorchDispatchMode):
         return out
 
 
-def stage_flops_of(model: StageModel, state: Any) -> dict[str, int]:
+def stage_flops_of(model: StageModel, state: StagedState) -> dict[str, int]:
     """Run the three stages of ``state`` on ``model`` and count each stage's FLOPs."""
     result: dict[str, int] = {}
     for name, fn in (("vit", model.vit), ("prefill", model.prefill), ("action", model.action)):

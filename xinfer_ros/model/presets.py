@@ -4,6 +4,8 @@ Presets live in ``config/models/<name>.yaml``. The ``family`` key says which mod
 preset builds: ``reference`` (the default; :class:`~xinfer_ros.model.config.VLAConfig`,
 the paper-shaped look-alike: ``tiny``, ``vla-2b``, ``pi05``) or ``pi0`` (transformers'
 real π0, :class:`~xinfer_ros.model.pi0.preset.Pi0Preset`: ``pi0``, ``pi0-tiny``).
+Each family is one :class:`~xinfer_ros.model.family.ModelFamily` in
+:data:`FAMILY_REGISTRY`, the only place a family is named.
 
 :func:`model_io` answers what the nodes, the openpi endpoint and the fleet runner need
 to know about a model (cameras, state and action dimensions, chunk length) without
@@ -12,78 +14,39 @@ loading weights.
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from xinfer_ros.model.config import REFERENCE_FAMILY, VLAConfig, load_preset, preset_file
+from xinfer_ros.model.config import REFERENCE_FAMILY, preset_file
+from xinfer_ros.model.family import ModelFamily, PresetData
+from xinfer_ros.model.io import COMPILE_MODES, CameraIO, ModelIO, reference_io
+from xinfer_ros.model.pi0.family import PI0
+from xinfer_ros.model.reference_family import REFERENCE
 
 __all__ = [
     "COMPILE_MODES",
     "FAMILIES",
+    "FAMILY_REGISTRY",
     "CameraIO",
     "ModelIO",
     "load_model_preset",
+    "model_family",
     "model_io",
     "preset_family",
     "reference_io",
 ]
 
+#: Every model family by the ``family`` key of its presets.
+FAMILY_REGISTRY: Mapping[str, ModelFamily[Any]] = {f.name: f for f in (REFERENCE, PI0)}
+
 #: Model families a preset may name.
-FAMILIES: tuple[str, ...] = (REFERENCE_FAMILY, "pi0")
-
-#: How a served model's Action loop runs: ``off`` eager; ``on`` the expert step under
-#: ``torch.compile``; ``cudagraphs`` the same replayed as CUDA graphs (CUDA only). Only
-#: the π0 family has a compiled loop.
-COMPILE_MODES: tuple[str, ...] = ("off", "on", "cudagraphs")
+FAMILIES: tuple[str, ...] = tuple(FAMILY_REGISTRY)
 
 
-@dataclasses.dataclass(frozen=True)
-class CameraIO:
-    """One model camera: its name and the model's input size in pixels."""
-
-    name: str
-    height: int
-    width: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelIO:
-    """What a served model takes and returns.
-
-    Attributes:
-        name: Preset name.
-        family: ``reference`` or ``pi0``.
-        cameras: The model's cameras in request order.
-        state_dim: The robot's state dimension.
-        action_dim: The robot's action dimension D.
-        horizon: Keyframes per chunk H.
-        num_steps: Denoising steps K.
-        masks_missing_cameras: A request may leave cameras out (π0 masks them); else
-            every camera is required.
-        resizes_images: Images of any size are resized with padding (π0); else the
-            aspect ratio must match the camera's.
-    """
-
-    name: str
-    family: str
-    cameras: tuple[CameraIO, ...]
-    state_dim: int
-    action_dim: int
-    horizon: int
-    num_steps: int
-    masks_missing_cameras: bool
-    resizes_images: bool
-
-    @property
-    def action_shape(self) -> tuple[int, int]:
-        """``(H, D)`` of a returned chunk."""
-        return self.horizon, self.action_dim
-
-
-def _raw(name_or_path: str | Path) -> dict[str, Any]:
+def _raw(name_or_path: str | Path) -> PresetData:
     with preset_file(name_or_path).open(encoding="utf-8") as handle:
         data = yaml.safe_load(handle)
     if not isinstance(data, dict):
@@ -98,35 +61,37 @@ def preset_family(name_or_path: str | Path) -> str:
         FileNotFoundError: If there is no such preset.
         ValueError: On an unknown family.
     """
-    family = str(_raw(name_or_path).get("family", REFERENCE_FAMILY))
-    if family not in FAMILIES:
+    return _family_of(name_or_path, _raw(name_or_path)).name
+
+
+def _family_of(name_or_path: str | Path, data: PresetData) -> ModelFamily[Any]:
+    family = str(data.get("family", REFERENCE_FAMILY))
+    if family not in FAMILY_REGISTRY:
         raise ValueError(f"model preset {name_or_path!r}: unknown family {family!r}; "
                          f"known: {list(FAMILIES)}")
-    return family
+    return FAMILY_REGISTRY[family]
 
 
-def load_model_preset(name_or_path: str | Path) -> Any:
-    """A preset of any family: a ``VLAConfig`` or a ``Pi0Preset``.
+def model_family(name_or_path: str | Path) -> tuple[ModelFamily[Any], Any]:
+    """A preset's family and its preset object, which only that family reads.
 
     Raises:
         FileNotFoundError: If there is no such preset.
         ValueError: On an unknown family or a malformed file.
     """
-    if preset_family(name_or_path) == REFERENCE_FAMILY:
-        return load_preset(name_or_path)
-    from xinfer_ros.model.pi0.preset import Pi0Preset
-
-    return Pi0Preset.from_dict(_raw(name_or_path))
+    data = _raw(name_or_path)
+    family = _family_of(name_or_path, data)
+    return family, family.load_preset(data)
 
 
-def reference_io(config: VLAConfig) -> ModelIO:
-    """The :class:`ModelIO` of a reference-model configuration."""
-    spec = config.action
-    return ModelIO(
-        name=config.name, family=REFERENCE_FAMILY,
-        cameras=tuple(CameraIO(c.name, c.height, c.width) for c in config.cameras),
-        state_dim=spec.state_dim, action_dim=spec.action_dim, horizon=spec.horizon,
-        num_steps=spec.num_steps, masks_missing_cameras=False, resizes_images=False)
+def load_model_preset(name_or_path: str | Path) -> object:
+    """A preset of any family: a ``VLAConfig``, a ``Pi0Preset``, ...
+
+    Raises:
+        FileNotFoundError: If there is no such preset.
+        ValueError: On an unknown family or a malformed file.
+    """
+    return model_family(name_or_path)[1]
 
 
 def model_io(name_or_path: str | Path, model_path: str | Path | None = None) -> ModelIO:
@@ -142,9 +107,5 @@ def model_io(name_or_path: str | Path, model_path: str | Path | None = None) -> 
         ValueError: On a malformed preset; ``CheckpointError`` (a ``ValueError``) on an
             unusable π0 checkpoint directory.
     """
-    preset = load_model_preset(name_or_path)
-    if isinstance(preset, VLAConfig):
-        return reference_io(preset)
-    from xinfer_ros.model.pi0.preset import resolve_pi0
-
-    return resolve_pi0(preset, model_path)[1].io()
+    family, preset = model_family(name_or_path)
+    return family.io(preset, model_path)

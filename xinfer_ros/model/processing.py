@@ -135,7 +135,7 @@ def _per_dim(values: tuple[float, ...] | None, dim: int, default: float, name: s
     return arr
 
 
-def discretize_state(state: Any, config: VLAConfig) -> np.ndarray:
+def discretize_state(state: object, config: VLAConfig) -> np.ndarray:
     """Normalise, clip, pad and bin the robot state.
 
     Returns:
@@ -163,7 +163,7 @@ def discretize_state(state: Any, config: VLAConfig) -> np.ndarray:
 
 
 def prepare_rtc(
-    prev_chunk: Any,
+    prev_chunk: object,
     d: int,
     *,
     config: VLAConfig,
@@ -207,9 +207,9 @@ def prepare_request(
     tokenizer: ByteTokenizer,
     images: Sequence[ImageInput],
     instruction: str,
-    state: Any,
+    state: object,
     *,
-    prev_chunk: Any = None,
+    prev_chunk: object = None,
     d: int = 0,
     prev_shift: int = 0,
     rtc_mode: str = "soft",
@@ -281,7 +281,7 @@ def postprocess_actions(actions: Any, config: VLAConfig, rtc: RTCInputs | None) 
     dim = config.action.action_dim
     mean = _per_dim(config.norm.action_mean, dim, 0.0, "action_mean")
     std = _per_dim(config.norm.action_std, dim, 1.0, "action_std")
-    out = arr * std + mean
+    out: np.ndarray = arr * std + mean
     if rtc is not None and rtc.frozen:
         out[: rtc.frozen] = rtc.aligned_raw[: rtc.frozen]
     return out

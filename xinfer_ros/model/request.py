@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
-from typing import Any
+from typing import Any, Final
 
 import torch
 from transformers import DynamicCache
 
+from xinfer_ros.core.stages import Stage
 from xinfer_ros.model.errors import ModelError
 from xinfer_ros.model.processing import PreparedRequest
 
@@ -24,30 +24,46 @@ class StageOrderError(ModelError, RuntimeError):
     """A stage ran before the stage it depends on (or twice)."""
 
 
-class StageProgress(enum.IntEnum):
-    """Next stage a request needs."""
+class StageProgress:
+    """Deprecated names of a state's next stage: use :class:`~xinfer_ros.core.stages.Stage`.
 
-    VIT = 0
-    PREFILL = 1
-    ACTION = 2
-    DONE = 3
+    A state's ``progress`` is the next :class:`Stage` to run, ``None`` once Action ran
+    (``DONE``). Kept for callers outside ``model/`` written before the one stage enum.
+    """
+
+    VIT: Final = Stage.VIT
+    PREFILL: Final = Stage.PREFILL
+    ACTION: Final = Stage.ACTION
+    DONE: Final = None
 
 
 class StagedState:
-    """Stage ordering of a request state: needs ``progress`` and ``prepared.request_id``."""
+    """What every family's request state has: stage ordering, the chunk, release."""
 
-    progress: StageProgress
-    prepared: Any
+    #: The next stage to run; ``None`` once Action ran.
+    progress: Stage | None
+    #: The chunk in model units after Action (``(1, H, D)`` float32).
+    actions: torch.Tensor | None
 
-    def expect(self, stage: StageProgress) -> None:
+    def release(self) -> None:
+        """Drop the device tensors once the result is taken."""
+        raise NotImplementedError
+
+    @property
+    def request_id(self) -> str:
+        """The request's id (error messages)."""
+        raise NotImplementedError
+
+    def expect(self, stage: Stage) -> None:
         """Raise :class:`StageOrderError` unless ``stage`` is the next one."""
         if self.progress is not stage:
+            following = "DONE" if self.progress is None else self.progress.name
             raise StageOrderError(
-                f"request {self.prepared.request_id!r}: cannot run {stage.name}, "
-                f"next stage is {self.progress.name}"
+                f"request {self.request_id!r}: cannot run {stage.name}, "
+                f"next stage is {following}"
             )
 
-    def device_inputs(self, stage: StageProgress) -> list[torch.Tensor]:
+    def device_inputs(self, stage: Stage) -> list[torch.Tensor]:
         """The device tensors ``stage`` reads that an earlier stage made (lane hand-over)."""
         return []
 
@@ -62,7 +78,7 @@ class RequestState(StagedState):
         cache: Prefix keys/values (transformers ``DynamicCache``) after Prefill.
         prefix_len: Prefix length P (visual + text tokens).
         actions: ``(1, H, D)`` float32 chunk in model units after Action.
-        progress: Next stage to run.
+        progress: Next stage to run; ``None`` once Action ran.
     """
 
     prepared: PreparedRequest
@@ -70,17 +86,22 @@ class RequestState(StagedState):
     cache: DynamicCache | None = None
     prefix_len: int = 0
     actions: torch.Tensor | None = None
-    progress: StageProgress = StageProgress.VIT
+    progress: Stage | None = Stage.VIT
+
+    @property
+    def request_id(self) -> str:
+        """See :attr:`StagedState.request_id`."""
+        return self.prepared.request_id
 
     def release(self) -> None:
         """Drop the device tensors (KV cache, tokens) once the result is taken."""
         self.visual_tokens = None
         self.cache = None
 
-    def device_inputs(self, stage: StageProgress) -> list[torch.Tensor]:
+    def device_inputs(self, stage: Stage) -> list[torch.Tensor]:
         """See :meth:`StagedState.device_inputs`: visual tokens, then the prefix K/V."""
-        if stage is StageProgress.PREFILL and self.visual_tokens is not None:
+        if stage is Stage.PREFILL and self.visual_tokens is not None:
             return [self.visual_tokens]
-        if stage is StageProgress.ACTION and self.cache is not None:
+        if stage is Stage.ACTION and self.cache is not None:
             return [t for kv in cache_kv(self.cache) for t in kv]
         return []

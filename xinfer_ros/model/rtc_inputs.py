@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -48,7 +47,7 @@ class RTCInputs:
     step_weights: np.ndarray
 
 
-def _index(value: Any, name: str, upper: int) -> int:
+def _index(value: object, name: str, upper: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) \
             or not 0 <= value <= upper:
         raise CommitLengthError(name, f"must be an integer in [0, H={upper}], got {value!r}")
@@ -56,15 +55,15 @@ def _index(value: Any, name: str, upper: int) -> int:
 
 
 def build_rtc_inputs(
-    prev_chunk: Any,
-    d: Any,
+    prev_chunk: object,
+    d: object,
     *,
     horizon: int,
     action_dim: int,
     num_steps: int,
     beta: float,
     normalize: Callable[[np.ndarray], np.ndarray],
-    prev_shift: Any = 0,
+    prev_shift: object = 0,
     mode: str = "soft",
     prev_dims: int | None = None,
 ) -> RTCInputs | None:

@@ -1,7 +1,8 @@
 """One interface over every served model: prepare, three stages, finish.
 
-The engine's torch backend serves a :class:`StageModel`; :func:`load_stage_model`
-builds the right one from a preset's family:
+The engine's torch backend serves a :class:`StageModel`;
+:func:`~xinfer_ros.model.loading.load_stage_model` builds the one of a preset's family
+(each family's entry in :data:`~xinfer_ros.model.presets.FAMILY_REGISTRY`):
 
 * :class:`ReferenceStageModel`: the paper-shaped reference VLA (``tiny``, ``vla-2b``,
   ``pi05``), :mod:`xinfer_ros.model.stages`;
@@ -23,29 +24,40 @@ what the Action stage reads (prefix keys and values as arrays, the CPU inputs) a
 from __future__ import annotations
 
 import dataclasses
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 
-from xinfer_ros.model.presets import ModelIO, load_model_preset, reference_io
-from xinfer_ros.model.request import StagedState, StageProgress, cache_kv
+from xinfer_ros.core.stages import Stage
+from xinfer_ros.model.io import ModelIO, reference_io
+from xinfer_ros.model.request import RequestState, StagedState, cache_kv
 from xinfer_ros.model.transfer import to_device
 
-__all__ = ["Pi0StageModel", "ReferenceStageModel", "StageModel", "load_stage_model"]
+if TYPE_CHECKING:
+    from transformers import PI0ForConditionalGeneration
 
-_LOG = logging.getLogger("xinfer_ros.model")
+    from xinfer_ros.model.pi0.processing import Pi0Prepared, Pi0Processor
+    from xinfer_ros.model.pi0.stages import Pi0State
+    from xinfer_ros.model.processing import PreparedRequest
+    from xinfer_ros.model.vla import ReferenceVLA
+
+__all__ = ["Pi0StageModel", "ReferenceStageModel", "StageModel"]
 
 #: Per layer, the prefix keys and values as CPU arrays (an Action payload).
 KVArrays = list[tuple[np.ndarray, np.ndarray]]
+#: What the reference Action reads: its CPU inputs, the prefix and its length.
+_ReferencePayload = tuple["PreparedRequest", KVArrays, int]
+#: What the π0 Action reads: its CPU inputs and the prefix.
+_Pi0Payload = tuple["Pi0Prepared", KVArrays]
 
 
 class StageModel(ABC):
     """A model split into ViT, Prefill and Action over private per-request state.
+
+    Each family's methods take the states its own :meth:`prepare` made.
 
     Attributes:
         io: What the model takes and returns.
@@ -57,10 +69,7 @@ class StageModel(ABC):
     batches: bool = False
     #: How the Action loop runs (:meth:`set_compile`): ``off`` is eager.
     compile_mode: str = "off"
-    #: The weights; typed Any so each family reaches its own submodules.
-    module: Any
-    #: The family's stage functions: ``vit(module, state)``, ``prefill``, ``action``.
-    _stages: Any
+    module: torch.nn.Module
 
     @property
     def device(self) -> torch.device:
@@ -83,17 +92,17 @@ class StageModel(ABC):
             InputError: A subclass naming the malformed field.
         """
 
-    def vit(self, state: Any) -> None:
+    @abstractmethod
+    def vit(self, state: StagedState) -> None:
         """Run the ViT stage of ``state``."""
-        self._stages.vit(self.module, state)
 
-    def prefill(self, state: Any) -> None:
+    @abstractmethod
+    def prefill(self, state: StagedState) -> None:
         """Run the Prefill stage of ``state``."""
-        self._stages.prefill(self.module, state)
 
-    def action(self, state: Any, guidance: bool = True) -> None:
+    @abstractmethod
+    def action(self, state: StagedState, guidance: bool = True) -> None:
         """Run the Action stage of ``state`` (RTC guidance when it has a previous chunk)."""
-        self._stages.action(self.module, state, guidance=guidance)
 
     def set_compile(self, mode: str) -> None:
         """Run the Action loop eagerly (``off``) or compiled (``on``, ``cudagraphs``).
@@ -108,14 +117,14 @@ class StageModel(ABC):
                              f"one); compile mode must be 'off', got {mode!r}")
         self.compile_mode = mode
 
-    def batch_key(self, state: Any) -> Hashable | None:
+    def batch_key(self, state: StagedState) -> Hashable | None:
         """States of equal keys run a stage as one batch (:meth:`run_batch`).
 
         None: this family runs one state at a time.
         """
         return None
 
-    def run_batch(self, stage: StageProgress, states: Sequence[Any],
+    def run_batch(self, stage: Stage, states: Sequence[StagedState],
                   guidance: bool = True) -> None:
         """Run ``stage`` of every state, which are all ready for it.
 
@@ -123,24 +132,24 @@ class StageModel(ABC):
         the results equal one-at-a-time runs up to the kernels' rounding.
         """
         for state in states:
-            if stage is StageProgress.VIT:
+            if stage is Stage.VIT:
                 self.vit(state)
-            elif stage is StageProgress.PREFILL:
+            elif stage is Stage.PREFILL:
                 self.prefill(state)
             else:
                 self.action(state, guidance=guidance)
 
     @abstractmethod
-    def finish(self, state: Any) -> np.ndarray:
+    def finish(self, state: StagedState) -> np.ndarray:
         """CPU output processing: the ``(H, D)`` chunk in robot units."""
 
-    def release(self, state: Any) -> None:
+    def release(self, state: StagedState) -> None:
         """Drop the device tensors ``state`` holds."""
         state.release()
         state.actions = None
 
     @abstractmethod
-    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+    def copy_at(self, state: StagedState, stage: Stage) -> StagedState:
         """A fresh state that runs ``stage`` next from what ``state`` holds (calibration).
 
         ``state`` must be ready for ``stage``; the copy shares its read-only tensors,
@@ -148,11 +157,11 @@ class StageModel(ABC):
         """
 
     @abstractmethod
-    def action_payload(self, state: Any) -> Any:
+    def action_payload(self, state: StagedState) -> object:
         """What the Action stage of ``state`` reads, as picklable CPU data."""
 
     @abstractmethod
-    def action_state(self, payload: Any) -> StagedState:
+    def action_state(self, payload: object) -> StagedState:
         """A state ready for Action, from :meth:`action_payload`'s output."""
 
     @abstractmethod
@@ -160,7 +169,7 @@ class StageModel(ABC):
         """Parameter count of the modules each stage runs."""
 
     @abstractmethod
-    def prefix_length(self, state: Any) -> int:
+    def prefix_length(self, state: StagedState) -> int:
         """Prefix tokens (visual and text) of a state after Prefill."""
 
 
@@ -172,15 +181,20 @@ def _count(*modules: torch.nn.Module) -> int:
     return sum(p.numel() for module in modules for p in module.parameters())
 
 
+def _reference(state: StagedState) -> RequestState:
+    if not isinstance(state, RequestState):
+        raise TypeError(f"the reference model runs its own states, not {type(state).__name__}")
+    return state
+
+
 class ReferenceStageModel(StageModel):
     """The reference VLA (``xinfer_ros.model.vla``) behind :class:`StageModel`."""
 
-    def __init__(self, model: Any) -> None:
-        from xinfer_ros.model import stages
+    module: ReferenceVLA
 
+    def __init__(self, model: ReferenceVLA) -> None:
         self.module = model
         self.io = reference_io(model.config)
-        self._stages = stages
 
     def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
                 prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
@@ -188,7 +202,6 @@ class ReferenceStageModel(StageModel):
                 prev_dims: int | None = None) -> StagedState:
         """See :meth:`StageModel.prepare` (every camera required, aspect ratio kept)."""
         from xinfer_ros.model.processing import prepare_request
-        from xinfer_ros.model.request import RequestState
 
         prepared = prepare_request(
             self.module.config, self.module.tokenizer, images, instruction, state,
@@ -196,44 +209,61 @@ class ReferenceStageModel(StageModel):
             request_id=request_id, prev_dims=prev_dims)
         return RequestState(prepared)
 
-    def finish(self, state: Any) -> np.ndarray:
+    def vit(self, state: StagedState) -> None:
+        """See :meth:`StageModel.vit`."""
+        from xinfer_ros.model import stages
+
+        stages.vit(self.module, _reference(state))
+
+    def prefill(self, state: StagedState) -> None:
+        """See :meth:`StageModel.prefill`."""
+        from xinfer_ros.model import stages
+
+        stages.prefill(self.module, _reference(state))
+
+    def action(self, state: StagedState, guidance: bool = True) -> None:
+        """See :meth:`StageModel.action`."""
+        from xinfer_ros.model import stages
+
+        stages.action(self.module, _reference(state), guidance=guidance)
+
+    def finish(self, state: StagedState) -> np.ndarray:
         """See :meth:`StageModel.finish`."""
         from xinfer_ros.model.processing import postprocess_actions
 
-        return postprocess_actions(state.actions, self.module.config, state.prepared.rtc)
+        own = _reference(state)
+        return postprocess_actions(own.actions, self.module.config, own.prepared.rtc)
 
-    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+    def copy_at(self, state: StagedState, stage: Stage) -> StagedState:
         """See :meth:`StageModel.copy_at` (the reference Action only reads the cache)."""
-        from xinfer_ros.model.request import RequestState
+        own = _reference(state)
+        if stage is Stage.VIT:
+            return RequestState(own.prepared)
+        return dataclasses.replace(own, progress=stage, actions=None)
 
-        if stage is StageProgress.VIT:
-            return RequestState(state.prepared)
-        return dataclasses.replace(state, progress=stage, actions=None)
-
-    def action_payload(self, state: Any) -> Any:
+    def action_payload(self, state: StagedState) -> _ReferencePayload:
         """See :meth:`StageModel.action_payload`."""
-        if state.cache is None:
+        own = _reference(state)
+        if own.cache is None:
             raise RuntimeError("prefix cache was released before action")
-        kv = _kv_arrays(cache_kv(state.cache))
-        return dataclasses.replace(state.prepared, pixel_groups=()), kv, state.prefix_len
+        kv = _kv_arrays(cache_kv(own.cache))
+        return dataclasses.replace(own.prepared, pixel_groups=()), kv, own.prefix_len
 
-    def action_state(self, payload: Any) -> StagedState:
+    def action_state(self, payload: object) -> StagedState:
         """See :meth:`StageModel.action_state`."""
-        from xinfer_ros.model.request import RequestState
-
-        prepared, kv, prefix_len = payload
+        prepared, kv, prefix_len = cast(_ReferencePayload, payload)
         cache = _PrefixCache([_LayerKV(torch.from_numpy(k), torch.from_numpy(v))
                               for k, v in kv])
         return RequestState(prepared, cache=cache, prefix_len=prefix_len,  # type: ignore[arg-type]
-                            progress=StageProgress.ACTION)
+                            progress=Stage.ACTION)
 
     def num_parameters_by_stage(self) -> dict[str, int]:
         """See :meth:`StageModel.num_parameters_by_stage`."""
         return dict(self.module.num_parameters_by_stage())
 
-    def prefix_length(self, state: Any) -> int:
+    def prefix_length(self, state: StagedState) -> int:
         """See :meth:`StageModel.prefix_length`."""
-        return int(state.prefix_len)
+        return int(_reference(state).prefix_len)
 
 
 @dataclasses.dataclass
@@ -251,6 +281,14 @@ class _PrefixCache:
     layers: list[_LayerKV]
 
 
+def _pi0(state: StagedState) -> Pi0State:
+    from xinfer_ros.model.pi0.stages import Pi0State
+
+    if not isinstance(state, Pi0State):
+        raise TypeError(f"the π0 model runs its own states, not {type(state).__name__}")
+    return state
+
+
 class Pi0StageModel(StageModel):
     """transformers' π0 (:mod:`xinfer_ros.model.pi0`) behind :class:`StageModel`.
 
@@ -260,15 +298,13 @@ class Pi0StageModel(StageModel):
     """
 
     batches = True
+    module: PI0ForConditionalGeneration
 
-    def __init__(self, model: Any, processor: Any) -> None:
-        from xinfer_ros.model.pi0 import stages
-
+    def __init__(self, model: PI0ForConditionalGeneration, processor: Pi0Processor) -> None:
         self.module = model
         self.processor = processor
         self.spec = processor.spec
         self.io = self.spec.io()
-        self._stages = stages
 
     def prepare(self, images: Sequence[Any], instruction: str, state: Any, *,
                 prev_chunk: Any = None, d: int = 0, prev_shift: int = 0,
@@ -276,73 +312,104 @@ class Pi0StageModel(StageModel):
                 prev_dims: int | None = None) -> StagedState:
         """See :meth:`StageModel.prepare` (missing cameras masked, any image size)."""
         from xinfer_ros.model.pi0.processing import Pi0Inputs
+        from xinfer_ros.model.pi0.stages import Pi0State
 
         prepared = self.processor.prepare(
             Pi0Inputs(images, instruction, state), prev_chunk=prev_chunk, d=d,
             prev_shift=prev_shift, rtc_mode=rtc_mode, seed=seed, request_id=request_id,
             prev_dims=prev_dims)
-        return self._stages.Pi0State(prepared)
+        return Pi0State(prepared)
 
-    def finish(self, state: Any) -> np.ndarray:
+    def vit(self, state: StagedState) -> None:
+        """See :meth:`StageModel.vit`."""
+        from xinfer_ros.model.pi0 import stages
+
+        stages.vit(self.module, _pi0(state))
+
+    def prefill(self, state: StagedState) -> None:
+        """See :meth:`StageModel.prefill`."""
+        from xinfer_ros.model.pi0 import stages
+
+        stages.prefill(self.module, _pi0(state))
+
+    def finish(self, state: StagedState) -> np.ndarray:
         """See :meth:`StageModel.finish`."""
-        prepared = state.prepared
-        return self.processor.postprocess(state.actions, prepared.rtc, prepared.action_offset)
+        own = _pi0(state)
+        prepared = own.prepared
+        return self.processor.postprocess(own.actions, prepared.rtc, prepared.action_offset)
 
     def set_compile(self, mode: str) -> None:
         """See :meth:`StageModel.set_compile` (``torch.compile`` of the expert step)."""
-        self._stages.velocity_function(self.module, mode)  # validates, compiles lazily
+        from xinfer_ros.model.pi0 import stages
+
+        stages.velocity_function(self.module, mode)  # validates, compiles lazily
         self.compile_mode = mode
 
-    def action(self, state: Any, guidance: bool = True) -> None:
+    def action(self, state: StagedState, guidance: bool = True) -> None:
         """See :meth:`StageModel.action`, in the model's compile mode."""
-        self._stages.action(self.module, state, guidance, self.compile_mode)
+        from xinfer_ros.model.pi0 import stages
 
-    def batch_key(self, state: Any) -> Hashable | None:
+        stages.action(self.module, _pi0(state), guidance, self.compile_mode)
+
+    def batch_key(self, state: StagedState) -> Hashable | None:
         """See :meth:`StageModel.batch_key`: present cameras and prompt length."""
-        return self._stages.batch_key(state)  # type: ignore[no-any-return]
+        from xinfer_ros.model.pi0 import stages
 
-    def run_batch(self, stage: StageProgress, states: Sequence[Any],
+        return stages.batch_key(_pi0(state))
+
+    def run_batch(self, stage: Stage, states: Sequence[StagedState],
                   guidance: bool = True) -> None:
         """See :meth:`StageModel.run_batch`; states of one key run as one batch."""
-        groups: dict[Hashable, list[Any]] = {}
+        from xinfer_ros.model.pi0 import stages
+
+        groups: dict[Hashable, list[Pi0State]] = {}
         for state in states:
-            groups.setdefault(self.batch_key(state), []).append(state)
+            own = _pi0(state)
+            groups.setdefault(stages.batch_key(own), []).append(own)
         for group in groups.values():
-            if stage is StageProgress.VIT:
-                self._stages.vit_batch(self.module, group)
-            elif stage is StageProgress.PREFILL:
-                self._stages.prefill_batch(self.module, group)
+            if stage is Stage.VIT:
+                stages.vit_batch(self.module, group)
+            elif stage is Stage.PREFILL:
+                stages.prefill_batch(self.module, group)
             else:
-                self._stages.action_batch(self.module, group, guidance, self.compile_mode)
+                stages.action_batch(self.module, group, guidance, self.compile_mode)
 
-    def _state_with_prefix(self, prepared: Any, kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                           ) -> StagedState:
-        return self._stages.Pi0State(prepared, prefix_kv=list(kv), progress=StageProgress.ACTION)
+    def _state_with_prefix(self, prepared: Pi0Prepared,
+                           kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Pi0State:
+        from xinfer_ros.model.pi0.stages import Pi0State
 
-    def copy_at(self, state: Any, stage: StageProgress) -> StagedState:
+        return Pi0State(prepared, prefix_kv=list(kv), progress=Stage.ACTION)
+
+    def copy_at(self, state: StagedState, stage: Stage) -> StagedState:
         """See :meth:`StageModel.copy_at`."""
-        if stage is StageProgress.VIT:
-            return self._stages.Pi0State(state.prepared)
-        if stage is StageProgress.PREFILL:
-            return dataclasses.replace(state, progress=stage, actions=None)
-        return self._state_with_prefix(state.prepared, state.prefix_kv)
+        from xinfer_ros.model.pi0.stages import Pi0State
 
-    def action_payload(self, state: Any) -> Any:
-        """See :meth:`StageModel.action_payload`."""
-        if state.prefix_kv is None:
+        own = _pi0(state)
+        if stage is Stage.VIT:
+            return Pi0State(own.prepared)
+        if stage is Stage.PREFILL:
+            return dataclasses.replace(own, progress=stage, actions=None)
+        if own.prefix_kv is None:
             raise RuntimeError("prefix cache was released before action")
-        prepared = dataclasses.replace(state.prepared, pixels=np.zeros((0,), np.float32))
-        return prepared, _kv_arrays(state.prefix_kv)
+        return self._state_with_prefix(own.prepared, own.prefix_kv)
 
-    def action_state(self, payload: Any) -> StagedState:
+    def action_payload(self, state: StagedState) -> _Pi0Payload:
+        """See :meth:`StageModel.action_payload`."""
+        own = _pi0(state)
+        if own.prefix_kv is None:
+            raise RuntimeError("prefix cache was released before action")
+        prepared = dataclasses.replace(own.prepared, pixels=np.zeros((0,), np.float32))
+        return prepared, _kv_arrays(own.prefix_kv)
+
+    def action_state(self, payload: object) -> StagedState:
         """See :meth:`StageModel.action_state`."""
-        prepared, kv = payload
+        prepared, kv = cast(_Pi0Payload, payload)
         tensors = [(to_device(k, self.device), to_device(v, self.device)) for k, v in kv]
         return self._state_with_prefix(prepared, tensors)
 
-    def prefix_length(self, state: Any) -> int:
+    def prefix_length(self, state: StagedState) -> int:
         """See :meth:`StageModel.prefix_length` (prompt padding included)."""
-        return int(state.prepared.input_ids.shape[0])
+        return int(_pi0(state).prepared.input_ids.shape[0])
 
     def num_parameters_by_stage(self) -> dict[str, int]:
         """Parameters per stage.
@@ -360,74 +427,3 @@ class Pi0StageModel(StageModel):
                 "action": _count(dit, self.module.embed_action_time,
                                  self.module.action_out_proj)
                 - _count(dit.get_input_embeddings())}
-
-
-def load_stage_model(preset: str | Path, *, model_path: str | Path | None = None,
-                     device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-                     seed: int | None = None, compile_mode: str = "off") -> StageModel:
-    """Build the served model of a preset (any family).
-
-    Args:
-        preset: Preset name or YAML path.
-        model_path: Checkpoint directory: a π0 checkpoint (either layout) for the pi0
-            family, a ``save_pretrained`` directory of the reference family.
-        device: ``cpu``, ``cuda``, ``cuda:N`` or ``meta`` (shapes only).
-        dtype: Parameter dtype (the preset's when ``None``).
-        seed: Seed of random weights (the preset's when ``None``).
-        compile_mode: How the Action loop runs (:meth:`StageModel.set_compile`).
-
-    Raises:
-        CheckpointError: On an unusable checkpoint directory, tokenizer or statistics.
-        FileNotFoundError: On an unknown preset.
-        ValueError: On a compile mode the family does not have.
-    """
-    served = _load(preset, model_path, device, dtype, seed)
-    served.set_compile(compile_mode)
-    return served
-
-
-def _load(preset: str | Path, model_path: str | Path | None, device: str | torch.device,
-          dtype: str | torch.dtype | None, seed: int | None) -> StageModel:
-    from xinfer_ros.model.config import VLAConfig
-    from xinfer_ros.model.vla import resolve_dtype
-
-    torch_dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype
-    loaded = load_model_preset(preset)
-    if isinstance(loaded, VLAConfig):
-        from xinfer_ros.model.vla import ReferenceVLA
-
-        if model_path:
-            return ReferenceStageModel(ReferenceVLA.from_pretrained(model_path, device=device,
-                                                                    dtype=torch_dtype))
-        return ReferenceStageModel(_build_reference(loaded, device, seed, torch_dtype))
-    from xinfer_ros.model.pi0.checkpoint import build_model
-    from xinfer_ros.model.pi0.preset import resolve_pi0
-    from xinfer_ros.model.pi0.processing import Pi0Processor
-    from xinfer_ros.model.pi0.tokenizer import load_tokenizer
-
-    if seed is not None:
-        loaded = dataclasses.replace(loaded, seed=int(seed))
-    config, spec = resolve_pi0(loaded, model_path)
-    tokenizer = load_tokenizer(spec.tokenizer_path, spec.vocab_size)
-    model = build_model(config, spec, device=device, dtype=torch_dtype)
-    return Pi0StageModel(model, Pi0Processor(spec, tokenizer))
-
-
-def _build_reference(config: Any, device: str | torch.device, seed: int | None,
-                     dtype: torch.dtype | None) -> Any:
-    """Seeded reference weights; on CUDA initialised on the device.
-
-    ``ReferenceVLA.build`` initialises on the CPU and then moves the weights, which
-    takes minutes for ``vla-2b``; under a CUDA default device the same code
-    initialises on the GPU in seconds (different random values, same shapes, still
-    seeded). Falls back to the CPU path if the device build fails.
-    """
-    from xinfer_ros.model.vla import ReferenceVLA
-
-    if str(device).startswith("cuda"):
-        try:
-            with torch.device(device):
-                return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)
-        except (RuntimeError, TypeError, ValueError) as exc:  # pragma: no cover - CUDA only
-            _LOG.warning("on-device build failed (%s); building on the CPU", exc)
-    return ReferenceVLA.build(config, device=device, seed=seed, dtype=dtype)

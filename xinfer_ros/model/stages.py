@@ -21,9 +21,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from xinfer_ros.core.stages import Stage
 from xinfer_ros.model.expert import ActionExpert, PrefixKV
 from xinfer_ros.model.processing import RTCInputs
-from xinfer_ros.model.request import RequestState, StageOrderError, StageProgress, cache_kv
+from xinfer_ros.model.request import RequestState, StageOrderError, cache_kv
 from xinfer_ros.model.transfer import to_device
 from xinfer_ros.model.vla import ReferenceVLA
 
@@ -33,7 +34,7 @@ __all__ = ["action", "guided_velocity", "prefill", "run_request", "sample_noise"
 @torch.no_grad()
 def vit(model: ReferenceVLA, req: RequestState) -> None:
     """ViT stage: encode every camera and merge to visual tokens (camera order kept)."""
-    req.expect(StageProgress.VIT)
+    req.expect(Stage.VIT)
     device, dtype = model.device, model.dtype
     per_camera: dict[int, torch.Tensor] = {}
     for indices, pixels in req.prepared.pixel_groups:
@@ -43,7 +44,7 @@ def vit(model: ReferenceVLA, req: RequestState) -> None:
             per_camera[cam] = tokens[row]
     ordered = [per_camera[i] for i in sorted(per_camera)]
     req.visual_tokens = torch.cat(ordered, dim=0).unsqueeze(0)
-    req.progress = StageProgress.PREFILL
+    req.progress = Stage.PREFILL
 
 
 @torch.no_grad()
@@ -53,7 +54,7 @@ def prefill(model: ReferenceVLA, req: RequestState) -> None:
     The prefix uses the backbone's causal mask (Qwen-style). Afterwards ``req.cache``
     holds every layer's keys and values; the action stage only reads them.
     """
-    req.expect(StageProgress.PREFILL)
+    req.expect(Stage.PREFILL)
     if req.visual_tokens is None:
         raise RuntimeError("visual tokens were released before prefill")
     ids = to_device(req.prepared.token_ids, model.device).unsqueeze(0)
@@ -64,7 +65,7 @@ def prefill(model: ReferenceVLA, req: RequestState) -> None:
     req.cache = out.cache
     req.prefix_len = int(embeds.shape[1])
     req.visual_tokens = None  # no longer needed; free the memory early
-    req.progress = StageProgress.ACTION
+    req.progress = Stage.ACTION
 
 
 def sample_noise(model: ReferenceVLA, seed: int) -> torch.Tensor:
@@ -85,7 +86,8 @@ def _velocity(expert: ActionExpert, x: torch.Tensor, tau: torch.Tensor, prefix_k
 
     The network runs in the parameters' dtype (that of the rotary tables).
     """
-    return expert(x.to(rope[0].dtype), tau, prefix_kv, rope).float()
+    velocity: torch.Tensor = expert(x.to(rope[0].dtype), tau, prefix_kv, rope)
+    return velocity.float()
 
 
 def guided_velocity(
@@ -143,7 +145,7 @@ def action(model: ReferenceVLA, req: RequestState, guidance: bool = True) -> Non
         guidance: Apply RTC guidance when the request has a previous chunk (switch off
             only to compare against unguided sampling).
     """
-    req.expect(StageProgress.ACTION)
+    req.expect(Stage.ACTION)
     if req.cache is None:
         raise RuntimeError("prefix cache was released before action")
     spec = model.config.action
@@ -183,7 +185,7 @@ def action(model: ReferenceVLA, req: RequestState, guidance: bool = True) -> Non
         x = x.clone()
         x[:, :frozen] = target[:, :frozen]
     req.actions = x.float()
-    req.progress = StageProgress.DONE
+    req.progress = None
 
 
 def _rtc_tensors(rtc: RTCInputs, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,11 +200,11 @@ def run_request(model: ReferenceVLA, req: RequestState) -> torch.Tensor:
     Returns:
         ``(1, H, D)`` float32 actions in model units.
     """
-    if req.progress is StageProgress.VIT:
+    if req.progress is Stage.VIT:
         vit(model, req)
-    if req.progress is StageProgress.PREFILL:
+    if req.progress is Stage.PREFILL:
         prefill(model, req)
-    if req.progress is StageProgress.ACTION:
+    if req.progress is Stage.ACTION:
         action(model, req)
     if req.actions is None:
         raise StageOrderError(f"request {req.prepared.request_id!r} produced no actions")

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from xinfer_ros.model.config import VLAConfig
-from xinfer_ros.model.presets import ModelIO, reference_io
+from xinfer_ros.model.io import ModelIO, reference_io
 
 __all__ = ["DEFAULT_INSTRUCTION", "SyntheticInputs", "synthetic_inputs"]
 

@@ -72,9 +72,11 @@ class VisionTower(nn.Module):
         grid = features.view(batch, grid_h // m, m, grid_w // m, m, chans)
         if self.spec.merge == "avg_pool":
             pooled = grid.mean(dim=(2, 4)).reshape(batch, -1, chans)
-            return self.merger(pooled)
+            merged: torch.Tensor = self.merger(pooled)
+            return merged
         blocks = grid.permute(0, 1, 3, 2, 4, 5).reshape(batch, -1, m * m * chans)
-        return self.merger(blocks)
+        merged = self.merger(blocks)
+        return merged
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         """Encode one batch of same-shape cameras.

@@ -85,7 +85,8 @@ class SampleActionsPolicy:
                  threads: int = 1) -> None:
         import torch
 
-        from xinfer_ros.model.serving import Pi0StageModel, load_stage_model
+        from xinfer_ros.model.loading import load_stage_model
+        from xinfer_ros.model.serving import Pi0StageModel
 
         torch.set_num_threads(threads)
         served = load_stage_model(model, model_path=model_path, device="cpu")

@@ -40,7 +40,7 @@ UNSEEN_CONFIG: dict[str, Any] = {
 def pi0_tiny() -> Any:
     """The pi0-tiny preset served through the StageModel interface (one thread)."""
     torch.set_num_threads(1)
-    from xinfer_ros.model.serving import load_stage_model
+    from xinfer_ros.model.loading import load_stage_model
 
     return load_stage_model("pi0-tiny")
 

@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from xinfer_ros.core.stages import Stage  # noqa: E402
 from xinfer_ros.model.pi0 import stages  # noqa: E402
-from xinfer_ros.model.request import StageProgress  # noqa: E402
 from xinfer_ros.model.synthetic import synthetic_inputs  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -41,7 +41,7 @@ def test_batched_stages_match_one_at_a_time(pi0_tiny: Any) -> None:
     alone = [_alone(pi0_tiny, s) for s in _states(pi0_tiny)]
     batch = _states(pi0_tiny)
     assert len({pi0_tiny.batch_key(s) for s in batch}) == 1
-    for stage in (StageProgress.VIT, StageProgress.PREFILL, StageProgress.ACTION):
+    for stage in (Stage.VIT, Stage.PREFILL, Stage.ACTION):
         pi0_tiny.run_batch(stage, batch)
         assert all(s.progress is not stage for s in batch)
     for one, state in zip(alone, batch, strict=True):
@@ -56,7 +56,7 @@ def test_mixed_cameras_split_into_batches_of_one_key(pi0_tiny: Any) -> None:
     assert pi0_tiny.batch_key(full) != pi0_tiny.batch_key(missing)
     expected = _alone(pi0_tiny, pi0_tiny.prepare([None, *inputs.images[1:]], "a",
                                                  inputs.state, seed=1))
-    for stage in (StageProgress.VIT, StageProgress.PREFILL, StageProgress.ACTION):
+    for stage in (Stage.VIT, Stage.PREFILL, Stage.ACTION):
         pi0_tiny.run_batch(stage, [full, missing])
     np.testing.assert_allclose(pi0_tiny.finish(missing), expected, atol=TOLERANCE, rtol=0)
     with pytest.raises(ValueError, match="same cameras"):

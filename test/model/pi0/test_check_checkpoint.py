@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 
 from xinfer_ros.cli import check_checkpoint  # noqa: E402
 from xinfer_ros.model.errors import CheckpointError  # noqa: E402
+from xinfer_ros.model.loading import load_stage_model  # noqa: E402
 from xinfer_ros.model.pi0.checkpoint import save_checkpoint, write_lerobot_pipeline  # noqa: E402
 from xinfer_ros.model.pi0.tokenizer import offline_tokenizer  # noqa: E402
-from xinfer_ros.model.serving import load_stage_model  # noqa: E402
 
 from .conftest import robot_preset  # noqa: E402
 

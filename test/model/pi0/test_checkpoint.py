@@ -15,11 +15,11 @@ torch = pytest.importorskip("torch")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from xinfer_ros.model.errors import CheckpointError  # noqa: E402
+from xinfer_ros.model.loading import load_stage_model  # noqa: E402
 from xinfer_ros.model.pi0.checkpoint import lerobot_key, save_checkpoint  # noqa: E402
 from xinfer_ros.model.pi0.preset import Pi0Preset, resolve_pi0  # noqa: E402
 from xinfer_ros.model.pi0.tokenizer import offline_tokenizer  # noqa: E402
 from xinfer_ros.model.presets import load_model_preset  # noqa: E402
-from xinfer_ros.model.serving import load_stage_model  # noqa: E402
 
 from .conftest import robot_preset, write_stats  # noqa: E402
 

@@ -10,9 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from xinfer_ros.core.stages import Stage  # noqa: E402
+from xinfer_ros.model.loading import load_stage_model  # noqa: E402
 from xinfer_ros.model.pi0 import stages  # noqa: E402
-from xinfer_ros.model.request import StageProgress  # noqa: E402
-from xinfer_ros.model.serving import load_stage_model  # noqa: E402
 from xinfer_ros.model.synthetic import synthetic_inputs  # noqa: E402
 
 from ..helpers import first_and_rtc  # noqa: E402
@@ -54,13 +53,13 @@ def test_compiled_action_matches_eager_with_and_without_guidance(pi0_tiny: Any) 
     graphs = counters["stats"]["unique_graphs"]
     for rtc in (False, True):
         states = _prefilled(pi0_tiny, range(3), rtc)
-        copies = [pi0_tiny.copy_at(s, StageProgress.ACTION) for s in states]
-        pi0_tiny.run_batch(StageProgress.ACTION, states[:1])  # eager, batch of one
-        pi0_tiny.run_batch(StageProgress.ACTION, states[1:])  # eager, batch of two
+        copies = [pi0_tiny.copy_at(s, Stage.ACTION) for s in states]
+        pi0_tiny.run_batch(Stage.ACTION, states[:1])  # eager, batch of one
+        pi0_tiny.run_batch(Stage.ACTION, states[1:])  # eager, batch of two
         pi0_tiny.set_compile("on")
         try:
-            pi0_tiny.run_batch(StageProgress.ACTION, copies[:1])
-            pi0_tiny.run_batch(StageProgress.ACTION, copies[1:])
+            pi0_tiny.run_batch(Stage.ACTION, copies[:1])
+            pi0_tiny.run_batch(Stage.ACTION, copies[1:])
         finally:
             pi0_tiny.set_compile("off")
         for eager, compiled in zip(states, copies, strict=True):

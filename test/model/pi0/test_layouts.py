@@ -192,7 +192,7 @@ def test_lerobot_layout_runs_its_saved_pipeline(
 
 def test_relative_rtc_previous_chunk_is_reanchored_on_the_current_state(
         unseen_model: Any, tmp_path: Path) -> None:
-    from xinfer_ros.model.serving import load_stage_model
+    from xinfer_ros.model.loading import load_stage_model
 
     ckpt = save_checkpoint(unseen_model, tmp_path / "ckpt", tokenizer=offline_tokenizer())
     state, action = _stats(5), _stats(6)

@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from xinfer_ros.core.stages import Stage  # noqa: E402
 from xinfer_ros.model.pi0 import stages  # noqa: E402
 from xinfer_ros.model.pi0.processing import Pi0Inputs, Pi0Processor  # noqa: E402
-from xinfer_ros.model.request import StageProgress  # noqa: E402
 from xinfer_ros.model.synthetic import synthetic_inputs  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -95,7 +95,7 @@ def test_guided_velocity_is_the_vjp_in_transformers_time(pi0_tiny: Any) -> None:
     state = stages.Pi0State(prepared)
     pi0_tiny.vit(state)
     pi0_tiny.prefill(state)
-    assert state.progress is StageProgress.ACTION
+    assert state.progress is Stage.ACTION
     prefix = tuple(t for kv in state.prefix_kv for t in kv)
     denoiser = stages._Denoiser(
         stages.velocity_function(model), prefix,

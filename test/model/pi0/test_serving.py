@@ -71,9 +71,9 @@ def test_calibration_states_are_independent(backend: Any) -> None:
 
 
 def test_worker_processes_load_the_same_checkpoint(tmp_path: Path) -> None:
+    from xinfer_ros.model.loading import load_stage_model
     from xinfer_ros.model.pi0.checkpoint import save_checkpoint
     from xinfer_ros.model.pi0.tokenizer import offline_tokenizer
-    from xinfer_ros.model.serving import load_stage_model
 
     from .conftest import robot_preset, write_stats
 
@@ -109,7 +109,7 @@ def _linear(module: torch.nn.Module) -> int:
 
 def test_pi0_flops_match_analytic_counts() -> None:
     from xinfer_ros.model.flops import count_stage_flops
-    from xinfer_ros.model.serving import load_stage_model
+    from xinfer_ros.model.loading import load_stage_model
 
     model = load_stage_model("pi0-tiny", device="meta")
     free = count_stage_flops("pi0-tiny", rtc=False)

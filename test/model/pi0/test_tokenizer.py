@@ -62,8 +62,8 @@ def test_paligemma_layout_at_the_real_size_loads_and_never_emits_image(tmp_path:
 
 def test_the_300_piece_tokenizer_with_image_added_starts_the_server(
         unseen_model: Any, tmp_path: Path) -> None:
+    from xinfer_ros.model.loading import load_stage_model
     from xinfer_ros.model.pi0.checkpoint import save_checkpoint
-    from xinfer_ros.model.serving import load_stage_model
 
     from .conftest import robot_preset, write_stats
 

@@ -49,8 +49,9 @@ from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
 from xinfer_ros.engine.backends.streams import make_streams
 from xinfer_ros.engine.lanes import LaneInfo
+from xinfer_ros.model.loading import load_stage_model
 from xinfer_ros.model.request import StageProgress
-from xinfer_ros.model.serving import StageModel, load_stage_model
+from xinfer_ros.model.serving import StageModel
 
 __all__ = ["INPUT_KEYS", "TorchBackend"]
 

@@ -2,7 +2,7 @@
 
 Public API::
 
-    from xinfer_ros.model.serving import load_stage_model
+    from xinfer_ros.model.loading import load_stage_model
 
     model = load_stage_model("pi0-tiny")                       # seeded random weights
     model = load_stage_model("pi0", model_path="/ckpt/pi0")   # a real checkpoint
@@ -10,7 +10,8 @@ Public API::
     model.vit(state); model.prefill(state); model.action(state)        # device
     chunk = model.finish(state)                                        # (H, D), robot units
 
-Modules: :mod:`.preset` (presets, checkpoint directories, the resolved spec),
+Modules: :mod:`.family` (the family's entry in the preset registry), :mod:`.preset`
+(presets, checkpoint directories, the resolved spec),
 :mod:`.normalization` (statistics and each source's convention), :mod:`.lerobot_pipeline`
 (lerobot's saved pre/post-processor pipelines), :mod:`.relative` (relative actions),
 :mod:`.tokenizer`, :mod:`.processing` (CPU preparation and output), :mod:`.report`
@@ -21,4 +22,7 @@ Modules: :mod:`.preset` (presets, checkpoint directories, the resolved spec),
 torch at module level.
 """
 
-__all__: list[str] = []
+__all__ = ["FAMILY"]
+
+#: The ``family`` key of a π0 preset.
+FAMILY = "pi0"

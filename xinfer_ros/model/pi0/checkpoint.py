@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from transformers import PI0Config, PI0ForConditionalGeneration
 
@@ -102,10 +103,12 @@ def build_model(config: PI0Config, spec: Pi0Spec, device: str | torch.device = "
     model.eval()
     # RTC guidance differentiates w.r.t. the noisy actions only, never the weights.
     model.requires_grad_(False)
-    return model
+    built: PI0ForConditionalGeneration = model
+    return built
 
 
 def _load(config: PI0Config, directory: Path, dtype: torch.dtype) -> PI0ForConditionalGeneration:
+    model: PI0ForConditionalGeneration
     try:
         loaded: Any = PI0ForConditionalGeneration.from_pretrained(
             str(directory), config=config, dtype=dtype, local_files_only=True,
@@ -165,12 +168,12 @@ def save_checkpoint(model: PI0ForConditionalGeneration, directory: str | Path, *
     return out
 
 
-def _lists(stats: Mapping[str, Any]) -> dict[str, list[float]]:
+def _lists(stats: Mapping[str, npt.ArrayLike]) -> dict[str, list[float]]:
     return {k: np.asarray(v, dtype=np.float64).reshape(-1).tolist() for k, v in stats.items()}
 
 
-def write_openpi_stats(directory: str | Path, state: Mapping[str, Any],
-                       actions: Mapping[str, Any], asset: str | None = None) -> Path:
+def write_openpi_stats(directory: str | Path, state: Mapping[str, npt.ArrayLike],
+                       actions: Mapping[str, npt.ArrayLike], asset: str | None = None) -> Path:
     """Write openpi's ``norm_stats.json`` (top level, or under ``assets/<asset>/``)."""
     folder = Path(directory) / "assets" / asset if asset else Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -180,12 +183,12 @@ def write_openpi_stats(directory: str | Path, state: Mapping[str, Any],
     return path
 
 
-def _step(name: str, config: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+def _step(name: str, config: Mapping[str, object], **extra: object) -> dict[str, object]:
     return {"registry_name": name, "config": dict(config), **extra}
 
 
-def write_lerobot_pipeline(directory: str | Path, state: Mapping[str, Any],
-                           action: Mapping[str, Any], *, state_mode: str = "MEAN_STD",
+def write_lerobot_pipeline(directory: str | Path, state: Mapping[str, npt.ArrayLike],
+                           action: Mapping[str, npt.ArrayLike], *, state_mode: str = "MEAN_STD",
                            action_mode: str = "MEAN_STD", relative: bool = False,
                            exclude_joints: tuple[str, ...] = ("gripper",),
                            action_names: list[str] | None = None, max_length: int = 48,

@@ -24,7 +24,6 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -54,6 +53,8 @@ POSTPROCESSOR = "policy_postprocessor.json"
 LEROBOT_MODES = {"MEAN_STD": "mean_std", "MIN_MAX": "min_max", "QUANTILES": "quantiles",
                  "QUANTILE10": "quantile10", "IDENTITY": "identity"}
 _STATE, _ACTION = "observation.state", "action"
+#: An object of a pipeline file as parsed (each value's type is checked where it is read).
+_JsonObject = Mapping[str, object]
 #: Keys a step entry may have (``class``: an unregistered step, never known here).
 _ENTRY_KEYS = {"registry_name", "class", "config", "state_file", "artifacts"}
 
@@ -114,7 +115,7 @@ class _File:
         steps = data.get("steps") if isinstance(data, Mapping) else None
         if not isinstance(steps, list):
             raise CheckpointError(path, "steps: expected a list of processor steps")
-        self.steps: list[tuple[str, Mapping[str, Any], Mapping[str, Any]]] = []
+        self.steps: list[tuple[str, _JsonObject, _JsonObject]] = []
         for index, entry in enumerate(steps):
             if not isinstance(entry, Mapping):
                 raise CheckpointError(path, f"steps[{index}]: expected an object")
@@ -134,7 +135,7 @@ class _File:
     def fail(self, index: int, field: str, message: str) -> CheckpointError:
         return CheckpointError(self.path, f"steps[{index}].{field}: {message}")
 
-    def settings(self, index: int, config: Mapping[str, Any], allowed: set[str]) -> None:
+    def settings(self, index: int, config: _JsonObject, allowed: set[str]) -> None:
         unknown = sorted(set(config) - allowed)
         if unknown:
             raise self.fail(index, "config", f"unknown settings {unknown} of "
@@ -151,19 +152,20 @@ class _Found:
     action: FeatureStats | None = None
     normalize_at: int | None = None
     unnormalize_at: int | None = None
-    relative: Mapping[str, Any] | None = None
+    relative: _JsonObject | None = None
     relative_at: int | None = None
     absolute: bool | None = None
     absolute_at: int | None = None
     newline_at: int | None = None
-    tokenizer: Mapping[str, Any] | None = None
+    tokenizer: _JsonObject | None = None
     tokenizer_at: int | None = None
+    max_length: int = 0
     tokenizer_dir: Path | None = None
     files: list[str] = dataclasses.field(default_factory=list)
     source: str = ""
 
 
-def _stats_file(file: _File, index: int, entry: Mapping[str, Any],
+def _stats_file(file: _File, index: int, entry: _JsonObject,
                  found: _Found) -> dict[str, dict[str, np.ndarray]]:
     name = entry.get("state_file")
     if name is None:
@@ -186,7 +188,7 @@ def _stats_file(file: _File, index: int, entry: Mapping[str, Any],
     return grouped
 
 
-def _modes(file: _File, index: int, config: Mapping[str, Any]) -> dict[str, str]:
+def _modes(file: _File, index: int, config: _JsonObject) -> dict[str, str]:
     norm_map = config.get("norm_map", {})
     if not isinstance(norm_map, Mapping):
         raise file.fail(index, "config.norm_map", "expected an object")
@@ -204,7 +206,7 @@ def _modes(file: _File, index: int, config: Mapping[str, Any]) -> dict[str, str]
     return modes
 
 
-def _convention(file: _File, index: int, config: Mapping[str, Any]) -> NormConvention:
+def _convention(file: _File, index: int, config: _JsonObject) -> NormConvention:
     eps = config.get("eps", LEROBOT.eps)
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 <= eps < 1:
         raise file.fail(index, "config.eps", f"expected a small non-negative number, got "
@@ -212,7 +214,7 @@ def _convention(file: _File, index: int, config: Mapping[str, Any]) -> NormConve
     return dataclasses.replace(LEROBOT, eps=float(eps))
 
 
-def _feature_width(file: _File, index: int, config: Mapping[str, Any], key: str) -> int | None:
+def _feature_width(file: _File, index: int, config: _JsonObject, key: str) -> int | None:
     features = config.get("features", {})
     if not isinstance(features, Mapping):
         raise file.fail(index, "config.features", "expected an object")
@@ -226,11 +228,16 @@ def _feature_width(file: _File, index: int, config: Mapping[str, Any], key: str)
     return int(shape[0])
 
 
-def _feature(file: _File, index: int, entry: Mapping[str, Any], key: str, *, kind: str,
+def _feature(file: _File, index: int, entry: _JsonObject, key: str, *, kind: str,
              grouped: Mapping[str, Mapping[str, np.ndarray]]) -> FeatureStats:
     config = entry.get("config", {})
+    if not isinstance(config, Mapping):  # _File checked it
+        raise file.fail(index, "config", "expected an object")
     mode = _modes(file, index, config).get(kind, "identity")
     keys = config.get("normalize_observation_keys")
+    if keys is not None and not isinstance(keys, list):
+        raise file.fail(index, "config.normalize_observation_keys",
+                        f"expected a list of feature names, got {keys!r}")
     if key != _ACTION and keys is not None and key not in keys:
         mode = "identity"
     if mode == "identity":
@@ -248,7 +255,7 @@ def _feature(file: _File, index: int, entry: Mapping[str, Any], key: str, *, kin
     return stats
 
 
-def _normalizer(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _normalizer(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
                 found: _Found) -> str:
     file.settings(index, config, {"eps", "features", "norm_map", "normalize_observation_keys"})
     grouped = _stats_file(file, index, entry, found)
@@ -261,7 +268,7 @@ def _normalizer(file: _File, index: int, config: Mapping[str, Any], entry: Mappi
            f"{found.state.convention.eps:g})"
 
 
-def _unnormalizer(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _unnormalizer(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
                   found: _Found) -> str:
     file.settings(index, config, {"eps", "features", "norm_map", "normalize_observation_keys"})
     grouped = _stats_file(file, index, entry, found)
@@ -270,7 +277,7 @@ def _unnormalizer(file: _File, index: int, config: Mapping[str, Any], entry: Map
     return f"actions: {found.action.mode} back to robot units"
 
 
-def _relative(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _relative(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
               found: _Found) -> str:
     file.settings(index, config, {"enabled", "exclude_joints", "action_names"})
     if not isinstance(config.get("enabled", False), bool):
@@ -285,7 +292,7 @@ def _relative(file: _File, index: int, config: Mapping[str, Any], entry: Mapping
         else "off (disabled)"
 
 
-def _absolute(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _absolute(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
               found: _Found) -> str:
     file.settings(index, config, {"enabled"})
     enabled = config.get("enabled", False)
@@ -295,7 +302,7 @@ def _absolute(file: _File, index: int, config: Mapping[str, Any], entry: Mapping
     return "state added back on the joint mask" if enabled else "off (disabled)"
 
 
-def _tokenizer(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _tokenizer(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
                found: _Found) -> str:
     file.settings(index, config, {"max_length", "task_key", "padding_side", "padding",
                                   "truncation", "tokenizer_name"})
@@ -323,19 +330,19 @@ def _tokenizer(file: _File, index: int, config: Mapping[str, Any], entry: Mappin
     elif artifacts:
         raise file.fail(index, "artifacts.tokenizer_name", f"the saved tokenizer {folder!r} "
                                                            "is missing")
-    found.tokenizer, found.tokenizer_at = config, index
+    found.tokenizer, found.tokenizer_at, found.max_length = config, index, length
     return f"prompt of {length} tokens, padded right (longer instructions are refused, " \
            "not truncated)"
 
 
-def _newline(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _newline(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
              found: _Found) -> str:
     file.settings(index, config, set())
     found.newline_at = index
     return "newline appended to the instruction unless it ends with one"
 
 
-def _rename(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _rename(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
             found: _Found) -> str:
     file.settings(index, config, {"rename_map"})
     rename = config.get("rename_map", {})
@@ -347,7 +354,7 @@ def _rename(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[s
     return f"no-op: requests name cameras by position in the model's order ({pairs})"
 
 
-def _device(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _device(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
             found: _Found) -> str:
     file.settings(index, config, {"device", "float_dtype"})
     dtype = config.get("float_dtype")
@@ -357,13 +364,13 @@ def _device(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[s
     return "no-op (the server places tensors itself)"
 
 
-def _batch(file: _File, index: int, config: Mapping[str, Any], entry: Mapping[str, Any],
+def _batch(file: _File, index: int, config: _JsonObject, entry: _JsonObject,
            found: _Found) -> str:
     file.settings(index, config, set())
     return "no-op (the server batches itself)"
 
 
-_Handler = Callable[[_File, int, Mapping[str, Any], Mapping[str, Any], _Found], str]
+_Handler = Callable[[_File, int, _JsonObject, _JsonObject, _Found], str]
 _PRE: dict[str, _Handler] = {
     "rename_observations_processor": _rename, "to_batch_processor": _batch,
     "pi0_new_line_processor": _newline, "tokenizer_processor": _tokenizer,
@@ -438,10 +445,17 @@ def _relative_actions(directory: Path, found: _Found, action_dim: int, state_dim
         raise CheckpointError(directory / PREPROCESSOR,
                               f"relative_actions_processor: actions of {action_dim} dimensions "
                               f"are relative to a state of only {state_dim}")
-    exclude = tuple(found.relative.get("exclude_joints") or ())
-    names = found.relative.get("action_names")
+    exclude = _names(found.relative.get("exclude_joints")) or ()
+    names = _names(found.relative.get("action_names"))
     mask = relative_mask(action_dim, exclude, names)
-    return RelativeActions(mask, exclude, tuple(names) if names is not None else None)
+    return RelativeActions(mask, exclude, names)
+
+
+def _names(value: object) -> tuple[str, ...] | None:
+    """A list of names :func:`_relative` checked, as a tuple (``None``: not given)."""
+    if not isinstance(value, list):
+        return None
+    return tuple(str(v) for v in value)
 
 
 def read_lerobot_pipeline(directory: str | Path, *, action_dim: int, state_dim: int,
@@ -484,7 +498,7 @@ def read_lerobot_pipeline(directory: str | Path, *, action_dim: int, state_dim: 
         normalizer=Normalizer(found.state, action, source),
         relative=relative,
         newline="if_missing" if found.newline_at is not None else "never",
-        prompt_tokens=int(found.tokenizer["max_length"]),
+        prompt_tokens=found.max_length,
         tokenizer_dir=found.tokenizer_dir,
         tokenizer_name=str(found.tokenizer.get("tokenizer_name", "")),
         files=tuple(dict.fromkeys(found.files)),

@@ -124,23 +124,30 @@ class FeatureStats:
         """Robot units -> model units (last axis is the feature's dimensions)."""
         if self.mode == "identity":
             return np.asarray(values, dtype=np.float64)
+        out: np.ndarray
         if self.mode == "mean_std":
-            return (values - self.low) / (self.high + self.convention.eps)
-        return 2.0 * (values - self.low) / self._range() - 1.0
+            out = (values - self.low) / (self.high + self.convention.eps)
+        else:
+            out = 2.0 * (values - self.low) / self._range() - 1.0
+        return out
 
     def unnormalize(self, values: np.ndarray) -> np.ndarray:
         """Model units -> robot units (the inverse of :meth:`normalize`)."""
         if self.mode == "identity":
             return np.asarray(values, dtype=np.float64)
+        out: np.ndarray
         if self.mode == "mean_std":
             eps = self.convention.eps if self.convention.eps_in_unnormalize else 0.0
-            return values * (self.high + eps) + self.low
-        return (values + 1.0) * 0.5 * self._range() + self.low
+            out = values * (self.high + eps) + self.low
+        else:
+            out = (values + 1.0) * 0.5 * self._range() + self.low
+        return out
 
     def _range(self) -> np.ndarray:
         span = self.high - self.low
         if self.convention.eps_on_every_range:
-            return span + self.convention.eps
+            padded: np.ndarray = span + self.convention.eps
+            return padded
         return np.where(span == 0.0, self.convention.eps, span)
 
 
@@ -172,7 +179,7 @@ class Normalizer:
                                  f"{name} has {dim} dimensions")
 
 
-def _vector(value: Any, where: str, key: str) -> np.ndarray:
+def _vector(value: object, where: str, key: str) -> np.ndarray:
     try:
         arr = np.asarray(value, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -182,7 +189,7 @@ def _vector(value: Any, where: str, key: str) -> np.ndarray:
     return arr
 
 
-def feature_stats(mode: str, stats: Mapping[str, Any] | None, where: str, name: str,
+def feature_stats(mode: str, stats: Mapping[str, object] | None, where: str, name: str,
                   convention: NormConvention) -> FeatureStats:
     """One feature's statistics, checked.
 
@@ -261,7 +268,7 @@ def openpi_stats_file(directory: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

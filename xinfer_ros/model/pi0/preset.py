@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from xinfer_ros.model.errors import CheckpointError
 from xinfer_ros.model.images import RESAMPLE_MODES
+from xinfer_ros.model.io import CameraIO, ModelIO
+from xinfer_ros.model.pi0 import FAMILY
 from xinfer_ros.model.pi0.lerobot_pipeline import (
     LerobotPipeline,
     PipelineStep,
@@ -53,7 +55,6 @@ from xinfer_ros.model.pi0.normalization import (
 )
 from xinfer_ros.model.pi0.relative import RelativeActions
 from xinfer_ros.model.pi0.tokenizer import TOKENIZER_FILES
-from xinfer_ros.model.presets import CameraIO, ModelIO
 from xinfer_ros.rtc.masks import DEFAULT_BETA
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ __all__ = [
     "resolve_pi0",
 ]
 
-#: The ``family`` key of a π0 preset.
-FAMILY = "pi0"
 CONFIG_FILE = "config.json"
 #: Files of which one must hold the weights (single file or sharded index).
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -231,7 +230,7 @@ class Pi0Spec:
             num_steps=self.num_steps, masks_missing_cameras=True, resizes_images=True)
 
 
-def _resample_key(value: Any) -> str | None:
+def _resample_key(value: object) -> str | None:
     if value is None:
         return None
     if value not in RESAMPLE_MODES:

@@ -90,7 +90,7 @@ class Pi0Inputs:
 
     images: Sequence[ImageInput | None]
     instruction: str
-    state: Any
+    state: object
 
 
 class Pi0Processor:
@@ -105,7 +105,7 @@ class Pi0Processor:
         # A Rust tokenizer refuses concurrent borrows; encoding is microseconds.
         self._lock = threading.Lock()
 
-    def prepare(self, inputs: Pi0Inputs, *, prev_chunk: Any = None, d: int = 0,
+    def prepare(self, inputs: Pi0Inputs, *, prev_chunk: object = None, d: int = 0,
                 prev_shift: int = 0, rtc_mode: str = "soft", seed: int = 0,
                 request_id: str = "", prev_dims: int | None = None) -> Pi0Prepared:
         """Validate and convert one request (cheap checks first).
@@ -144,7 +144,7 @@ class Pi0Processor:
             return normalize
         return lambda actions: normalize(actions - offset)
 
-    def _raw_state(self, state: Any) -> np.ndarray:
+    def _raw_state(self, state: object) -> np.ndarray:
         spec = self.spec
         try:
             arr = np.asarray(state, dtype=np.float64)
@@ -166,7 +166,7 @@ class Pi0Processor:
         padded[:raw.size] = self.spec.normalizer.state.normalize(raw)
         return padded
 
-    def _images(self, images: Any) -> tuple[list[np.ndarray], tuple[bool, ...]]:
+    def _images(self, images: object) -> tuple[list[np.ndarray], tuple[bool, ...]]:
         cameras = len(self.spec.cameras)
         if isinstance(images, np.ndarray | bytes) or not isinstance(images, Sequence):
             raise ImageError("images", f"expected a list of up to {cameras} camera images")

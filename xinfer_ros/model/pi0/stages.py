@@ -31,9 +31,10 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PI0ForConditionalGeneration
 
+from xinfer_ros.core.stages import Stage
+from xinfer_ros.model.io import COMPILE_MODES
 from xinfer_ros.model.pi0.processing import Pi0Prepared
-from xinfer_ros.model.presets import COMPILE_MODES
-from xinfer_ros.model.request import StagedState, StageOrderError, StageProgress, cache_kv
+from xinfer_ros.model.request import StagedState, StageOrderError, cache_kv
 from xinfer_ros.model.transfer import to_device
 
 __all__ = ["ModelInputs", "Pi0State", "action", "action_batch", "batch_key",
@@ -54,25 +55,30 @@ class Pi0State(StagedState):
         prefix_kv: Each layer's prefix keys and values after Prefill (every denoising
             step attends to them through a cache of its own).
         actions: ``(1, H, max_action_dim)`` float32 in model units, after Action.
-        progress: Next stage to run.
+        progress: Next stage to run; ``None`` once Action ran.
     """
 
     prepared: Pi0Prepared
     prefix_embeds: torch.Tensor | None = None
     prefix_kv: PrefixKV | None = None
     actions: torch.Tensor | None = None
-    progress: StageProgress = StageProgress.VIT
+    progress: Stage | None = Stage.VIT
+
+    @property
+    def request_id(self) -> str:
+        """See :attr:`StagedState.request_id`."""
+        return self.prepared.request_id
 
     def release(self) -> None:
         """Drop the device tensors once the result is taken."""
         self.prefix_embeds = None
         self.prefix_kv = None
 
-    def device_inputs(self, stage: StageProgress) -> list[torch.Tensor]:
+    def device_inputs(self, stage: Stage) -> list[torch.Tensor]:
         """The device tensors ``stage`` reads that an earlier stage made."""
-        if stage is StageProgress.PREFILL and self.prefix_embeds is not None:
+        if stage is Stage.PREFILL and self.prefix_embeds is not None:
             return [self.prefix_embeds]
-        if stage is StageProgress.ACTION and self.prefix_kv is not None:
+        if stage is Stage.ACTION and self.prefix_kv is not None:
             return [t for kv in self.prefix_kv for t in kv]
         return []
 
@@ -114,7 +120,7 @@ def batch_key(req: Pi0State) -> tuple[int, int]:
     return int(req.prepared.pixels.shape[0]), int(req.prepared.input_ids.shape[0])
 
 
-def _check_batch(reqs: list[Pi0State], stage: StageProgress) -> None:
+def _check_batch(reqs: list[Pi0State], stage: Stage) -> None:
     if not reqs:
         raise ValueError("a batch needs at least one request")
     for req in reqs:
@@ -140,7 +146,7 @@ def vit_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> None:
     Raises:
         ValueError: on an empty batch or requests with different :func:`batch_key`.
     """
-    _check_batch(reqs, StageProgress.VIT)
+    _check_batch(reqs, Stage.VIT)
     device, dtype = model.device, model.dtype
     pixels = _stack([r.prepared.pixels for r in reqs], device, dtype)
     embeds = model.model.embed_prefix(
@@ -148,7 +154,7 @@ def vit_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> None:
         torch.ones(pixels.shape[:2], dtype=torch.bool, device=device))
     for row, req in enumerate(reqs):
         req.prefix_embeds = embeds[row:row + 1]
-        req.progress = StageProgress.PREFILL
+        req.progress = Stage.PREFILL
 
 
 def prefill(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
@@ -165,7 +171,7 @@ def prefill_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> N
     Raises:
         ValueError: on an empty batch or requests with different :func:`batch_key`.
     """
-    _check_batch(reqs, StageProgress.PREFILL)
+    _check_batch(reqs, Stage.PREFILL)
     if any(r.prefix_embeds is None for r in reqs):
         raise RuntimeError("prefix embeddings were released before prefill")
     mask = _stack([r.prepared.attention_mask for r in reqs], model.device)
@@ -181,7 +187,7 @@ def prefill_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> N
     for row, req in enumerate(reqs):
         req.prefix_kv = [(k[row:row + 1], v[row:row + 1]) for k, v in kv]
         req.prefix_embeds = None
-        req.progress = StageProgress.ACTION
+        req.progress = Stage.ACTION
 
 
 def prefix_cache(prefix_kv: PrefixKV) -> DynamicCache:
@@ -256,7 +262,7 @@ def velocity_function(model: PI0ForConditionalGeneration,
 def _fresh_outputs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """A CUDA-graph step whose output outlives the next replay (which reuses its memory)."""
     def step(*args: torch.Tensor) -> torch.Tensor:
-        torch.compiler.cudagraph_mark_step_begin()
+        torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
         return fn(*args).clone()
     return step
 
@@ -359,7 +365,7 @@ def action_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State],
         ValueError: on an empty batch, requests with different :func:`batch_key` or
             an unknown compile mode.
     """
-    _check_batch(reqs, StageProgress.ACTION)
+    _check_batch(reqs, Stage.ACTION)
     kvs = [r.prefix_kv for r in reqs if r.prefix_kv is not None]
     if len(kvs) != len(reqs):
         raise RuntimeError("prefix cache was released before action")
@@ -390,17 +396,17 @@ def action_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State],
     x = x.float()
     for row, req in enumerate(reqs):
         req.actions = x[row:row + 1]
-        req.progress = StageProgress.DONE
+        req.progress = None
 
 
 def run_request(model: PI0ForConditionalGeneration, req: Pi0State,
                 guidance: bool = True, compile_mode: str = "off") -> torch.Tensor:
     """Run the remaining stages back to back; ``(1, H, max_action_dim)`` model units."""
-    if req.progress is StageProgress.VIT:
+    if req.progress is Stage.VIT:
         vit(model, req)
-    if req.progress is StageProgress.PREFILL:
+    if req.progress is Stage.PREFILL:
         prefill(model, req)
-    if req.progress is StageProgress.ACTION:
+    if req.progress is Stage.ACTION:
         action(model, req, guidance, compile_mode)
     if req.actions is None:
         raise StageOrderError(f"request {req.prepared.request_id!r} produced no actions")

@@ -58,8 +58,9 @@ def offline_tokenizer() -> PreTrainedTokenizerBase:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     pad, eos, bos, unk = _SPECIALS
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token=bos, eos_token=eos,
-                                   pad_token=pad, unk_token=unk)
+    # transformers leaves the fast tokenizer's constructor unannotated.
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=core, bos_token=bos, eos_token=eos, pad_token=pad, unk_token=unk)
 
 
 def _tokenizer_file(root: Path) -> Path:
