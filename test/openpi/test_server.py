@@ -208,7 +208,7 @@ def test_libero_client_gets_pi0_tiny_chunks_with_the_third_camera_masked() -> No
     assert reply["actions"].shape == (50, 7)  # LIBERO's 7 of the model's 14 dimensions
     assert np.all(np.isfinite(reply["actions"])) and reply["xinfer/image_mask"] == \
         [True, True, False]
-    images = recorded[0]["images"]
+    images = recorded[0].images
     assert images[2] is None and images[0].shape == (112, 112, 3)  # letterboxed, masked
 
 
