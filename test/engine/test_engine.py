@@ -133,6 +133,25 @@ def test_failing_stage_fails_only_its_request_and_releases_slots() -> None:
     assert all(results[r].ok for r in ("a", "b", "c"))
 
 
+def test_an_internal_error_on_an_event_fails_only_the_request_it_concerns() -> None:
+    engine, _ = make_engine(config=EngineConfig(slots=(1, 1, 1)))
+    observe_end = engine.audit.observe_end
+
+    def faulty(rid: int, stage: Stage, now: float) -> None:
+        if rid == 2 and stage is Stage.VIT:  # the second request's first unit event
+            raise RuntimeError("bookkeeping bug")
+        observe_end(rid, stage, now)
+
+    engine.audit.observe_end = faulty  # type: ignore[method-assign]
+    with engine:
+        futs = [engine.submit(RequestInputs(), 1.0, robot) for robot in ("a", "bad", "b")]
+        results = [f.result(TIMEOUT) for f in futs]
+        assert engine.stats()["running"] == [0, 0, 0] and engine.running
+    assert results[1].status is Status.ERROR
+    assert results[1].reason == "internal error: RuntimeError: bookkeeping bug"
+    assert results[0].ok and results[2].ok
+
+
 @pytest.mark.parametrize(("inputs", "budget", "needle"), [
     (RequestInputs(work_factor=-1), 0.1, "work_factor"),
     (RequestInputs(), 0.0, "budget"),
