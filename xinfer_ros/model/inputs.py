@@ -22,7 +22,7 @@ def _no_state() -> np.ndarray:
     return np.zeros(0, dtype=np.float64)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # arrays compare element-wise: by identity
 class RequestInputs:
     """What one request asks the model for; every field has the value a bare request has.
 
