@@ -60,14 +60,3 @@ def test_budget_seconds_refuses_non_numbers(value: object) -> None:
 def test_budget_seconds_refuses_out_of_range(value: float) -> None:
     with pytest.raises(BudgetError, match=r"outside \(0, 10000\] ms"):
         budget_seconds(value, max_ms=10_000.0)
-
-
-def test_check_budget_takes_seconds_and_refuses_a_unit_mistake() -> None:
-    from xinfer_ros.core.constants import MAX_BUDGET
-    from xinfer_ros.core.errors import BudgetError
-    from xinfer_ros.core.timing import check_budget
-
-    assert check_budget(0.09) == 0.09 and check_budget(MAX_BUDGET) == MAX_BUDGET
-    for bad in (0.0, -0.1, float("nan"), float("inf"), True, "0.1", 90_000.0):
-        with pytest.raises(BudgetError):
-            check_budget(bad)

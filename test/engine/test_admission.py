@@ -6,8 +6,9 @@ from concurrent.futures import Future
 
 import pytest
 
+from xinfer_ros.core.registry import make_policy
+from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.core.timing import deadline
 from xinfer_ros.engine.admission import LiveRequest, LiveTable
 from xinfer_ros.engine.gates import ExecutionGates
 from xinfer_ros.engine.types import EngineConfig, Overflow, Status
@@ -15,8 +16,9 @@ from xinfer_ros.engine.types import EngineConfig, Overflow, Status
 
 def _live(table: LiveTable, robot: str, submitted: float = 0.0,
           budget: float = 0.1) -> LiveRequest:
-    return LiveRequest(table.next_id(), robot, budget, None, None, Future(), submitted,
-                       arrival=submitted, deadline=deadline(submitted, budget))
+    rid = table.next_id()
+    return LiveRequest(rid, robot, Request(rid, robot, submitted, budget), None, None,
+                       Future(), submitted, arrival=submitted)
 
 
 def test_full_table_refuses_and_a_robot_supersedes_itself() -> None:
@@ -59,7 +61,7 @@ def test_take_expired_returns_only_idle_requests_past_their_deadline() -> None:
     idle, running, preparing = (_live(table, r, 0.0, 0.1) for r in "abc")
     for live in (idle, running, preparing):
         table.admit(live)
-    idle.request = running.request = object()  # type: ignore[assignment]
+    idle.policy = running.policy = make_policy("fifo")
     running.running = Stage.VIT
     # The deadline is a + b - δ (0.096 s), the one contract of core.timing.
     assert table.take_expired(0.095) == []

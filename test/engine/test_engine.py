@@ -11,6 +11,7 @@ import pytest
 
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine import EngineConfig, ExecMode, Overflow, Status, mode_config
+from xinfer_ros.model.inputs import RequestInputs
 
 from .helpers import make_engine
 
@@ -20,7 +21,7 @@ TIMEOUT = 10.0
 def test_requests_complete_through_all_stages() -> None:
     engine, backend = make_engine()
     with engine:
-        futs = [engine.submit({"seed": i}, 0.2, f"r{i}") for i in range(6)]
+        futs = [engine.submit(RequestInputs(seed=i), 0.2, f"r{i}") for i in range(6)]
         results = [f.result(TIMEOUT) for f in futs]
     for r in results:
         assert r.status is Status.OK, r.reason
@@ -47,7 +48,7 @@ def test_callback_receives_the_result() -> None:
         done.set()
 
     with engine:
-        fut = engine.submit(None, 0.15, "cb", callback=cb)
+        fut = engine.submit(RequestInputs(), 0.15, "cb", callback=cb)
         assert done.wait(TIMEOUT)
     assert got[0] is fut.result(TIMEOUT)
 
@@ -56,10 +57,10 @@ def _overtake(mode: ExecMode) -> tuple[float, float]:
     """Finish times of a heavy request and a light one submitted just after it."""
     engine, _ = make_engine("fifo", mode_config(mode, EngineConfig(slots=(2, 2, 2))))
     with engine:
-        slow = engine.submit({"work_factor": 12.0}, 2.0, "slow")
+        slow = engine.submit(RequestInputs(work_factor=12.0), 2.0, "slow")
         while engine.stats()["running"][Stage.VIT] == 0:  # slow's round has begun
             engine.clock.sleep(0.001)
-        fast = engine.submit({"work_factor": 1.0}, 2.0, "fast")
+        fast = engine.submit(RequestInputs(work_factor=1.0), 2.0, "fast")
         rs, rf = slow.result(TIMEOUT), fast.result(TIMEOUT)
     assert rs.ok and rf.ok
     return rs.finished, rf.finished
@@ -81,7 +82,7 @@ def test_slots_are_never_exceeded(mode: ExecMode) -> None:
     engine, backend = make_engine("fifo", cfg)
     with engine:
         # Budgets long enough for the serial queue: nothing is shed as expired.
-        futs = [engine.submit(None, 5.0, f"r{i}") for i in range(24)]
+        futs = [engine.submit(RequestInputs(), 5.0, f"r{i}") for i in range(24)]
         results = [f.result(TIMEOUT) for f in futs]
     assert all(r.ok for r in results)
     slots = cfg.effective_slots
@@ -98,7 +99,7 @@ def test_backpressure_bound_rejects_beyond_max_live() -> None:
     with engine:
         futs = []
         for i in range(12):
-            futs.append(engine.submit({"work_factor": 5.0}, 5.0, f"r{i}"))
+            futs.append(engine.submit(RequestInputs(work_factor=5.0), 5.0, f"r{i}"))
             assert engine.live_count() <= 4
         results = [f.result(TIMEOUT) for f in futs]
     rejected = [r for r in results if r.status is Status.REJECTED]
@@ -111,7 +112,7 @@ def test_backpressure_shed_oldest_sheds_waiting_work() -> None:
     cfg = EngineConfig(slots=(1, 1, 1), max_live=3, overflow=Overflow.SHED_OLDEST)
     engine, _ = make_engine(config=cfg)
     with engine:
-        futs = [engine.submit({"work_factor": 4.0}, 1.0, f"r{i}") for i in range(10)]
+        futs = [engine.submit(RequestInputs(work_factor=4.0), 1.0, f"r{i}") for i in range(10)]
         for _ in range(10):
             assert engine.live_count() <= 3
         results = [f.result(TIMEOUT) for f in futs]
@@ -123,7 +124,7 @@ def test_backpressure_shed_oldest_sheds_waiting_work() -> None:
 def test_failing_stage_fails_only_its_request_and_releases_slots() -> None:
     engine, _ = make_engine(config=EngineConfig(slots=(1, 1, 1)), fail={"bad": Stage.PREFILL})
     with engine:
-        futs = {rid: engine.submit(None, 1.0, rid) for rid in ("a", "bad", "b", "c")}
+        futs = {rid: engine.submit(RequestInputs(), 1.0, rid) for rid in ("a", "bad", "b", "c")}
         results = {rid: f.result(TIMEOUT) for rid, f in futs.items()}
         assert engine.stats()["running"] == [0, 0, 0]
         assert not engine.policy.requests
@@ -132,19 +133,37 @@ def test_failing_stage_fails_only_its_request_and_releases_slots() -> None:
     assert all(results[r].ok for r in ("a", "b", "c"))
 
 
+def test_an_internal_error_on_an_event_fails_only_the_request_it_concerns() -> None:
+    engine, _ = make_engine(config=EngineConfig(slots=(1, 1, 1)))
+    observe_end = engine.audit.observe_end
+
+    def faulty(rid: int, stage: Stage, now: float) -> None:
+        if rid == 2 and stage is Stage.VIT:  # the second request's first unit event
+            raise RuntimeError("bookkeeping bug")
+        observe_end(rid, stage, now)
+
+    engine.audit.observe_end = faulty  # type: ignore[method-assign]
+    with engine:
+        futs = [engine.submit(RequestInputs(), 1.0, robot) for robot in ("a", "bad", "b")]
+        results = [f.result(TIMEOUT) for f in futs]
+        assert engine.stats()["running"] == [0, 0, 0] and engine.running
+    assert results[1].status is Status.ERROR
+    assert results[1].reason == "internal error: RuntimeError: bookkeeping bug"
+    assert results[0].ok and results[2].ok
+
+
 @pytest.mark.parametrize(("inputs", "budget", "needle"), [
-    ("not a mapping", 0.1, "inputs"),
-    ({"seed": "x"}, 0.1, "seed"),
-    ({"work_factor": -1}, 0.1, "work_factor"),
-    (None, 0.0, "budget"),
-    (None, math.nan, "budget"),
-    (None, True, "budget"),
+    (RequestInputs(work_factor=-1), 0.1, "work_factor"),
+    (RequestInputs(), 0.0, "budget"),
+    (RequestInputs(), math.nan, "budget"),
+    (RequestInputs(), True, "budget"),
 ])
-def test_invalid_request_is_rejected_alone(inputs: object, budget: float, needle: str) -> None:
+def test_invalid_request_is_rejected_alone(inputs: RequestInputs, budget: float,
+                                           needle: str) -> None:
     engine, _ = make_engine()
     with engine:
         bad = engine.submit(inputs, budget, "bad").result(TIMEOUT)
-        good = engine.submit(None, 0.2, "good").result(TIMEOUT)
+        good = engine.submit(RequestInputs(), 0.2, "good").result(TIMEOUT)
     assert bad.status is Status.REJECTED and needle in bad.reason
     assert good.ok
 
@@ -152,8 +171,8 @@ def test_invalid_request_is_rejected_alone(inputs: object, budget: float, needle
 def test_cancel_robot_at_next_stage_boundary() -> None:
     engine, _ = make_engine(config=EngineConfig(slots=(1, 1, 1)))
     with engine:
-        fut = engine.submit({"work_factor": 10.0}, 5.0, "gone")
-        other = engine.submit(None, 5.0, "stays")
+        fut = engine.submit(RequestInputs(work_factor=10.0), 5.0, "gone")
+        other = engine.submit(RequestInputs(), 5.0, "stays")
         # Wait until the ViT unit runs, then cancel: it completes, nothing later runs.
         while engine.stats()["running"][Stage.VIT] == 0:
             engine.clock.sleep(0.001)
@@ -168,8 +187,8 @@ def test_cancel_robot_at_next_stage_boundary() -> None:
 def test_supersede_sheds_the_robots_older_request() -> None:
     engine, _ = make_engine(config=EngineConfig(slots=(1, 1, 1)))
     with engine:
-        first = engine.submit({"work_factor": 5.0}, 5.0, "r")
-        second = engine.submit(None, 5.0, "r")
+        first = engine.submit(RequestInputs(work_factor=5.0), 5.0, "r")
+        second = engine.submit(RequestInputs(), 5.0, "r")
         r1, r2 = first.result(TIMEOUT), second.result(TIMEOUT)
     assert r1.status is Status.SHED and "superseded" in r1.reason
     assert r2.ok
@@ -178,9 +197,9 @@ def test_supersede_sheds_the_robots_older_request() -> None:
 def test_policy_switch_keeps_live_requests() -> None:
     engine, _ = make_engine("xinfer", EngineConfig(slots=(2, 2, 2)))
     with engine:
-        before = [engine.submit({"work_factor": 3.0}, 2.0, f"a{i}") for i in range(6)]
+        before = [engine.submit(RequestInputs(work_factor=3.0), 2.0, f"a{i}") for i in range(6)]
         assert engine.set_policy("edf").result(TIMEOUT) == "edf"
-        after = [engine.submit(None, 2.0, f"b{i}") for i in range(6)]
+        after = [engine.submit(RequestInputs(), 2.0, f"b{i}") for i in range(6)]
         results = [f.result(TIMEOUT) for f in before + after]
         assert engine.policy.name == "edf"
     assert all(r.ok for r in results), [r.reason for r in results]
@@ -191,13 +210,13 @@ def test_unknown_policy_switch_fails_cleanly() -> None:
     with engine:
         with pytest.raises(ValueError):
             engine.set_policy("nope").result(TIMEOUT)
-        assert engine.submit(None, 0.2, "x").result(TIMEOUT).ok
+        assert engine.submit(RequestInputs(), 0.2, "x").result(TIMEOUT).ok
 
 
 def test_closed_engine_rejects() -> None:
     engine, _ = make_engine()
     engine.close()
-    r = engine.submit(None, 0.1, "late").result(TIMEOUT)
+    r = engine.submit(RequestInputs(), 0.1, "late").result(TIMEOUT)
     assert r.status is Status.REJECTED and "closed" in r.reason
 
 
@@ -210,13 +229,13 @@ def test_serial_mode_config() -> None:
 def test_switches_change_at_run_time_without_dropping_requests() -> None:
     engine, backend = make_engine("fifo", EngineConfig(slots=(2, 2, 2)))
     with engine:
-        first = [engine.submit(None, 2.0, f"a{i}") for i in range(6)]
+        first = [engine.submit(RequestInputs(), 2.0, f"a{i}") for i in range(6)]
         cfg = engine.set_switches(intra_stage=False, cross_stage=False,
                                   cpu_overlap=False).result(TIMEOUT)
         assert cfg.serial_device and cfg.effective_slots == (1, 1, 1)
         assert all(f.result(TIMEOUT).ok for f in first)
         backend.peak_total = 0
-        later = [engine.submit(None, 2.0, f"b{i}") for i in range(4)]
+        later = [engine.submit(RequestInputs(), 2.0, f"b{i}") for i in range(4)]
         assert all(f.result(TIMEOUT).ok for f in later)
         assert backend.peak_total == 1  # serialised after the switch
 
@@ -238,11 +257,11 @@ def test_requests_past_their_deadline_before_starting_are_shed(shed_expired: boo
     cfg = EngineConfig(slots=(1, 1, 1), shed_expired=shed_expired)
     engine, _ = make_engine("fifo", config=cfg)
     with engine:
-        futs = [engine.submit({"seed": i}, 0.06, f"r{i}") for i in range(12)]
+        futs = [engine.submit(RequestInputs(seed=i), 0.06, f"r{i}") for i in range(12)]
         results = [f.result(TIMEOUT) for f in futs]
         assert engine.live_count() == 0
         # The engine recovers: a new request after the overload is served.
-        late = engine.submit({"seed": 99}, 0.2, "after").result(TIMEOUT)
+        late = engine.submit(RequestInputs(seed=99), 0.2, "after").result(TIMEOUT)
     assert late.ok
     shed = [r for r in results if r.status is Status.SHED]
     if shed_expired:
@@ -265,8 +284,8 @@ def test_lane_that_cannot_start_fails_its_requests_instead_of_hanging() -> None:
 
     engine, _ = make_engine(backend_cls=BrokenLanes)
     with engine:
-        first = engine.submit({"seed": 1}, 0.5, "r0").result(TIMEOUT)
-        second = engine.submit({"seed": 2}, 0.5, "r1").result(TIMEOUT)
+        first = engine.submit(RequestInputs(seed=1), 0.5, "r0").result(TIMEOUT)
+        second = engine.submit(RequestInputs(seed=2), 0.5, "r1").result(TIMEOUT)
     for result in (first, second):
         assert result.status is Status.ERROR
         assert "lane action/" in result.reason and "could not start" in result.reason
@@ -279,8 +298,8 @@ def test_results_carry_arrival_deadline_and_release_time() -> None:
 
     engine, _ = make_engine()
     with engine:
-        ok = engine.submit({"seed": 1}, 0.3, "r1", age=0.050).result(TIMEOUT)
-        refused = engine.submit({"seed": 2}, -0.005, "r2").result(TIMEOUT)
+        ok = engine.submit(RequestInputs(seed=1), 0.3, "r1", age=0.050).result(TIMEOUT)
+        refused = engine.submit(RequestInputs(seed=2), -0.005, "r2").result(TIMEOUT)
     assert ok.ok and ok.arrival == pytest.approx(ok.submitted - 0.050, abs=1e-9)
     assert ok.deadline == deadline(ok.arrival, 0.300, DELTA)
     assert ok.release_at == ok.finished and ok.hold_s == 0.0  # phase spreading is off
@@ -301,8 +320,8 @@ def test_the_policy_schedules_by_the_deadline_the_result_carries() -> None:
 
     engine.policy.add_request = spy
     with engine:
-        early = engine.submit({"seed": 1}, 0.3, "early")
-        late = engine.submit({"seed": 2}, 0.3, "late", age=0.080)
+        early = engine.submit(RequestInputs(seed=1), 0.3, "early")
+        late = engine.submit(RequestInputs(seed=2), 0.3, "late", age=0.080)
         results = {"early": early.result(TIMEOUT), "late": late.result(TIMEOUT)}
     assert results["late"].arrival < results["early"].arrival
     assert seen == {name: r.deadline for name, r in results.items()}
@@ -327,11 +346,11 @@ def test_phase_spreading_holds_only_late_ok_results_and_within_their_deadline() 
     spreader.release_time = other_robot_where_r1_would_land  # type: ignore[method-assign]
     with engine:
         # Arrived 250 ms ago: later than T_E, with a second of budget left to hold in.
-        late = engine.submit({"seed": 1}, 1.5, "r1", age=0.250).result(TIMEOUT)
+        late = engine.submit(RequestInputs(seed=1), 1.5, "r1", age=0.250).result(TIMEOUT)
         # Arrived 150 ms before a deadline it can only just make: held to the margin.
-        tight = engine.submit({"seed": 2}, 0.42, "r1", age=0.250).result(TIMEOUT)
-        fresh = engine.submit({"seed": 3}, 1.5, "r1").result(TIMEOUT)
-        failed = engine.submit({"seed": 4, "work_factor": -1.0}, 1.5, "r1",
+        tight = engine.submit(RequestInputs(seed=2), 0.42, "r1", age=0.250).result(TIMEOUT)
+        fresh = engine.submit(RequestInputs(seed=3), 1.5, "r1").result(TIMEOUT)
+        failed = engine.submit(RequestInputs(seed=4, work_factor=-1.0), 1.5, "r1",
                                age=0.250).result(TIMEOUT)
     assert late.ok and late.hold_s == pytest.approx(SEND_PERIOD / 2, abs=1e-9)
     assert tight.ok and tight.hold_s > 0.0 and tight.release_at <= tight.deadline - 0.010

@@ -9,6 +9,7 @@ from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine import EngineConfig
+from xinfer_ros.model.inputs import RequestInputs
 
 from .helpers import make_engine
 
@@ -56,7 +57,8 @@ def _slow_device_audit(correction: bool) -> tuple[dict, RateCorrection | None]:
     engine, _ = make_engine("fifo", config, scale=1.0)
     try:
         for wave in range(12):
-            futs = [engine.submit({"work_factor": 1.6}, 5.0, f"r{wave}-{i}") for i in range(3)]
+            futs = [engine.submit(RequestInputs(work_factor=1.6), 5.0, f"r{wave}-{i}")
+                    for i in range(3)]
             assert all(f.result(10.0).ok for f in futs)
     finally:
         engine.close()

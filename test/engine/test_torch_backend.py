@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -28,8 +29,8 @@ def test_tiny_model_engine_run_returns_actions(backend) -> None:  # type: ignore
         second = engine.submit(backend.example_inputs(1, None), 2.0, "r1")
         r0, r1 = first.result(60), second.result(60)
         rtc = engine.submit(backend.example_inputs(0, r0.actions), 2.0, "r0").result(60)
-        bad_inputs = dict(backend.example_inputs(2, None))
-        bad_inputs["images"] = bad_inputs["images"][:1]
+        full = backend.example_inputs(2, None)
+        bad_inputs = dataclasses.replace(full, images=full.images[:1])
         bad = engine.submit(bad_inputs, 2.0, "r2").result(60)
     for r in (r0, r1, rtc):
         assert r.status is Status.OK, r.reason

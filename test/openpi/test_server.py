@@ -105,11 +105,11 @@ def test_budget_robot_id_and_rtc_fields_reach_the_engine(start_server: Any,
     assert reply["xinfer/robot_id"] == "arm_7"
     assert engine.robots == ["arm_7"] and engine.budgets == [90.0]
     inputs = engine.inputs[0]
-    assert inputs["d"] == 5 and inputs["seed"] == 11 and inputs["prev_chunk"].shape == (16, 14)
-    assert inputs["prev_dims"] == 7  # LIBERO's 7 of 14: the rest is padding for the model
-    assert [im.shape for im in inputs["images"]] == [(224, 352, 3), (224, 320, 3),
-                                                     (224, 320, 3)]
-    assert inputs["state"].shape == (14,) and inputs["instruction"] == "stack the blocks"
+    assert inputs.commit == 5 and inputs.seed == 11 and inputs.prev_chunk.shape == (16, 14)
+    assert inputs.prev_dims == 7  # LIBERO's 7 of 14: the rest is padding for the model
+    assert [im.shape for im in inputs.images] == [(224, 352, 3), (224, 320, 3),
+                                                  (224, 320, 3)]
+    assert inputs.state.shape == (14,) and inputs.instruction == "stack the blocks"
 
 
 def test_api_key(start_server: Any) -> None:
@@ -208,7 +208,7 @@ def test_libero_client_gets_pi0_tiny_chunks_with_the_third_camera_masked() -> No
     assert reply["actions"].shape == (50, 7)  # LIBERO's 7 of the model's 14 dimensions
     assert np.all(np.isfinite(reply["actions"])) and reply["xinfer/image_mask"] == \
         [True, True, False]
-    images = recorded[0]["images"]
+    images = recorded[0].images
     assert images[2] is None and images[0].shape == (112, 112, 3)  # letterboxed, masked
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, InputError
+from xinfer_ros.model.inputs import RequestInputs
 from xinfer_ros.serving.frontend import (
     FlatChunk,
     commit_steps,
@@ -20,7 +21,7 @@ from xinfer_ros.serving.frontend import (
 _NO_CHUNK = FlatChunk((), 0, 0)
 
 
-def _inputs(positions: Sequence[float] = (0.1, 0.2), **overrides: object) -> dict[str, object]:
+def _inputs(positions: Sequence[float] = (0.1, 0.2), **overrides: object) -> RequestInputs:
     def observe() -> tuple[list[np.ndarray], Sequence[float]]:
         return [np.zeros((4, 4, 3), np.uint8)], positions
 
@@ -43,11 +44,12 @@ def test_a_request_that_fails_its_own_checks_never_picks_an_observation() -> Non
 
 def test_request_inputs_reshape_a_flat_chunk_and_keep_its_commit() -> None:
     inputs = _inputs(prev=FlatChunk(list(range(8)), 4, 2), commit=3, claimed_robot="arm1")
-    assert inputs["prev_chunk"].tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert inputs["d"] == 3 and inputs["seed"] == 7
-    assert inputs["state"].dtype == np.float64 and inputs["state"].tolist() == [0.1, 0.2]
+    assert inputs.prev_chunk is not None
+    assert inputs.prev_chunk.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert inputs.commit == 3 and inputs.seed == 7
+    assert inputs.state.dtype == np.float64 and inputs.state.tolist() == [0.1, 0.2]
     # Without a previous chunk nothing is committed, whatever the request said.
-    assert _inputs(commit=3)["prev_chunk"] is None and _inputs(commit=3)["d"] == 0
+    assert _inputs(commit=3).prev_chunk is None and _inputs(commit=3).commit == 0
 
 
 @pytest.mark.parametrize(("overrides", "error", "message"), [
@@ -97,11 +99,11 @@ def test_commit_steps_defaults_to_the_paper_and_is_bounded_by_the_horizon() -> N
 def test_engine_inputs_commit_nothing_without_a_previous_chunk() -> None:
     state = np.zeros(14)
     plain = engine_inputs([None], "pick", state, prev_chunk=None, commit=8, seed=3)
-    assert plain["d"] == 0 and plain["prev_chunk"] is None and plain["seed"] == 3
+    assert plain.commit == 0 and plain.prev_chunk is None and plain.seed == 3
     prev = np.zeros((16, 14))
     rtc = engine_inputs([None], "pick", state, prev_chunk=prev, commit=8, seed=3)
-    assert rtc["d"] == 8 and rtc["prev_chunk"] is prev
-    assert set(rtc) == {"images", "instruction", "state", "prev_chunk", "d", "seed"}
+    assert rtc.commit == 8 and rtc.prev_chunk is prev
+    assert rtc.prev_shift == 0 and rtc.prev_dims is None and rtc.images == (None,)
 
 
 def test_camera_image_passes_fits_or_refuses_other_sizes() -> None:
@@ -118,13 +120,13 @@ def test_camera_image_passes_fits_or_refuses_other_sizes() -> None:
         camera_image(frame, 2, (224, 352), strict=True, resizes=False)
 
 
-def _rtc_of(inputs: dict[str, object], horizon: int, dim: int) -> object:
+def _rtc_of(inputs: RequestInputs, horizon: int, dim: int) -> object:
     """The RTC inputs a model builds from the engine inputs (as every model's prepare)."""
     from xinfer_ros.model.rtc_inputs import build_rtc_inputs
 
-    return build_rtc_inputs(inputs["prev_chunk"], inputs["d"], horizon=horizon,
+    return build_rtc_inputs(inputs.prev_chunk, inputs.commit, horizon=horizon,
                             action_dim=dim, num_steps=4, beta=5.0, normalize=lambda a: a,
-                            prev_shift=inputs.get("prev_shift", 0))
+                            prev_shift=inputs.prev_shift)
 
 
 def test_the_requests_shift_reaches_the_model_and_no_weight_lands_on_padding() -> None:
@@ -134,7 +136,7 @@ def test_the_requests_shift_reaches_the_model_and_no_weight_lands_on_padding() -
     planned[horizon - shift:] = planned[horizon - shift - 1]
     prev = FlatChunk(planned.ravel().tolist(), horizon, dim, shift)
     inputs = _inputs(prev=prev, commit=d, action_shape=(horizon, dim))
-    assert inputs["prev_shift"] == shift
+    assert inputs.prev_shift == shift
     rtc = _rtc_of(inputs, horizon, dim)
     weights = rtc.weights  # type: ignore[attr-defined]
     assert rtc.overlap == horizon - shift  # type: ignore[attr-defined]
@@ -154,7 +156,7 @@ def test_old_requests_without_a_shift_keep_the_whole_chunk() -> None:
     planned = np.ones((16, 2))
     inputs = _inputs(prev=FlatChunk(planned.ravel().tolist(), 16, 2), commit=8,
                      action_shape=(16, 2))
-    assert "prev_shift" not in inputs
+    assert inputs.prev_shift == 0
     assert _rtc_of(inputs, 16, 2).overlap == 16  # type: ignore[attr-defined]
 
 
@@ -166,7 +168,7 @@ def test_a_dry_queue_keeps_the_committed_prefix_pinned_to_the_held_command() -> 
     planned[3:] = planned[2]
     inputs = _inputs(prev=FlatChunk(planned.ravel().tolist(), horizon, dim, horizon - 3),
                      commit=d, action_shape=(horizon, dim))
-    assert inputs["prev_shift"] == horizon - d
+    assert inputs.prev_shift == horizon - d
     rtc = _rtc_of(inputs, horizon, dim)
     assert rtc.frozen == d and not rtc.weights[d:].any()  # type: ignore[attr-defined]
     np.testing.assert_array_equal(rtc.aligned_raw[:d], planned[:d])  # type: ignore[attr-defined]
@@ -182,13 +184,13 @@ def test_a_narrow_previous_chunk_is_padded_with_zeros_in_model_units() -> None:
     prev = previous_chunk(np.full((6, 2), 3.0), 6, 4, columns=2)
     inputs = engine_inputs([None], "pick", np.zeros(4), prev_chunk=prev, commit=2, seed=0,
                            prev_dims=2)
-    assert inputs["prev_dims"] == 2
-    rtc = build_rtc_inputs(inputs["prev_chunk"], inputs["d"], horizon=6, action_dim=4,
+    assert inputs.prev_dims == 2
+    rtc = build_rtc_inputs(inputs.prev_chunk, inputs.commit, horizon=6, action_dim=4,
                            num_steps=4, beta=5.0, normalize=lambda a: (a - mean) / std,
-                           prev_dims=inputs["prev_dims"])
+                           prev_dims=inputs.prev_dims)
     assert rtc is not None
     np.testing.assert_allclose(rtc.aligned_norm[:, :2], np.tile((3.0 - mean[:2]) / std[:2], (6, 1)))
     assert not rtc.aligned_norm[:, 2:].any()  # not (0 - mean) / std = -1.5, -2
     # A full-width chunk has nothing to mark.
-    assert "prev_dims" not in engine_inputs([None], "pick", np.zeros(4), prev_chunk=prev,
-                                            commit=2, seed=0, prev_dims=4)
+    assert engine_inputs([None], "pick", np.zeros(4), prev_chunk=prev, commit=2, seed=0,
+                         prev_dims=4).prev_dims is None

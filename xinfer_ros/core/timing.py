@@ -7,8 +7,10 @@ contract is made here and nowhere else.
 
 Units: seconds throughout. Budgets cross the message boundary (ROS ``budget_ms``, the
 openpi ``xinfer/budget_ms`` key) in milliseconds and become seconds once, there, in
-:func:`budget_seconds`; inside (the engine's ``submit``, the simulator, the policies)
-they stay seconds, checked by :func:`check_budget`.
+:func:`budget_seconds`, the one validation of a budget on its way in; inside (the
+engine's ``submit``, the simulator, the policies) they stay seconds, and a request's
+own invariants (:class:`~xinfer_ros.core.request.Request`) refuse a budget that is no
+positive finite number.
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-from xinfer_ros.core.constants import DELTA, MAX_BUDGET, SEND_PERIOD
+from xinfer_ros.core.constants import DELTA, SEND_PERIOD
 from xinfer_ros.core.errors import BudgetError
 
 __all__ = [
     "MS_PER_S",
     "budget_met",
     "budget_seconds",
-    "check_budget",
     "deadline",
     "next_send",
 ]
@@ -82,16 +83,3 @@ def budget_seconds(budget_ms: object, max_ms: float = math.inf) -> float:
         upper = "inf)" if math.isinf(max_ms) else f"{max_ms:g}]"
         raise BudgetError(f"{value} outside (0, {upper} ms")
     return value / MS_PER_S
-
-
-def check_budget(budget: float) -> float:
-    """A budget in seconds, checked: in ``(0, MAX_BUDGET]``.
-
-    Raises:
-        BudgetError: Otherwise (an hour or more is taken for milliseconds given as s).
-    """
-    if isinstance(budget, bool) or not isinstance(budget, Real) or \
-            not (math.isfinite(budget) and 0.0 < budget <= MAX_BUDGET):
-        raise BudgetError(f"budget must be a number of seconds in (0, {MAX_BUDGET:g}], got "
-                          f"{budget!r}")
-    return float(budget)

@@ -3,7 +3,9 @@
 Public entry points: :class:`StageEngine` (submit / cancel / set_policy), the backends
 (:func:`make_backend`: ``emulated`` or ``torch``; torch is imported only when asked
 for), :class:`EngineConfig` / :func:`mode_config` for the §6.4 ablation switches, and
-:class:`EngineResult` / :class:`Status` for what a request returns.
+:class:`EngineResult` / :class:`Status` for what a request returns. The front ends hold
+the engine through :mod:`xinfer_ros.engine.api` (torch-free: the ``Engine`` Protocol,
+the result and status types) and submit :class:`~xinfer_ros.model.inputs.RequestInputs`.
 """
 
 from xinfer_ros.engine.backends import EMULATION_NOTICE, Backend, EmulatedBackend, make_backend

@@ -12,20 +12,17 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
+from xinfer_ros.engine.api import ResultCallback
 from xinfer_ros.engine.types import EngineResult, Overflow, StageTimings, Status
+from xinfer_ros.model.inputs import RequestInputs
 
 __all__ = ["Admission", "LiveRequest", "LiveTable", "ResultCallback"]
-
-#: ``callback(result)`` invoked once per submitted request.
-ResultCallback = Callable[[EngineResult], None]
 
 
 @dataclass(eq=False)
@@ -35,16 +32,16 @@ class LiveRequest:
     Attributes:
         rid: Engine-assigned id.
         robot_id: The submitting robot.
-        budget: Budget b_j (s); NaN when the submitted budget was refused.
+        request: The scheduler's view, built when the request is submitted: its
+            budget, arrival and the one computation of its deadline; None when the
+            submitted budget was refused.
         inputs: Backend inputs until preparation consumes them.
         callback: Called once with the result.
         future: Resolved once with the result.
         submitted: Engine-clock submit time (s).
         arrival: Engine-clock time the request reached the server (s).
-        deadline: Its deadline ``arrival + budget - δ`` (s; NaN when refused).
         state: Backend state between preparation and release.
-        request: The scheduler's view, once added to a policy.
-        policy: The policy that owns ``request``.
+        policy: The policy ``request`` was added to, once added.
         running: The stage whose unit runs now, if any.
         in_output: Whether CPU output processing runs now.
         model_started: Whether any stage unit was issued (backpressure sheds only
@@ -57,15 +54,13 @@ class LiveRequest:
 
     rid: int
     robot_id: str
-    budget: float
-    inputs: Any
+    request: Request | None
+    inputs: RequestInputs | None
     callback: ResultCallback | None
     future: Future[EngineResult]
     submitted: float
     arrival: float = math.nan
-    deadline: float = math.nan
-    state: Any = None
-    request: Request | None = None
+    state: object = None
     policy: Policy | None = None
     running: Stage | None = None
     in_output: bool = False
@@ -75,9 +70,19 @@ class LiveRequest:
     timings: StageTimings = field(default_factory=StageTimings)
 
     @property
+    def budget(self) -> float:
+        """Budget b_j (s); NaN when the submitted budget was refused."""
+        return self.request.budget if self.request is not None else math.nan
+
+    @property
+    def deadline(self) -> float:
+        """Its deadline ``arrival + budget - δ`` (s; NaN when the budget was refused)."""
+        return self.request.deadline if self.request is not None else math.nan
+
+    @property
     def idle(self) -> bool:
-        """Admitted to a policy and neither running a unit nor in output."""
-        return self.request is not None and self.running is None and not self.in_output
+        """Added to a policy and neither running a unit nor in output."""
+        return self.policy is not None and self.running is None and not self.in_output
 
 
 @dataclass(frozen=True)

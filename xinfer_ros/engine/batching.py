@@ -19,16 +19,18 @@ import threading
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.engine.clock import Clock
+from xinfer_ros.engine.events import UnitDone
 from xinfer_ros.engine.lanes import LaneInfo, SharedExclusiveGate, current_lane
 
 if TYPE_CHECKING:
-    from xinfer_ros.engine.backends.base import Backend
+    from xinfer_ros.engine.admission import LiveRequest
+    from xinfer_ros.engine.backends.base import AnyBackend
 
-__all__ = ["BatchQueue", "UnitDone", "UnitRunner", "Waiting"]
+__all__ = ["BatchQueue", "UnitRunner", "Waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ class Waiting:
         key: its batch key (None: it runs alone).
     """
 
-    live: Any
+    live: LiveRequest
     issued: float
     key: Hashable | None = None
 
@@ -54,7 +56,8 @@ class BatchQueue:
         key: ``key(stage, live)``: the unit's batch key, None when it runs alone.
     """
 
-    def __init__(self, max_batch: int, key: Callable[[Stage, Any], Hashable | None]) -> None:
+    def __init__(self, max_batch: int,
+                 key: Callable[[Stage, LiveRequest], Hashable | None]) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
         self.max_batch = max_batch
@@ -62,7 +65,7 @@ class BatchQueue:
         self._lock = threading.Lock()
         self._waiting: dict[Stage, deque[Waiting]] = {s: deque() for s in STAGES}
 
-    def put(self, stage: Stage, live: Any, issued: float) -> None:
+    def put(self, stage: Stage, live: LiveRequest, issued: float) -> None:
         """Queue a launched unit, with its batch key (the caller's thread computes it)."""
         key = None
         if self.max_batch > 1:
@@ -99,10 +102,6 @@ class BatchQueue:
             return sum(len(q) for q in self._waiting.values())
 
 
-#: ``done(live, stage, t0, t1, error)``: one unit ran from ``t0`` to ``t1`` (engine time).
-UnitDone = Callable[[Any, Stage, float, float, BaseException | None], None]
-
-
 class UnitRunner:
     """The lane task: run the oldest waiting unit of a stage with its batch mates.
 
@@ -114,8 +113,8 @@ class UnitRunner:
         done: called once per unit, on the lane thread, with its time span and error.
     """
 
-    def __init__(self, backend: Backend, waiting: BatchQueue, gate: SharedExclusiveGate,
-                 clock: Clock, done: UnitDone) -> None:
+    def __init__(self, backend: AnyBackend, waiting: BatchQueue, gate: SharedExclusiveGate,
+                 clock: Clock, done: Callable[[UnitDone], None]) -> None:
         self.backend = backend
         self.waiting = waiting
         self.gate = gate
@@ -135,9 +134,9 @@ class UnitRunner:
             errors = self._run(stage, [w.live for w in batch], lane)
             t1 = self.clock.now()
         for unit, error in zip(batch, errors, strict=True):
-            self.done(unit.live, stage, t0, t1, error)
+            self.done(UnitDone(unit.live, stage, t0, t1, error))
 
-    def _run(self, stage: Stage, lives: list[Any],
+    def _run(self, stage: Stage, lives: list[LiveRequest],
              lane: LaneInfo | None) -> list[BaseException | None]:
         """Run the units; returns each unit's error (None when it ran).
 

@@ -35,7 +35,7 @@ import numpy as np
 from xinfer_ros.core.batching import batch_sizes
 from xinfer_ros.core.rate_table import RateTable
 from xinfer_ros.core.stages import STAGES, Stage
-from xinfer_ros.engine.backends.base import Backend, StateFactory
+from xinfer_ros.engine.backends.base import AnyBackend, StateFactory
 from xinfer_ros.engine.lanes import LaneGroup, LaneInfo, group_of
 
 __all__ = ["CalibrationResult", "CalibrationSettings", "calibrate", "combinations"]
@@ -97,7 +97,7 @@ def combinations(bounds: Vec3, max_units: int) -> list[Vec3]:
     return sorted(out, key=lambda n: (sum(n), n))
 
 
-def _lane_thread(backend: Backend, stage: Stage, index: int,
+def _lane_thread(backend: AnyBackend, stage: Stage, index: int,
                  body: Callable[[LaneInfo], None]) -> threading.Thread:
     def target() -> None:
         lane = LaneInfo(group_of(stage), index)
@@ -106,8 +106,8 @@ def _lane_thread(backend: Backend, stage: Stage, index: int,
     return threading.Thread(target=target, name=f"calib-{stage.name}-{index}", daemon=True)
 
 
-def _isolated(backend: Backend, settings: CalibrationSettings) -> tuple[list[float], list[float],
-                                                                       float]:
+def _isolated(backend: AnyBackend,
+              settings: CalibrationSettings) -> tuple[list[float], list[float], float]:
     """Median isolated work W_s, issue overhead h_s (s) and output time h_out (s)."""
     fresh = backend.state_factory()
     work: list[float] = []
@@ -136,7 +136,7 @@ def _isolated(backend: Backend, settings: CalibrationSettings) -> tuple[list[flo
     return work, over, statistics.median(outs)
 
 
-def _time_isolated(backend: Backend, fresh: StateFactory, stage: Stage,
+def _time_isolated(backend: AnyBackend, fresh: StateFactory[object], stage: Stage,
                    units: int) -> list[float]:
     """Durations (s) of ``units`` back-to-back units of ``stage`` alone on a lane thread."""
     durations: list[float] = []
@@ -155,7 +155,7 @@ def _time_isolated(backend: Backend, fresh: StateFactory, stage: Stage,
     return durations
 
 
-def _reference(backend: Backend, n: Vec3, units: int,
+def _reference(backend: AnyBackend, n: Vec3, units: int,
                pool: dict[int, list[float]]) -> list[float]:
     """Median isolated duration of each stage present in ``n`` (s), measured now.
 
@@ -172,7 +172,7 @@ def _reference(backend: Backend, n: Vec3, units: int,
     return out
 
 
-def _mixed(backend: Backend, n: Vec3, settings: CalibrationSettings) -> dict[int, list[float]]:
+def _mixed(backend: AnyBackend, n: Vec3, settings: CalibrationSettings) -> dict[int, list[float]]:
     """Durations of units that ran entirely inside the window, per stage."""
     fresh = backend.state_factory()
     stop = threading.Event()
@@ -234,7 +234,7 @@ def _fit_alpha(samples: list[tuple[Vec3, float]]) -> list[float]:
 
 
 def calibrate(
-    backend: Backend,
+    backend: AnyBackend,
     settings: CalibrationSettings | None = None,
     *,
     describe: str = "",

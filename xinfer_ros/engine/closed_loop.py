@@ -18,7 +18,6 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -28,11 +27,12 @@ from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineResult
+from xinfer_ros.model.inputs import RequestInputs
 
 __all__ = ["ClosedLoopRun", "Sent", "run_closed_loop"]
 
 #: ``inputs(robot_index, previous_chunk_or_None) -> request inputs``.
-InputsFn = Callable[[int, "np.ndarray | None"], Any]
+InputsFn = Callable[[int, "np.ndarray | None"], RequestInputs]
 
 
 @dataclass(slots=True)

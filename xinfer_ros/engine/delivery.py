@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.engine.admission import LiveRequest, LiveTable
-from xinfer_ros.engine.backends.base import Backend
+from xinfer_ros.engine.backends.base import AnyBackend
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineResult, Status
@@ -41,8 +40,8 @@ class ResultDelivery:
         releases: Stamps each OK result's release time (phase spreading).
     """
 
-    def __init__(self, backend: Backend, table: LiveTable, clock: Clock, note: Note,
-                 on_finish: Callable[[int], Any], *, releases: ReleasePlanner) -> None:
+    def __init__(self, backend: AnyBackend, table: LiveTable, clock: Clock, note: Note,
+                 on_finish: Callable[[int], object], *, releases: ReleasePlanner) -> None:
         self._backend = backend
         self._table = table
         self._clock = clock

@@ -35,25 +35,37 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from xinfer_ros.core.errors import BudgetError, XInferError
-from xinfer_ros.core.policy import Launch, Policy
+from xinfer_ros.core.errors import InvalidRequestError, XInferError
+from xinfer_ros.core.policy import Launch, Policy, SchedulerOutput
 from xinfer_ros.core.prediction_audit import PredictionAudit
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.core.timing import MS_PER_S, check_budget, deadline
+from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
-from xinfer_ros.engine.backends.base import Backend, InputValidationError
+from xinfer_ros.engine.api import EngineStats
+from xinfer_ros.engine.backends.base import AnyBackend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
 from xinfer_ros.engine.batching import BatchQueue, UnitRunner
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.delivery import ResultDelivery
+from xinfer_ros.engine.events import (
+    Cancelled,
+    Dropped,
+    Event,
+    OutputDone,
+    PolicySwitch,
+    Prepared,
+    RequestEvent,
+    Stop,
+    SwitchesChange,
+    UnitDone,
+)
 from xinfer_ros.engine.gates import ExecutionGates
 from xinfer_ros.engine.lanes import (
     ACTION_GROUP,
@@ -64,13 +76,13 @@ from xinfer_ros.engine.lanes import (
 )
 from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineConfig, EngineResult, Status
+from xinfer_ros.model.inputs import RequestInputs
 
 __all__ = ["ResultCallback", "StageEngine"]
 
 _LOG = logging.getLogger("xinfer_ros.engine")
 
-#: Policies whose decisions change only on events, never with the passage of time
-#: (as in the simulator); others get periodic ticks while ready work waits.
+#: The :class:`StageTimings` field of each stage's unit time.
 _STAGE_FIELD = {Stage.VIT: "vit_ms", Stage.PREFILL: "prefill_ms", Stage.ACTION: "action_ms"}
 
 
@@ -99,13 +111,13 @@ class StageEngine:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: AnyBackend,
         policy: str | Policy = "xinfer",
         config: EngineConfig | None = None,
         *,
         rate_table: RateTable | None = None,
         clock: Clock | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
+        policy_kwargs: dict[str, object] | None = None,
     ) -> None:
         self.backend = backend
         self.config = config if config is not None else EngineConfig()
@@ -125,7 +137,7 @@ class StageEngine:
         #: Old policies still serving their live requests after a switch.
         self._draining: list[Policy] = []
         self.audit = PredictionAudit(self.config.sample_period_s)
-        self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._table = LiveTable(self.config.max_live, self.config.overflow,
                                 self.config.supersede)
         #: Dispatcher-owned: what runs, and what the slots and switches allow next.
@@ -149,7 +161,7 @@ class StageEngine:
         self._waiting = BatchQueue(cfg.max_batch,
                                    lambda stage, live: backend.batch_key(stage, live.state))
         self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
-                                 lambda *unit: self._events.put(("unit", *unit)))
+                                 self._events.put)
         setup = backend.lane_setup
         # One pool per stage (ViT and Prefill both of the context group): a stage's
         # batches never take the lanes of the other.
@@ -166,7 +178,7 @@ class StageEngine:
         self._stopped = threading.Event()
 
     # -- construction helpers -----------------------------------------------------------
-    def _build_policy(self, policy: str | Policy, **kwargs: Any) -> Policy:
+    def _build_policy(self, policy: str | Policy, **kwargs: object) -> Policy:
         if isinstance(policy, Policy):
             if tuple(policy.slots) != self.config.effective_slots:
                 policy.set_slots(self.config.effective_slots)
@@ -179,7 +191,7 @@ class StageEngine:
             policy.predictor.set_correction(self.rate_correction)
         return policy
 
-    def _note(self, msg: str, *args: Any, level: int = logging.INFO,
+    def _note(self, msg: str, *args: object, level: int = logging.INFO,
               exc_info: bool = False) -> None:
         """Log through the engine logger; emulated runs say so on every line."""
         prefix = f"{EMULATION_NOTICE} " if self.backend.emulated else ""
@@ -219,7 +231,7 @@ class StageEngine:
         while self.live_count() and self.clock.now() < until and self._thread is not None:
             self.clock.sleep(0.005)
         if self._thread is not None:
-            self._events.put(("stop",))
+            self._events.put(Stop())
             self._thread.join(timeout=10.0)
         for lane in (*self._stage_lanes.values(), self._cpu):
             lane.shutdown(wait=True)
@@ -230,7 +242,7 @@ class StageEngine:
     # -- public API -------------------------------------------------------------------------
     def submit(
         self,
-        request_inputs: Any,
+        request_inputs: RequestInputs,
         budget: float,
         robot_id: str,
         callback: ResultCallback | None = None,
@@ -240,10 +252,12 @@ class StageEngine:
         """Submit one request; thread-safe.
 
         Args:
-            request_inputs: backend inputs (torch: mapping with ``images``,
-                ``instruction``, ``state``, optional ``prev_chunk``, ``d``, ...).
-            budget: response-time budget b_j (s, > 0; the caller converts a message's
-                milliseconds once, with :func:`~xinfer_ros.core.timing.budget_seconds`).
+            request_inputs: what the request asks the model for.
+            budget: response-time budget b_j (s, > 0). A front end validates a
+                message's milliseconds once, where they enter, with
+                :func:`~xinfer_ros.core.timing.budget_seconds`; here the request's
+                own invariants (:class:`~xinfer_ros.core.request.Request`) refuse
+                what is not a positive finite number.
             robot_id: the sending robot.
             callback: called once with the :class:`EngineResult` (on an engine thread,
                 or on the caller's thread for an immediate refusal).
@@ -257,28 +271,35 @@ class StageEngine:
         now = self.clock.now()
         robot = str(robot_id)
         arrival = now - age if age > 0 and math.isfinite(age) else now
+        rid = self._table.next_id()
+        request: Request | None = None
         try:
-            budget, refused = check_budget(budget), ""
-        except BudgetError as exc:
-            budget, refused = math.nan, str(exc)
-        self.releases.arrived(robot, arrival, budget)
-        live = LiveRequest(self._table.next_id(), robot, budget, request_inputs, callback,
-                           fut, now, arrival=arrival,
-                           deadline=deadline(arrival, budget, self.config.delta))
+            # The one deadline computation (core.timing.deadline), which the policy
+            # schedules by and the result reports.
+            request = Request(request_id=rid, robot_id=robot, arrival=arrival, budget=budget,
+                              delta=self.config.delta)
+            refused = ""
+        except InvalidRequestError as exc:
+            refused = str(exc)
+        live = LiveRequest(rid, robot, request, request_inputs, callback, fut, now,
+                           arrival=arrival)
+        if request is not None:
+            request.payload = live
+        self.releases.arrived(robot, arrival, live.budget)
         admission = self._table.admit(live) if not refused else None
         if admission is None or admission.refused:
             self._finish(live, Status.REJECTED, admission.refused if admission else refused)
             return fut
         for dropped in admission.dropped:
-            self._events.put(("drop", dropped))
+            self._events.put(Dropped(dropped))
         self._cpu.submit(self._prepare_task, live)
         return fut
 
     def cancel(self, robot_id: str, reason: str = "robot gone") -> None:
         """Cancel a robot's live requests at their next stage boundary (thread-safe)."""
-        self._events.put(("cancel", str(robot_id), reason))
+        self._events.put(Cancelled(str(robot_id), reason))
 
-    def set_policy(self, policy: str | Policy, **kwargs: Any) -> Future[str]:
+    def set_policy(self, policy: str | Policy, **kwargs: object) -> Future[str]:
         """Switch the policy at run time without dropping live requests.
 
         New requests go to the new policy; requests already admitted finish under the
@@ -293,7 +314,7 @@ class StageEngine:
         except (ValueError, TypeError) as exc:
             fut.set_exception(exc)
             return fut
-        self._events.put(("policy", new, fut))
+        self._events.put(PolicySwitch(new, fut))
         return fut
 
     def set_switches(self, *, intra_stage: bool | None = None, cpu_overlap: bool | None = None,
@@ -311,14 +332,14 @@ class StageEngine:
                                      ("round_barrier", round_barrier),
                                      ("cross_stage", cross_stage)) if v is not None}
         fut: Future[EngineConfig] = Future()
-        self._events.put(("switches", changes, fut))
+        self._events.put(SwitchesChange(changes, fut))
         return fut
 
     def live_count(self) -> int:
         """Requests currently holding engine state."""
         return len(self._table)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EngineStats:
         """Snapshot for diagnostics (thread-safe, approximate while running)."""
         held, held_s = self.releases.held()
         return {"held": held, "held_s": held_s,
@@ -331,11 +352,14 @@ class StageEngine:
 
     # -- CPU work -----------------------------------------------------------------------------
     def _prepare_task(self, live: LiveRequest) -> None:
-        state, error = None, None
+        state: object = None
+        error: tuple[Status, str] | None = None
         with self._gate.exclusive():
             t1 = self.clock.now()
             try:
-                state = self.backend.prepare(live.inputs, live.rid, live.robot_id)
+                inputs = live.inputs
+                assert inputs is not None, "prepared once"
+                state = self.backend.prepare(inputs, live.rid, live.robot_id)
             except (InputValidationError, ValueError, TypeError) as exc:
                 error = (Status.REJECTED, f"invalid request: {exc}")
             except Exception as exc:  # a faulty request fails alone
@@ -344,11 +368,12 @@ class StageEngine:
         live.inputs = None  # the raw images are no longer needed
         live.timings.queue_ms += (t1 - live.submitted) * MS_PER_S
         live.timings.prepare_ms = (t2 - t1) * MS_PER_S
-        self._events.put(("prepared", live, state, error))
+        self._events.put(Prepared(live, state, error))
 
     def _output_task(self, live: LiveRequest) -> None:
         t0 = self.clock.now()
-        actions, error = None, None
+        actions: np.ndarray | None = None
+        error: str | None = None
         with self._gate.exclusive():
             t1 = self.clock.now()
             try:
@@ -358,7 +383,7 @@ class StageEngine:
         t2 = self.clock.now()
         live.timings.queue_ms += (t1 - t0) * MS_PER_S
         live.timings.output_ms = (t2 - t1) * MS_PER_S
-        self._events.put(("output", live, actions, error))
+        self._events.put(OutputDone(live, actions, error))
 
     # -- dispatcher ---------------------------------------------------------------------------
     def _dispatch_loop(self) -> None:
@@ -378,7 +403,7 @@ class StageEngine:
                             break
                 except queue.Empty:
                     batch = []
-                if any(e[0] == "stop" for e in batch):
+                if any(isinstance(e, Stop) for e in batch):
                     break
                 for ev in batch:
                     self._handle_safely(ev)
@@ -411,36 +436,39 @@ class StageEngine:
                     return True
         return False
 
-    def _handle_safely(self, ev: tuple[Any, ...]) -> None:
+    def _handle_safely(self, ev: Event) -> None:
         """Handle one event; an internal error fails the request it concerns, not the engine."""
         try:
             self._handle(ev)
         except Exception as exc:  # the dispatcher must survive any single request
-            self._note("internal error handling %s event", ev[0], level=logging.ERROR,
-                       exc_info=True)
-            live = ev[1] if len(ev) > 1 and isinstance(ev[1], LiveRequest) else None
-            if live is not None:
-                self._remove_from_policy(live, self.clock.now())
-                self._finish(live, Status.ERROR, f"internal error: {type(exc).__name__}: {exc}")
+            self._note("internal error handling %s event", type(ev).__name__,
+                       level=logging.ERROR, exc_info=True)
+            if isinstance(ev, RequestEvent):
+                self._remove_from_policy(ev.live, self.clock.now())
+                self._finish(ev.live, Status.ERROR,
+                             f"internal error: {type(exc).__name__}: {exc}")
 
-    def _handle(self, ev: tuple[Any, ...]) -> None:
-        kind = ev[0]
-        if kind == "prepared":
-            self._on_prepared(ev[1], ev[2], ev[3])
-        elif kind == "unit":
-            self._on_unit(ev[1], ev[2], ev[3], ev[4], ev[5])
-        elif kind == "output":
-            self._on_output(ev[1], ev[2], ev[3])
-        elif kind == "drop":
-            self._on_drop(ev[1])
-        elif kind == "cancel":
-            self._on_cancel(ev[1], ev[2])
-        elif kind == "policy":
-            self._on_policy(ev[1], ev[2])
-        elif kind == "switches":
-            self._on_switches(ev[1], ev[2])
+    def _handle(self, ev: Event) -> None:
+        match ev:
+            case Prepared(live, state, error):
+                self._on_prepared(live, state, error)
+            case UnitDone(live, stage, t0, t1, error):
+                self._on_unit(live, stage, t0, t1, error)
+            case OutputDone(live, actions, error):
+                self._on_output(live, actions, error)
+            case Dropped(live):
+                self._on_drop(live)
+            case Cancelled(robot_id, reason):
+                self._on_cancel(robot_id, reason)
+            case PolicySwitch(policy, future):
+                self._on_policy(policy, future)
+            case SwitchesChange(changes, future):
+                self._on_switches(changes, future)
+            case Stop():
+                pass  # the loop ends before it handles a batch with a stop
 
-    def _on_prepared(self, live: LiveRequest, state: Any, error: tuple[Status, str] | None) -> None:
+    def _on_prepared(self, live: LiveRequest, state: object,
+                     error: tuple[Status, str] | None) -> None:
         live.state = state
         if error is not None:
             self._finish(live, error[0], error[1])
@@ -449,16 +477,14 @@ class StageEngine:
             self._finish(live, *live.drop)
             return
         now = self.clock.now()
+        req = live.request
+        assert req is not None, "a request is admitted only with its Request"
         try:
-            # The arrival the result's deadline counts from: the policy schedules by the
-            # same deadline (core.timing.deadline of the same arrival, budget and δ).
-            req = Request(request_id=live.rid, robot_id=live.robot_id, arrival=live.arrival,
-                          budget=live.budget, delta=self.config.delta, payload=live)
             self.policy.add_request(req, now)
         except XInferError as exc:
             self._finish(live, Status.REJECTED, f"invalid request: {exc}")
             return
-        live.request, live.policy, live.ready_since = req, self.policy, now
+        live.policy, live.ready_since = self.policy, now
 
     def _on_unit(self, live: LiveRequest, stage: Stage, t0: float, t1: float,
                  error: BaseException | None) -> None:
@@ -509,9 +535,9 @@ class StageEngine:
         """A request detached by ``submit`` (superseded or shed by backpressure)."""
         if live.future.done():
             return
-        if live.state is None and live.request is None:
+        if live.state is None and live.policy is None:
             return  # still preparing: finished when preparation reports back
-        if live.running is None and not live.in_output and live.request is not None:
+        if live.running is None and not live.in_output and live.policy is not None:
             self._remove_from_policy(live, self.clock.now())
             self._finish(live, *(live.drop or (Status.SHED, "dropped")))
         # else: running or in output: finished at its next stage boundary
@@ -579,7 +605,7 @@ class StageEngine:
         if not self._draining:
             self.audit.maybe_sample(self.policy, now)
 
-    def _launch_all(self, policy: Policy, out: Any, now: float) -> None:
+    def _launch_all(self, policy: Policy, out: SchedulerOutput, now: float) -> None:
         opening = self._gates.open_round()
         issued: list[Stage] = []
         try:
@@ -610,7 +636,7 @@ class StageEngine:
             self._stage_lanes[s].submit(self._units.run, s)
         except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
             for unit in self._waiting.take(s):
-                self._events.put(("unit", unit.live, s, now, now, exc))
+                self._events.put(UnitDone(unit.live, s, now, now, exc))
 
     # -- results ----------------------------------------------------------------------------------
     def _finish(self, live: LiveRequest, status: Status, reason: str,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from xinfer_ros.core.stages import Stage
 
@@ -44,6 +44,8 @@ CPU_GROUP = "cpu"
 
 _local = threading.local()
 _LOG = logging.getLogger("xinfer_ros.engine.lanes")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclass
@@ -63,9 +65,9 @@ class LaneInfo:
 
     group: str
     index: int
-    stream: Any = None
+    stream: object = None
     issued_at: float = math.nan
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
     setup_error: BaseException | None = None
 
 
@@ -114,9 +116,9 @@ class LaneGroup:
             _LOG.error("lane %s/%d could not start: %s: %s", self.name, lane.index,
                        type(exc).__name__, exc)
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        """Run ``fn(*args)`` on a free lane (queued behind busy lanes)."""
-        return self._pool.submit(fn, *args)
+    def submit(self, fn: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_R]:
+        """Run ``fn(*args, **kwargs)`` on a free lane (queued behind busy lanes)."""
+        return self._pool.submit(fn, *args, **kwargs)
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop the lanes (pending callables still run when ``wait``)."""

@@ -61,6 +61,7 @@ from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.health import HealthLimits, robot_health
 from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds
+from xinfer_ros.engine.api import Engine, EngineResult, RequestInputs
 from xinfer_ros.fleet.assignment import SERVERS_TOPIC
 from xinfer_ros.fleet.plan import parse_robots
 from xinfer_ros.model.errors import InputError
@@ -161,7 +162,7 @@ class _RobotState:
 class InferenceServer(LifecycleNode):
     """The inference server; see the module docstring."""
 
-    def __init__(self, engine: Any | None = None, **kwargs: Any) -> None:
+    def __init__(self, engine: Engine | None = None, **kwargs: Any) -> None:
         super().__init__("inference_server", **kwargs)
         p = declare_params(self, PARAMS)
         self.params = p
@@ -358,7 +359,7 @@ class InferenceServer(LifecycleNode):
                              f"takes {allowed} cameras")
         return io
 
-    def _load_engine(self, p: dict[str, Any]) -> Any:
+    def _load_engine(self, p: dict[str, Any]) -> Engine:
         """The engine of the parameters; says what loads first (minutes on a CPU)."""
         from xinfer_ros.engine.from_params import build_engine
 
@@ -445,7 +446,7 @@ class InferenceServer(LifecycleNode):
                            callback=lambda r: self._on_result(rx, stamps, r),
                            age=time.monotonic() - arrival)
 
-    def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[dict[str, Any], Any]:
+    def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[RequestInputs, Any]:
         stamps: list[Any] = []
 
         def observe() -> tuple[list[np.ndarray], list[float]]:
@@ -475,7 +476,7 @@ class InferenceServer(LifecycleNode):
                             resizes=self.io.resizes_images)
 
     # -- outputs ------------------------------------------------------------------------
-    def _on_result(self, rx: _Received, stamps: Any, result: Any) -> None:
+    def _on_result(self, rx: _Received, stamps: Any, result: EngineResult) -> None:
         # The result is ready now; a hold counts from here, not from after the chunk
         # is built.
         ready = time.monotonic()

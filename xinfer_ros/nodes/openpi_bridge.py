@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xinfer_ros.engine.api import Engine
 from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.openpi.from_params import endpoint_config
 from xinfer_ros.openpi.layouts import ModelSpec
@@ -46,7 +47,7 @@ class OpenPIBridge:
         config: endpoint configuration.
     """
 
-    def __init__(self, engine: Any, model: ModelSpec, config: ServerConfig) -> None:
+    def __init__(self, engine: Engine, model: ModelSpec, config: ServerConfig) -> None:
         self.server = OpenPIServer(engine, model, config)
         self._thread = ServerThread(self.server)
         self.port = 0

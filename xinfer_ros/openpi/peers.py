@@ -111,8 +111,8 @@ class SampleActionsPolicy:
         self._seq += 1
         inputs = engine_inputs(mapped.images, mapped.prompt, mapped.state, prev_chunk=None,
                                commit=0, seed=self._seq)
-        state: Any = self._served.prepare(inputs["images"], inputs["instruction"], inputs["state"],
-                                     seed=inputs["seed"])
+        state: Any = self._served.prepare(inputs.images, inputs.instruction, inputs.state,
+                                          seed=self._seq)
         module = self._served.module
         tensors = stages.model_inputs(module, state.prepared)
         sample: Any = module.sample_actions

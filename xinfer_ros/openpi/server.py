@@ -65,6 +65,7 @@ from websockets.http11 import Request, Response
 
 from xinfer_ros.core.constants import DEFAULT_BUDGET, DEFAULT_MAX_BUDGET
 from xinfer_ros.core.timing import MS_PER_S
+from xinfer_ros.engine.api import Engine, EngineResult
 from xinfer_ros.openpi.codec import CodecError, LimitError, packb, unpackb
 from xinfer_ros.openpi.errors import ObservationFieldError, OpenPIError
 from xinfer_ros.openpi.layouts import (
@@ -97,10 +98,6 @@ _MAX_ROBOT_COUNTERS = 4096
 
 #: Answers whose latency ``/stats`` summarises (the most recent ones).
 _RECENT_ANSWERS = 2048
-
-#: Status names of :class:`~xinfer_ros.engine.types.Status`, as sent to clients.
-_STATUS_NAMES = {0: "ok", 1: "rejected", 2: "shed", 3: "error"}
-
 
 #: Environment variable holding the endpoint's API key.
 API_KEY_ENV = "XINFER_OPENPI_API_KEY"
@@ -260,7 +257,8 @@ class OpenPIServer:
         LayoutSettingError: when the configured layout's transforms do not fit the model.
     """
 
-    def __init__(self, engine: Any, model: ModelSpec, config: ServerConfig | None = None) -> None:
+    def __init__(self, engine: Engine, model: ModelSpec,
+                 config: ServerConfig | None = None) -> None:
         self.engine = engine
         self.model = model
         self.config = config if config is not None else ServerConfig()
@@ -620,7 +618,7 @@ class OpenPIServer:
             self.engine.cancel(robot, "openpi request timed out")
             raise _ClientError("timeout", f"no result within {self.config.request_timeout_s} "
                                           "s") from exc
-        status = _STATUS_NAMES.get(int(result.status), str(result.status))
+        status = result.status.name.lower()  # as sent to clients: ok, rejected, shed, error
         if self.refusal:  # deactivated while the request ran: no chunk goes out after
             raise _ClientError("rejected", self.refusal)
         if status != "ok" or result.actions is None:
@@ -630,7 +628,7 @@ class OpenPIServer:
         return packb(self._response(session, mapped, options, result, infer_ms))
 
     def _response(self, session: _Session, mapped: MappedObservation, options: RequestOptions,
-                  result: Any, infer_ms: float) -> dict[str, Any]:
+                  result: EngineResult, infer_ms: float) -> dict[str, Any]:
         actions = mapped.transforms.actions_out(np.asarray(result.actions, dtype=np.float64),
                                                 mapped.state, self._out_dim(mapped.layout))
         timing: dict[str, float] = {"infer_ms": infer_ms}

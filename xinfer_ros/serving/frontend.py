@@ -3,9 +3,9 @@
 The ROS server (a ``PolicyRequest`` with a flat ``prev_chunk``) and the openpi endpoint
 (an ``xinfer/prev_chunk`` array in a msgpack observation) accept the same request
 fields; they validate them here, with the model layer's field-naming errors, and build
-the one input mapping the engine's backends read. The model checks the chunk against
-its own horizon again when it aligns it; these checks answer the robot before any
-engine work is queued.
+the one :class:`~xinfer_ros.model.inputs.RequestInputs` the engine's backends read. The
+model checks the chunk against its own horizon again when it aligns it; these checks
+answer the robot before any engine work is queued.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.model.errors import ChunkShapeError, CommitLengthError, ImageError, InputError
 from xinfer_ros.model.images import fit_image
+from xinfer_ros.model.inputs import RequestInputs
 
 __all__ = ["FlatChunk", "Observe", "camera_image", "commit_steps", "engine_inputs", "flat_chunk",
            "prev_shift", "previous_chunk", "request_inputs", "robot_state"]
@@ -111,7 +112,7 @@ Observe = Callable[[], tuple[Sequence["np.ndarray | None"], Sequence[float]]]
 
 def request_inputs(robot: str, claimed_robot: str, instruction: str, observe: Observe, *,
                    prev: FlatChunk, commit: int | None, action_shape: tuple[int, int],
-                   seed: int) -> dict[str, Any]:
+                   seed: int) -> RequestInputs:
     """Validate a ROS-style request against the model and build the engine's inputs.
 
     The request's own fields are checked first; only a request that passes has its
@@ -174,8 +175,8 @@ def prev_shift(value: int | None, horizon: int, *, field: str = "prev_shift") ->
 
 def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: np.ndarray, *,
                   prev_chunk: np.ndarray | None, commit: int, seed: int,
-                  shift: int = 0, prev_dims: int | None = None) -> dict[str, Any]:
-    """The input mapping every backend's ``prepare`` reads.
+                  shift: int = 0, prev_dims: int | None = None) -> RequestInputs:
+    """The inputs every backend's ``prepare`` reads.
 
     A camera the client masked out is None. Without a previous chunk nothing is
     committed (d = 0).
@@ -194,19 +195,20 @@ def engine_inputs(images: Sequence[np.ndarray | None], instruction: str, state: 
     than the model's D (the rest is padding: the model zeroes it after normalising,
     so guidance does not pull those dimensions to ``−mean / std``).
     """
-    inputs = {"images": list(images), "instruction": instruction, "state": state,
-              "prev_chunk": prev_chunk, "d": commit if prev_chunk is not None else 0,
-              "seed": seed}
-    if prev_chunk is not None and shift:
+    if prev_chunk is None:
+        return RequestInputs(images=tuple(images), instruction=instruction, state=state,
+                             seed=seed)
+    s, own = 0, prev_chunk
+    if shift:
         horizon = len(prev_chunk)
         s = min(shift, horizon - commit)
         own = np.empty_like(prev_chunk)
         own[s:] = prev_chunk[:horizon - s]
         own[:s] = prev_chunk[0]  # executed already: the models drop these rows
-        inputs.update(prev_chunk=own, prev_shift=s)
-    if prev_chunk is not None and prev_dims is not None and prev_dims < prev_chunk.shape[1]:
-        inputs["prev_dims"] = prev_dims
-    return inputs
+    dims = prev_dims if prev_dims is not None and prev_dims < prev_chunk.shape[1] else None
+    return RequestInputs(images=tuple(images), instruction=instruction, state=state,
+                         prev_chunk=own, commit=commit, prev_shift=s, prev_dims=dims,
+                         seed=seed)
 
 
 def camera_image(rgb: np.ndarray, camera: int, size: tuple[int, int], *, strict: bool,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,8 @@ def test_engine_serves_several_robots_with_sample_actions_results(pi0_tiny: Any)
     from xinfer_ros.engine import EngineConfig, StageEngine, make_backend
 
     backend = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
-    robots = [dict(backend.example_inputs(i, None), instruction=f"robot {i}: sort parcels")
+    robots = [dataclasses.replace(backend.example_inputs(i, None),
+                                  instruction=f"robot {i}: sort parcels")
               for i in range(3)]
     with StageEngine(backend, "fifo", EngineConfig(slots=(1, 1, 1))) as engine:
         results = [engine.submit(inputs, 5.0, f"r{i}").result(60)
@@ -72,8 +74,8 @@ def test_engine_serves_several_robots_with_sample_actions_results(pi0_tiny: Any)
     for i, (inputs, result) in enumerate(zip(robots, results, strict=True)):
         assert result.ok, result.reason
         assert result.actions.shape == (50, 14)
-        state = pi0_tiny.prepare(inputs["images"], inputs["instruction"], inputs["state"],
-                                 seed=inputs["seed"])
+        state = pi0_tiny.prepare(inputs.images, inputs.instruction, inputs.state,
+                                 seed=inputs.seed)
         expected = pi0_tiny.processor.postprocess(
             _sample_actions(pi0_tiny.module, state.prepared), None)
         np.testing.assert_allclose(result.actions, expected, rtol=0, atol=1e-4,

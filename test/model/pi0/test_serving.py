@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -30,10 +31,10 @@ def test_engine_serves_rtc_chunks_of_the_checkpoints_horizon(backend: Any) -> No
     with StageEngine(backend, "xinfer", EngineConfig(slots=(2, 2, 2))) as engine:
         first = engine.submit(backend.example_inputs(0, None), 5.0, "r0").result(60)
         rtc = engine.submit(backend.example_inputs(0, first.actions), 5.0, "r0").result(60)
-        masked = dict(backend.example_inputs(1, None))
-        masked["images"] = [masked["images"][0], None, masked["images"][2]]
+        full = backend.example_inputs(1, None)
+        masked = dataclasses.replace(full, images=(full.images[0], None, full.images[2]))
         partial = engine.submit(masked, 5.0, "r1").result(60)
-        bad = dict(backend.example_inputs(2, None), state=np.zeros(40))
+        bad = dataclasses.replace(backend.example_inputs(2, None), state=np.zeros(40))
         rejected = engine.submit(bad, 5.0, "r2").result(60)
         after = engine.submit(backend.example_inputs(2, None), 5.0, "r2").result(60)
     for result in (first, rtc, partial, after):

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
+from xinfer_ros.engine.backends.base import (
+    AnyBackend,
+    Backend,
+    InputValidationError,
+    StateFactory,
+)
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE, EmulatedBackend
 
 __all__ = [
     "BACKENDS",
     "EMULATION_NOTICE",
+    "AnyBackend",
     "Backend",
     "EmulatedBackend",
     "InputValidationError",
@@ -25,7 +31,7 @@ __all__ = [
 BACKENDS: tuple[str, ...] = ("emulated", "torch")
 
 
-def make_backend(name: str, **kwargs: Any) -> Backend:
+def make_backend(name: str, **kwargs: Any) -> AnyBackend:
     """Build a backend by name.
 
     Args:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
@@ -26,14 +26,18 @@ from xinfer_ros.core.constants import ACTION_DIM, HORIZON
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.lanes import LaneInfo
 from xinfer_ros.errors import XInferRosError
+from xinfer_ros.model.inputs import RequestInputs
 
 if TYPE_CHECKING:
     from xinfer_ros.model.presets import ModelIO
 
-__all__ = ["Backend", "InputValidationError", "StateFactory"]
+__all__ = ["AnyBackend", "Backend", "InputValidationError", "StateFactory", "StateT"]
+
+#: A backend's private per-request state (opaque to the engine).
+StateT = TypeVar("StateT")
 
 #: ``fresh(stage) -> state`` ready to run ``stage`` (calibration loops).
-StateFactory = Callable[[Stage], Any]
+StateFactory = Callable[[Stage], StateT]
 
 
 class InputValidationError(XInferRosError, ValueError):
@@ -48,8 +52,8 @@ class InputValidationError(XInferRosError, ValueError):
         self.field = field
 
 
-class Backend(ABC):
-    """Model implementation behind the engine.
+class Backend(ABC, Generic[StateT]):
+    """Model implementation behind the engine, generic in its per-request state.
 
     Attributes:
         name: backend name (``torch``, ``emulated``).
@@ -69,29 +73,29 @@ class Backend(ABC):
     #: Whether :meth:`run_batch` stacks states into one forward (``max_batch`` > 1).
     can_batch: bool = False
 
-    def lane_setup(self, lane: LaneInfo) -> None:  # noqa: B027 - optional hook
+    def lane_setup(self, lane: LaneInfo) -> None:
         """Per-lane-thread initialisation (CUDA streams, intra-op thread counts)."""
 
     @abstractmethod
-    def prepare(self, inputs: Any, request_id: int, robot_id: str) -> Any:
-        """Validate and convert raw inputs on the CPU; return private request state.
+    def prepare(self, inputs: RequestInputs, request_id: int, robot_id: str) -> StateT:
+        """Validate and convert a request's inputs on the CPU; return private request state.
 
         Raises:
             InputValidationError: (or the model's ``InputError``) naming the field.
         """
 
     @abstractmethod
-    def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
+    def run_stage(self, stage: Stage, state: StateT, lane: LaneInfo | None) -> None:
         """Run one non-preemptive stage unit to completion (blocking the lane)."""
 
-    def batch_key(self, stage: Stage, state: Any) -> Hashable | None:
+    def batch_key(self, stage: Stage, state: StateT) -> Hashable | None:
         """Units of ``stage`` whose states have equal keys may run as one batch.
 
         None (the default): the state's units run one at a time.
         """
         return None
 
-    def run_batch(self, stage: Stage, states: Sequence[Any], lane: LaneInfo | None) -> None:
+    def run_batch(self, stage: Stage, states: Sequence[StateT], lane: LaneInfo | None) -> None:
         """Run ``stage`` of every state (one batch key) to completion on one lane.
 
         The default runs them one after the other; a batching backend stacks them
@@ -128,18 +132,18 @@ class Backend(ABC):
         return 0.0
 
     @abstractmethod
-    def finish(self, state: Any) -> np.ndarray:
+    def finish(self, state: StateT) -> np.ndarray:
         """CPU output processing after Action: the ``(H, D)`` chunk in robot units."""
 
-    def release(self, state: Any) -> None:  # noqa: B027 - optional hook
+    def release(self, state: StateT) -> None:
         """Drop device memory held by ``state`` (called exactly once per prepared state)."""
 
     @abstractmethod
-    def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> Any:
+    def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> RequestInputs:
         """Valid inputs for benchmarks: fixed per robot, RTC from ``previous`` if given."""
 
     @abstractmethod
-    def state_factory(self) -> StateFactory:
+    def state_factory(self) -> StateFactory[StateT]:
         """A factory of states ready to run a given stage (for calibration loops)."""
 
     def describe(self) -> dict[str, Any]:
@@ -148,5 +152,9 @@ class Backend(ABC):
                 "action_shape": list(self.action_shape),
                 "model": self.io.name if self.io is not None else None}
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release the backend's resources."""
+
+
+#: A backend of any state type, as the engine holds it (the state stays opaque there).
+AnyBackend = Backend[Any]

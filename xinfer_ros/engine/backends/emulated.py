@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ from xinfer_ros.core.stages import NUM_STAGES, Stage
 from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.lanes import LaneInfo
+from xinfer_ros.model.inputs import RequestInputs
 
 if TYPE_CHECKING:
     from xinfer_ros.model.presets import ModelIO
@@ -178,7 +178,7 @@ class EmulatedState:
     action_end: float = float("nan")
 
 
-class EmulatedBackend(Backend):
+class EmulatedBackend(Backend[EmulatedState]):
     """Backend whose units take the rate table's times on an :class:`EmulatedDevice`.
 
     Args:
@@ -226,31 +226,20 @@ class EmulatedBackend(Backend):
         self.clock = clock
         self.gpu.clock = clock
 
-    def prepare(self, inputs: Any, request_id: int, robot_id: str) -> EmulatedState:
-        """Accept ``None`` or a mapping with optional ``seed`` (int) and ``work_factor``.
+    def prepare(self, inputs: RequestInputs, request_id: int, robot_id: str) -> EmulatedState:
+        """Read the request's ``seed`` (default: its id) and ``work_factor``.
 
         ``work_factor`` (> 0) scales the request's work in every stage: an emulated
         heavier or lighter request (fault and ordering tests).
         """
-        seed = request_id
-        factor = 1.0
-        if inputs is not None:
-            if not isinstance(inputs, Mapping):
-                raise InputValidationError("inputs", f"expected a mapping or None, got "
-                                                     f"{type(inputs).__name__}")
-            if "seed" in inputs:
-                raw = inputs["seed"]
-                if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)):
-                    raise InputValidationError("seed", f"must be an int, got {raw!r}")
-                seed = int(raw)
-            factor = inputs.get("work_factor", 1.0)
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
-                    not (0 < factor < math.inf):
-                raise InputValidationError("work_factor", f"must be a number > 0, got {factor!r}")
+        factor = inputs.work_factor
+        if not 0 < factor < math.inf:
+            raise InputValidationError("work_factor", f"must be a number > 0, got {factor!r}")
+        seed = request_id if inputs.seed is None else inputs.seed
         self.clock.sleep(self.prepare_s)
         return EmulatedState(request_id, robot_id, seed, work_factor=float(factor))
 
-    def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
+    def run_stage(self, stage: Stage, state: EmulatedState, lane: LaneInfo | None) -> None:
         """Occupy the emulated device for one unit of ``stage``."""
         if state.next_stage != int(stage):
             raise RuntimeError(f"emulated request {state.request_id}: cannot run {stage.name}, "
@@ -261,7 +250,7 @@ class EmulatedBackend(Backend):
         if stage is Stage.ACTION:
             state.action_end = end
 
-    def finish(self, state: Any) -> np.ndarray:
+    def finish(self, state: EmulatedState) -> np.ndarray:
         """Deterministic placeholder chunk (NOT model output), shape ``(H, D)``.
 
         Output processing ends ``output_s`` after the Action unit ended (as ``h_out``
@@ -274,11 +263,11 @@ class EmulatedBackend(Backend):
             self.clock.sleep(self.output_s)
         return placeholder_actions(self.action_shape, state.seed)
 
-    def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> dict[str, Any]:
+    def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> RequestInputs:
         """Emulated inputs carry only a seed."""
-        return {"seed": robot_index}
+        return RequestInputs(seed=robot_index)
 
-    def state_factory(self) -> StateFactory:
+    def state_factory(self) -> StateFactory[EmulatedState]:
         """States positioned at any stage (calibration of the emulator itself)."""
         def fresh(stage: Stage) -> EmulatedState:
             return EmulatedState(-1, "calibration", 0, int(stage))

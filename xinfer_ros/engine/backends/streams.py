@@ -20,29 +20,33 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TypeAlias, cast
 
 import torch
 
-__all__ = ["CpuStreams", "CudaStreams", "LaneStreams", "make_streams"]
+__all__ = ["CpuStreams", "CudaStreams", "LaneStream", "LaneStreams", "make_streams"]
+
+#: A lane's stream as :class:`~xinfer_ros.engine.lanes.LaneInfo` holds it: what
+#: :meth:`LaneStreams.create` made (a CUDA stream), or None where the device has none.
+LaneStream: TypeAlias = object
 
 
 class LaneStreams:
     """What the torch backend asks of a device's streams (CPU: nothing happens)."""
 
-    def create(self) -> Any:
+    def create(self) -> LaneStream:
         """A stream for a new lane (None: no streams on this device)."""
         return None
 
     @contextlib.contextmanager
-    def running_on(self, stream: Any) -> Iterator[None]:
+    def running_on(self, stream: LaneStream) -> Iterator[None]:
         """Queue the work of the ``with`` block on ``stream``."""
         yield
 
-    def hand_over(self, tensors: Iterable[torch.Tensor], stream: Any) -> None:
+    def hand_over(self, tensors: Iterable[torch.Tensor], stream: LaneStream) -> None:
         """Mark tensors made on other streams as read by ``stream``."""
 
-    def finish(self, stream: Any) -> None:
+    def finish(self, stream: LaneStream) -> None:
         """Wait until everything queued on ``stream`` has run."""
 
     def settle(self) -> None:
@@ -63,33 +67,33 @@ class CudaStreams(LaneStreams):
     def __init__(self, device: torch.device) -> None:
         self.index = device.index if device.index is not None else torch.cuda.current_device()
 
-    def create(self) -> Any:
+    def create(self) -> LaneStream:
         """Select the lane thread's device and give it a stream of its own."""
         # "cuda" has no index, and set_device refuses an index-less device.
         torch.cuda.set_device(self.index)
-        return torch.cuda.Stream(device=self.index)
+        return torch.cuda.Stream(device=self.index)  # type: ignore[no-untyped-call]
 
     @contextlib.contextmanager
-    def running_on(self, stream: Any) -> Iterator[None]:
+    def running_on(self, stream: LaneStream) -> Iterator[None]:
         """See :meth:`LaneStreams.running_on`."""
         if stream is None:
             yield
             return
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(cast(torch.cuda.Stream, stream)):
             yield
 
-    def hand_over(self, tensors: Iterable[torch.Tensor], stream: Any) -> None:
+    def hand_over(self, tensors: Iterable[torch.Tensor], stream: LaneStream) -> None:
         """See :meth:`LaneStreams.hand_over`."""
         if stream is None:
             return
         for tensor in tensors:
             if tensor.is_cuda:
-                tensor.record_stream(stream)
+                tensor.record_stream(cast(torch.cuda.Stream, stream))
 
-    def finish(self, stream: Any) -> None:
+    def finish(self, stream: LaneStream) -> None:
         """See :meth:`LaneStreams.finish`."""
         if stream is not None:
-            stream.synchronize()
+            cast(torch.cuda.Stream, stream).synchronize()
 
     def settle(self) -> None:
         """See :meth:`LaneStreams.settle`."""

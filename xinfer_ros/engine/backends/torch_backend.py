@@ -37,8 +37,9 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import numpy as np
@@ -46,27 +47,22 @@ import torch
 
 from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.engine.backends.base import Backend, InputValidationError, StateFactory
+from xinfer_ros.engine.backends.base import Backend, StateFactory
 from xinfer_ros.engine.backends.streams import make_streams
 from xinfer_ros.engine.lanes import LaneInfo
+from xinfer_ros.model.inputs import RequestInputs
 from xinfer_ros.model.loading import load_stage_model
-from xinfer_ros.model.request import StageProgress
+from xinfer_ros.model.request import StagedState, StageProgress
 from xinfer_ros.model.serving import StageModel
 
-__all__ = ["INPUT_KEYS", "TorchBackend"]
+__all__ = ["TorchBackend"]
 
 _LOG = logging.getLogger("xinfer_ros.engine.torch")
 
 _PROGRESS = {Stage.VIT: StageProgress.VIT, Stage.PREFILL: StageProgress.PREFILL,
              Stage.ACTION: StageProgress.ACTION}
 
-#: Keys a torch request's inputs mapping may carry (``images``, ``instruction`` and
-#: ``state`` are required; π0 accepts ``None`` images for missing cameras).
-INPUT_KEYS = ("images", "instruction", "state", "prev_chunk", "d", "prev_shift", "prev_dims",
-              "rtc_mode", "seed")
-
-
-class TorchBackend(Backend):
+class TorchBackend(Backend[StagedState]):
     """Run a :class:`~xinfer_ros.model.serving.StageModel`'s stages on per-request state.
 
     Args:
@@ -136,7 +132,7 @@ class TorchBackend(Backend):
         self.can_batch = self.model.batches
         self.action_shape = self.io.action_shape
         self.model_name = self.io.name
-        self._examples: dict[int, dict[str, Any]] = {}
+        self._examples: dict[int, RequestInputs] = {}
         self._workers: _ActionWorkers | None = None
         if action_processes:
             cpus = tuple(int(c) for c in action_cpus) if action_cpus is not None else None
@@ -198,7 +194,7 @@ class TorchBackend(Backend):
                 self.release(state)
         self._streams.settle()
 
-    def _prefilled(self, inputs: dict[str, Any]) -> Any:
+    def _prefilled(self, inputs: RequestInputs) -> StagedState:
         state = self.prepare(inputs, 0, "warm-up")
         self.model.vit(state)
         self.model.prefill(state)
@@ -217,33 +213,23 @@ class TorchBackend(Backend):
             torch.set_num_threads(self.threads)
 
     # -- request path ---------------------------------------------------------------------
-    def prepare(self, inputs: Any, request_id: int, robot_id: str) -> Any:
+    def prepare(self, inputs: RequestInputs, request_id: int, robot_id: str) -> StagedState:
         """Validate inputs with the model's preparation (raises InputError)."""
-        if not isinstance(inputs, Mapping):
-            raise InputValidationError("inputs", f"expected a mapping with images, instruction "
-                                                 f"and state, got {type(inputs).__name__}")
-        missing = [k for k in ("images", "instruction", "state") if k not in inputs]
-        if missing:
-            raise InputValidationError(missing[0], "required input is missing")
-        unknown = sorted(set(inputs) - set(INPUT_KEYS))
-        if unknown:
-            raise InputValidationError(unknown[0], f"unknown input; known: {list(INPUT_KEYS)}")
         return self.model.prepare(
-            inputs["images"], inputs["instruction"], inputs["state"],
-            prev_chunk=inputs.get("prev_chunk"), d=inputs.get("d", 0),
-            prev_shift=inputs.get("prev_shift", 0), rtc_mode=inputs.get("rtc_mode", "soft"),
-            seed=int(inputs.get("seed", request_id)), request_id=f"{robot_id}/{request_id}",
-            prev_dims=inputs.get("prev_dims"))
+            inputs.images, inputs.instruction, inputs.state, prev_chunk=inputs.prev_chunk,
+            d=inputs.commit, prev_shift=inputs.prev_shift, rtc_mode=inputs.rtc_mode,
+            seed=request_id if inputs.seed is None else inputs.seed,
+            request_id=f"{robot_id}/{request_id}", prev_dims=inputs.prev_dims)
 
-    def run_stage(self, stage: Stage, state: Any, lane: LaneInfo | None) -> None:
+    def run_stage(self, stage: Stage, state: StagedState, lane: LaneInfo | None) -> None:
         """Run one stage unit (a batch of one)."""
         self.run_batch(stage, [state], lane)
 
-    def batch_key(self, stage: Stage, state: Any) -> Hashable | None:
+    def batch_key(self, stage: Stage, state: StagedState) -> Hashable | None:
         """The model's batch key: states of one key stack into one forward."""
         return self.model.batch_key(state)
 
-    def run_batch(self, stage: Stage, states: Sequence[Any], lane: LaneInfo | None) -> None:
+    def run_batch(self, stage: Stage, states: Sequence[StagedState], lane: LaneInfo | None) -> None:
         """Run one (batched) stage forward; on CUDA on the lane's stream, synchronised.
 
         Synchronising the lane's own stream before reporting completion also orders
@@ -271,17 +257,17 @@ class TorchBackend(Backend):
             with self._running_lock:
                 self._running -= 1
 
-    def finish(self, state: Any) -> np.ndarray:
+    def finish(self, state: StagedState) -> np.ndarray:
         """Unnormalise the chunk and copy the committed prefix (model postprocessing)."""
         return self.model.finish(state)
 
-    def release(self, state: Any) -> None:
+    def release(self, state: StagedState) -> None:
         """Drop the request's device tensors."""
         if hasattr(state, "release"):
             self.model.release(state)
 
     # -- benchmarks and calibration -------------------------------------------------------
-    def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> dict[str, Any]:
+    def example_inputs(self, robot_index: int, previous: np.ndarray | None) -> RequestInputs:
         """Fixed synthetic camera images and state per robot; RTC (d=8) after the first chunk."""
         base = self._examples.get(robot_index)
         if base is None:
@@ -289,16 +275,16 @@ class TorchBackend(Backend):
             images = [rng.integers(0, 256, (c.height, c.width, 3), dtype=np.uint8)
                       for c in self.model.io.cameras]
             state = rng.uniform(-0.5, 0.5, self.model.io.state_dim)
-            base = {"images": images, "instruction": "pick up the parcel and place it in the bin",
-                    "state": state, "seed": robot_index}
+            base = RequestInputs(images=tuple(images),
+                                 instruction="pick up the parcel and place it in the bin",
+                                 state=state, seed=robot_index)
             self._examples[robot_index] = base
-        out = dict(base)
-        if previous is not None:
-            d = min(COMMIT_LENGTH, self.action_shape[0] // 2)
-            out.update(prev_chunk=previous, d=d, prev_shift=d)
-        return out
+        if previous is None:
+            return base
+        d = min(COMMIT_LENGTH, self.action_shape[0] // 2)
+        return dataclasses.replace(base, prev_chunk=previous, commit=d, prev_shift=d)
 
-    def state_factory(self) -> StateFactory:
+    def state_factory(self) -> StateFactory[StagedState]:
         """Fresh states at each stage sharing one precomputed prefix (read-only)."""
         inputs = self.example_inputs(0, np.zeros(self.action_shape))
         warm = self.prepare(inputs, 0, "calibration")
@@ -312,7 +298,7 @@ class TorchBackend(Backend):
         # The prefix was made on this thread's default stream; lanes read it on theirs.
         self._streams.settle()
 
-        def fresh(stage: Stage) -> Any:
+        def fresh(stage: Stage) -> StagedState:
             state, progress = starts[stage]
             return self.model.copy_at(state, progress)
         return fresh
@@ -375,8 +361,8 @@ class _ActionWorkers:
         ctx = mp.get_context("spawn")  # fork would copy the parent's threads' locks
         self.size = int(size)
         self.cpus = spec.cpus
-        self._idle: queue.Queue[tuple[Any, Connection]] = queue.Queue()
-        self._procs: list[Any] = []
+        self._idle: queue.Queue[tuple[BaseProcess, Connection]] = queue.Queue()
+        self._procs: list[BaseProcess] = []
         for _ in range(self.size):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_action_worker_main, args=(child, spec), daemon=True,
@@ -386,16 +372,16 @@ class _ActionWorkers:
             self._procs.append(proc)
             self._idle.put((proc, parent))
         for _ in range(self.size):  # wait until every worker has built its model
-            proc, conn = self._idle.get()
+            worker, conn = self._idle.get()
             try:
                 status = conn.recv()
             except EOFError:
-                status = (f"worker exited with code {proc.exitcode} (with the spawn start "
+                status = (f"worker exited with code {worker.exitcode} (with the spawn start "
                           f"method the main module must be import-safe: guard it with "
                           f"if __name__ == '__main__')")
             if status != "ready":
                 raise RuntimeError(f"action worker failed to start: {status}")
-            self._idle.put((proc, conn))
+            self._idle.put((worker, conn))
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -403,7 +389,11 @@ class _ActionWorkers:
         return tuple(p.pid for p in self._procs if p.pid is not None)
 
     def run(self, model: StageModel, states: Sequence[Any]) -> None:
-        """Run the states' Action units as one batch in a free worker; sets their actions."""
+        """Run the states' Action units as one batch in a free worker; sets their actions.
+
+        ``states`` are the model's own state types, which carry ``actions`` (the
+        :class:`StagedState` base declares only the stage order).
+        """
         for state in states:
             state.expect(StageProgress.ACTION)
         payloads = [model.action_payload(state) for state in states]
