@@ -42,7 +42,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -88,10 +88,14 @@ from xinfer_ros.serving.observations import (
     joint_positions,
     stamp_seconds,
 )
+from xinfer_ros.serving.params import Params
 from xinfer_ros.serving.release import ReleaseScheduler
 from xinfer_ros.serving.server_params import PARAMS, POLICIES
 from xinfer_ros.serving.sessions import RequestSessions
 from xinfer_ros.srv import GetFleetStats, SetPolicy
+
+if TYPE_CHECKING:
+    from xinfer_ros.model.presets import ModelIO
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
 
@@ -149,7 +153,8 @@ class _RobotState:
 
     def __init__(self, name: str, cameras: int, max_frame_bytes: int = 0) -> None:
         self.name = name
-        self.obs = RobotObservations(cameras, max_frame_bytes=max_frame_bytes)
+        self.obs: RobotObservations[RawImage, JointState] = RobotObservations(
+            cameras, max_frame_bytes=max_frame_bytes)
         self.present = False
 
 
@@ -190,8 +195,9 @@ class InferenceServer(LifecycleNode):
         self.sessions = RequestSessions(p["robot_timeout_s"])
         #: Active: requests are served. Inactive: answered REJECTED "server inactive".
         self.serving = False
-        self._chunk_pubs: dict[str, Any] = {}
-        self._entities: list[Any] = []  # what configure creates and cleanup destroys
+        self._chunk_pubs: dict[str, Publisher] = {}
+        # What configure creates and cleanup destroys.
+        self._entities: list[Timer | Subscription | Publisher | Service] = []
         self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
         #: Prefix of this server's statistics topic and diagnostic names.
         self._scope = f"xinfer/{p['server_name']}" if p["server_name"] else "xinfer"
@@ -255,7 +261,7 @@ class InferenceServer(LifecycleNode):
         self.get_logger().info(f"{why}: live requests cancelled; requests are answered "
                                "REJECTED until activated")
 
-    def _declare_interfaces(self, p: dict[str, Any]) -> None:
+    def _declare_interfaces(self, p: Params) -> None:
         """Per robot its sensor and request subscriptions and chunk publisher; services."""
         sensors = MutuallyExclusiveCallbackGroup()
         requests = MutuallyExclusiveCallbackGroup()
@@ -288,7 +294,7 @@ class InferenceServer(LifecycleNode):
             made.append(self.create_service(SetPolicy, "~/set_policy", self._srv_policy))
 
     # -- construction ------------------------------------------------------------------
-    def _start_timers(self, p: dict[str, Any]) -> None:
+    def _start_timers(self, p: Params) -> None:
         """Statistics (1 Hz), the heartbeat of a named server, presence, the graph."""
         made = self._entities
         made.append(self.create_timer(1.0, self._publish_stats))
@@ -300,7 +306,7 @@ class InferenceServer(LifecycleNode):
         made.append(self.create_timer(5.0, self._check_graph))
 
     @staticmethod
-    def _model_io(p: dict[str, Any]) -> Any:
+    def _model_io(p: Params) -> ModelIO:
         """What the model takes, checked against ``cameras`` before any weight loads."""
         from xinfer_ros.model.presets import model_io
 
@@ -423,7 +429,7 @@ class InferenceServer(LifecycleNode):
             seed=int(msg.seq))
         return inputs, tuple(stamps)
 
-    def _rgb(self, cam: int, frame: RawImage, msg: Any) -> np.ndarray:
+    def _rgb(self, cam: int, frame: RawImage, msg: Image | CompressedImage) -> np.ndarray:
         """The frame as RGB at a size the model takes (see :func:`camera_image`)."""
         rgb = decode_image(bytes(msg.data), f"camera_{cam}") if frame.compressed \
             else image_to_rgb(msg)

@@ -32,6 +32,7 @@ from typing import Any
 from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.openpi.from_params import endpoint_config
 from xinfer_ros.openpi.layouts import ModelSpec
+from xinfer_ros.openpi.messages import EndpointStats
 from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread
 from xinfer_ros.serving.server_params import OPENPI_PARAMS
 
@@ -60,7 +61,7 @@ class OpenPIBridge:
         self.port = self._thread.start()
         return self.port
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EndpointStats:
         """Per-robot counters of the openpi clients."""
         return self.server.stats()
 

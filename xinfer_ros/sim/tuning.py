@@ -82,10 +82,10 @@ class Candidate:
     """One baseline configuration: the policy name and its constructor arguments."""
 
     policy: str
-    params: tuple[tuple[str, Any], ...]
+    params: tuple[tuple[str, float | tuple[int, ...]], ...]
 
     @property
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self) -> dict[str, float | list[int]]:
         """Constructor keyword arguments (lists, JSON-friendly)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}
 
@@ -93,7 +93,7 @@ class Candidate:
         """Short human-readable form, e.g. ``threshold=20ms limits=3,4,6``."""
         parts = []
         for k, v in self.params:
-            if k == "threshold":
+            if k == "threshold" and not isinstance(v, tuple):
                 parts.append(f"threshold={v * 1e3:g}ms")
             elif isinstance(v, tuple):
                 parts.append(f"{k}={','.join(str(x) for x in v)}")
@@ -251,7 +251,9 @@ def _near_best(scores: Sequence[CandidateScore], window: float,
 
 
 def _size(c: Candidate) -> tuple[int, tuple[int, ...]]:
-    limits = tuple(dict(c.params)["limits"])
+    limits = dict(c.params)["limits"]
+    if not isinstance(limits, tuple):  # EDF candidates carry a limit per stage
+        raise TypeError(f"{c.label()}: limits must be one count per stage")
     return (sum(limits), limits)
 
 
