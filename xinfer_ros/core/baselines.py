@@ -6,7 +6,7 @@ the physical slots.
 
 from __future__ import annotations
 
-from typing import Unpack
+from typing import TYPE_CHECKING
 
 from xinfer_ros.core.constants import (
     DEFAULT_EDF_LIMITS,
@@ -17,6 +17,9 @@ from xinfer_ros.core.errors import InvalidRequestError
 from xinfer_ros.core.policy import Launch, Policy, PolicyParams, SlotCounts, parse_slots
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import DISPATCH_ORDER
+
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
 
 __all__ = ["EDFPolicy", "FIFOPolicy", "SlackGatePolicy"]
 

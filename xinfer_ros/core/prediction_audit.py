@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
+from typing import TypedDict
 
 import numpy as np
 
@@ -52,18 +52,21 @@ class IncludingOutput(TypedDict):
     action_mean_error_ms: float
 
 
-class AuditSummary(TypedDict):
+class _AuditCount(TypedDict):
+    samples: int
+
+
+class AuditSummary(_AuditCount, total=False):
     """:meth:`PredictionAudit.summary`; only ``samples`` while there are none."""
 
-    samples: int
-    mae_ms: NotRequired[float]
-    mean_error_ms: NotRequired[float]
-    p95_abs_error_ms: NotRequired[float]
-    mean_stage_duration_ms: NotRequired[float]
-    mae_rel_mean_stage: NotRequired[float]
+    mae_ms: float
+    mean_error_ms: float
+    p95_abs_error_ms: float
+    mean_stage_duration_ms: float
+    mae_rel_mean_stage: float
     #: By lower-case stage name, stages with samples only.
-    per_stage: NotRequired[dict[str, StageAudit]]
-    incl_output: NotRequired[IncludingOutput]
+    per_stage: dict[str, StageAudit]
+    incl_output: IncludingOutput
 
 
 @dataclass(frozen=True, slots=True)

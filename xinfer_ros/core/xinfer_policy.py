@@ -32,7 +32,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Unpack
+from typing import TYPE_CHECKING
 
 from xinfer_ros.core.batch_cost import BatchCost
 from xinfer_ros.core.batch_formation import BatchPlan, Candidate, form_batch
@@ -43,6 +43,9 @@ from xinfer_ros.core.rate_table import default_rate_table
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.timing import deadline
+
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
 
 __all__ = ["MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy"]
 

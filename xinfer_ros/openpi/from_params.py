@@ -6,11 +6,14 @@ same parameters (:data:`xinfer_ros.serving.server_params.OPENPI_PARAMS`).
 
 from __future__ import annotations
 
-from typing import TypedDict, Unpack
+from typing import TYPE_CHECKING, TypedDict
 
 from xinfer_ros.openpi.layouts import load_layout
 from xinfer_ros.openpi.server import ServerConfig, resolve_api_key
 from xinfer_ros.serving.params import Params
+
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
 
 __all__ = ["EndpointOverrides", "endpoint_config"]
 

@@ -51,7 +51,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NotRequired, TypeAlias, TypedDict, cast
+from typing import TYPE_CHECKING, Final, TypeAlias, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -118,11 +118,14 @@ class ModelSpecDict(TypedDict):
     action_dim: int
 
 
-class CameraEntry(TypedDict):
+class _CameraKey(TypedDict):
+    key: str
+
+
+class CameraEntry(_CameraKey, total=False):
     """A layout file's camera written as a mapping (``required`` optional on input)."""
 
-    key: str
-    required: NotRequired[bool]
+    required: bool
 
 
 class LayoutFile(TypedDict, total=False):

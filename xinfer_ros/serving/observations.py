@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Reversible, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 from xinfer_ros.errors import ObservationError
+
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
 
 __all__ = ["FrameBudgetError", "ObservationError", "RobotObservations", "Stamp", "Stamped",
            "joint_positions", "stamp_seconds"]
@@ -195,7 +198,7 @@ class RobotObservations(Generic[FrameT, StateT]):
         self._states.clear()
 
     @staticmethod
-    def _pick(buf: Reversible[tuple[float, _MsgT, *tuple[int, ...]]], at: float,
+    def _pick(buf: Reversible[tuple[float, _MsgT, Unpack[tuple[int, ...]]]], at: float,
               max_age: float, what: str) -> _MsgT:
         after: tuple[_MsgT, float] | None = None
         for t, msg, *_ in reversed(buf):

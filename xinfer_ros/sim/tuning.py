@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import WindowMetrics
@@ -41,6 +41,8 @@ __all__ = [
     "WORKLOAD_TUNING_ROBOTS",
     "Candidate",
     "CandidateScore",
+    "CandidateScoreDict",
+    "PointScore",
     "candidates",
     "edf_candidates",
     "score_candidates",
@@ -102,6 +104,24 @@ class Candidate:
         return " ".join(parts)
 
 
+class PointScore(TypedDict):
+    """One tuning point's means in :meth:`CandidateScore.to_dict`."""
+
+    attainment: float
+    latency_mean_ms: float
+
+
+class CandidateScoreDict(TypedDict):
+    """:meth:`CandidateScore.to_dict`."""
+
+    policy: str
+    params: dict[str, float | list[int]]
+    attainment: float
+    latency_mean_ms: float
+    per_point: dict[str, PointScore]
+    rounds: dict[str, list[float]]
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateScore:
     """A candidate's results over every tuning point and round.
@@ -121,7 +141,7 @@ class CandidateScore:
     per_point: dict[str, tuple[float, float]]
     rounds: dict[str, list[float]]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CandidateScoreDict:
         """JSON-ready form."""
         return {
             "policy": self.candidate.policy,
