@@ -16,15 +16,12 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
 from xinfer_ros.cli.engine_report import (
     EngineReport,
     PairRow,
-    PredictionSummary,
-    RateCorrectionSummary,
     SimulatorRun,
 )
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
@@ -232,9 +229,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         load_average=list(os.getloadavg()),
         metrics=metrics,
         stage_ms=stage_summary(run, window),
-        # core's summaries as the TypedDicts of their keys.
-        prediction=cast(PredictionSummary, engine.audit.summary()),
-        rate_correction=(cast(RateCorrectionSummary, engine.rate_correction.summary())
+        prediction=engine.audit.summary(),
+        rate_correction=(engine.rate_correction.summary()
                          if engine.rate_correction is not None else None),
         statuses=statuses,
         dispatcher={"decisions": stats["decisions"],

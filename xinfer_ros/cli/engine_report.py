@@ -2,7 +2,7 @@
 
 ``to_dict`` gives the keys, order and values the benchmark always wrote. The parts the
 engine and core summarise themselves (backend, config, prediction audit, rate
-correction) are described by TypedDicts of the keys the benchmark reads. ROS-free.
+correction) keep the TypedDicts their makers declare. ROS-free.
 """
 
 from __future__ import annotations
@@ -11,46 +11,13 @@ from dataclasses import dataclass
 from typing import ClassVar, TypedDict
 
 from xinfer_ros.core.metrics import WindowMetrics
+from xinfer_ros.core.prediction_audit import AuditSummary
+from xinfer_ros.core.rate_correction import CorrectionSummary
 
-__all__ = ["Dispatcher", "EngineReport", "PairRow", "PredictionSummary", "RateCorrectionSummary",
-           "SimulatorRun", "StageError"]
+__all__ = ["Dispatcher", "EngineReport", "PairRow", "SimulatorRun"]
 
 #: A JSON object as the report writes it.
 JsonDict = dict[str, object]
-
-
-class StageError(TypedDict):
-    """Remaining-time prediction error of one stage (``PredictionAudit.summary``)."""
-
-    samples: int
-    mae_ms: float
-    mean_error_ms: float
-    mean_duration_ms: float
-
-
-class PredictionSummary(TypedDict, total=False):
-    """``PredictionAudit.summary()``: only ``samples`` when there were none."""
-
-    samples: int
-    mae_ms: float
-    mean_error_ms: float
-    p95_abs_error_ms: float
-    mean_stage_duration_ms: float
-    mae_rel_mean_stage: float
-    per_stage: dict[str, StageError]
-    incl_output: dict[str, float]
-
-
-class RateCorrectionSummary(TypedDict):
-    """``RateCorrection.summary()``: per-stage factors and their state."""
-
-    factors: list[float]
-    estimates: list[float]
-    samples: list[int]
-    alpha: float
-    min_samples: int
-    bounds: list[float]
-    deadband: float
 
 
 class PairRow(TypedDict):
@@ -125,9 +92,9 @@ class EngineReport:
     metrics: WindowMetrics
     # Per stage (and queue, total): mean, p50 and p95 of the server time (ms).
     stage_ms: dict[str, dict[str, float]]
-    prediction: PredictionSummary
+    prediction: AuditSummary
     # None: correction off.
-    rate_correction: RateCorrectionSummary | None
+    rate_correction: CorrectionSummary | None
     # Answers by engine status name ("UNANSWERED" included).
     statuses: dict[str, int]
     dispatcher: Dispatcher

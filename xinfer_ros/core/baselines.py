@@ -6,8 +6,7 @@ the physical slots.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from xinfer_ros.core.constants import (
     DEFAULT_EDF_LIMITS,
@@ -15,9 +14,12 @@ from xinfer_ros.core.constants import (
     SLACK_GATE_THRESHOLD,
 )
 from xinfer_ros.core.errors import InvalidRequestError
-from xinfer_ros.core.policy import Launch, Policy, parse_slots
+from xinfer_ros.core.policy import Launch, Policy, PolicyParams, SlotCounts, parse_slots
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import DISPATCH_ORDER
+
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
 
 __all__ = ["EDFPolicy", "FIFOPolicy", "SlackGatePolicy"]
 
@@ -60,8 +62,8 @@ class EDFPolicy(Policy):
     name = "edf"
     time_dependent = False
 
-    def __init__(self, *, limits: Mapping[Any, int] | Sequence[int] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, limits: SlotCounts | None = None,
+                 **kwargs: Unpack[PolicyParams]) -> None:
         super().__init__(**kwargs)
         self.limits = parse_slots(limits if limits is not None else DEFAULT_EDF_LIMITS, "limits")
 
@@ -99,8 +101,8 @@ class SlackGatePolicy(Policy):
     time_dependent = True
 
     def __init__(self, *, threshold: float = SLACK_GATE_THRESHOLD,
-                 limits: Mapping[Any, int] | Sequence[int] | None = DEFAULT_SLACK_GATE_LIMITS,
-                 **kwargs: Any) -> None:
+                 limits: SlotCounts | None = DEFAULT_SLACK_GATE_LIMITS,
+                 **kwargs: Unpack[PolicyParams]) -> None:
         super().__init__(**kwargs)
         self.threshold = check_time("slack_gate threshold", threshold)
         if self.threshold < 0:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, TypeAlias, TypedDict
 
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.errors import InvalidRequestError, SchedulerStateError
@@ -43,7 +43,27 @@ from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import NUM_STAGES, STAGES, Stage, StageState
 
-__all__ = ["Launch", "Policy", "SchedulerOutput", "parse_slots"]
+__all__ = ["Launch", "Policy", "PolicyOptions", "PolicyParams", "SchedulerOutput", "SlotCounts",
+           "parse_slots"]
+
+#: Per-stage counts: ``(V, P, A)`` or a mapping from every stage (a ``Stage``, its
+#: index, name or letter) to its count. Mapping keys are invariant, hence one per kind.
+SlotCounts: TypeAlias = (Mapping[Stage, int] | Mapping[str, int] | Mapping[int, int]
+                         | Sequence[int])
+
+
+class PolicyOptions(TypedDict, total=False):
+    """:class:`Policy` keywords a subclass passes on unchanged (see its Args)."""
+
+    slots: SlotCounts | None
+    rate_table: RateTable | None
+    forecast_window: float | None
+
+
+class PolicyParams(PolicyOptions, total=False):
+    """Every :class:`Policy` keyword: :class:`PolicyOptions` and ``interference``."""
+
+    interference: bool
 
 #: Tolerated clock regression between calls (float noise in drivers' time arithmetic).
 _TIME_EPS = 1e-9
@@ -94,7 +114,7 @@ class SchedulerOutput:
     protected: frozenset[int] = frozenset()
 
 
-def parse_slots(slots: Mapping[Any, int] | Sequence[int] | None,
+def parse_slots(slots: SlotCounts | None,
                 name: str = "slots") -> tuple[int, int, int]:
     """Normalise per-stage counts given as ``(V, P, A)`` or ``{stage: n}`` (all stages).
 
@@ -104,7 +124,7 @@ def parse_slots(slots: Mapping[Any, int] | Sequence[int] | None,
     if slots is None:
         return DEFAULT_SLOTS
     if isinstance(slots, Mapping):
-        vals: list[Any] = [None] * NUM_STAGES
+        vals: list[object] = [None] * NUM_STAGES
         for k, v in slots.items():
             try:
                 vals[Stage.parse(k)] = v
@@ -118,10 +138,12 @@ def parse_slots(slots: Mapping[Any, int] | Sequence[int] | None,
         vals = list(slots)
         if len(vals) != NUM_STAGES:
             raise InvalidRequestError(f"{name} needs one count per stage (V, P, A), got {slots!r}")
-    for s, v in zip(STAGES, vals, strict=True):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InvalidRequestError(f"{name}[{s.name}] must be an int >= 1, got {v!r}")
-    return (vals[0], vals[1], vals[2])
+    counts: list[int] = []
+    for s, count in zip(STAGES, vals, strict=True):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidRequestError(f"{name}[{s.name}] must be an int >= 1, got {count!r}")
+        counts.append(count)
+    return (counts[0], counts[1], counts[2])
 
 
 class Policy(ABC):
@@ -149,7 +171,7 @@ class Policy(ABC):
     def __init__(
         self,
         *,
-        slots: Mapping[Any, int] | Sequence[int] | None = None,
+        slots: SlotCounts | None = None,
         rate_table: RateTable | None = None,
         interference: bool = True,
         forecast_window: float | None = None,
@@ -261,7 +283,7 @@ class Policy(ABC):
         self._on_removed(req)
         return req
 
-    def set_slots(self, slots: Mapping[Any, int] | Sequence[int]) -> None:
+    def set_slots(self, slots: SlotCounts) -> None:
         """Change the physical slots; running units above a new limit finish normally."""
         self.slots = parse_slots(slots)
 

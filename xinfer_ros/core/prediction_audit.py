@@ -21,14 +21,52 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.stages import STAGES, Stage
 
-__all__ = ["PredictionAudit", "PredictionSample"]
+__all__ = ["AuditSummary", "IncludingOutput", "PredictionAudit", "PredictionSample",
+           "StageAudit"]
+
+
+class StageAudit(TypedDict):
+    """One stage's forecast errors (ms)."""
+
+    samples: int
+    mae_ms: float
+    mean_error_ms: float
+    mean_duration_ms: float
+
+
+class IncludingOutput(TypedDict):
+    """Errors under the earlier definition: Action resolved after output processing."""
+
+    mae_ms: float
+    mean_error_ms: float
+    mean_stage_duration_ms: float
+    mae_rel_mean_stage: float
+    action_mae_ms: float
+    action_mean_error_ms: float
+
+
+class _AuditCount(TypedDict):
+    samples: int
+
+
+class AuditSummary(_AuditCount, total=False):
+    """:meth:`PredictionAudit.summary`; only ``samples`` while there are none."""
+
+    mae_ms: float
+    mean_error_ms: float
+    p95_abs_error_ms: float
+    mean_stage_duration_ms: float
+    mae_rel_mean_stage: float
+    #: By lower-case stage name, stages with samples only.
+    per_stage: dict[str, StageAudit]
+    incl_output: IncludingOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +149,9 @@ class PredictionAudit:
             self._open.pop((request_id, int(s)), None)
         self._open_output.pop(request_id, None)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> AuditSummary:
         """MAE (ms), signed mean, and MAE relative to the mean stage duration, per stage."""
-        out: dict[str, Any] = {"samples": len(self.samples)}
+        out: AuditSummary = {"samples": len(self.samples)}
         if not self.samples:
             return out
         err = np.array([s.error for s in self.samples]) * 1e3
@@ -121,12 +159,13 @@ class PredictionAudit:
         durations: dict[tuple[int, int], float] = {
             (s.request_id, int(s.stage)): s.duration for s in self.samples}
         mean_dur = float(np.mean(list(durations.values()))) * 1e3
-        out.update(mae_ms=float(np.mean(np.abs(err))), mean_error_ms=float(np.mean(err)),
-                   p95_abs_error_ms=float(np.percentile(np.abs(err), 95)),
-                   mean_stage_duration_ms=mean_dur,
-                   mae_rel_mean_stage=float(np.mean(np.abs(err))) / mean_dur if mean_dur else
-                   math.nan)
-        per: dict[str, Any] = {}
+        out["mae_ms"] = float(np.mean(np.abs(err)))
+        out["mean_error_ms"] = float(np.mean(err))
+        out["p95_abs_error_ms"] = float(np.percentile(np.abs(err), 95))
+        out["mean_stage_duration_ms"] = mean_dur
+        out["mae_rel_mean_stage"] = (float(np.mean(np.abs(err))) / mean_dur if mean_dur else
+                                     math.nan)
+        per: dict[str, StageAudit] = {}
         for s in STAGES:
             sel = [x for x in self.samples if x.stage is s]
             if not sel:

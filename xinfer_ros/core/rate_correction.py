@@ -28,11 +28,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from xinfer_ros.core.stages import NUM_STAGES
 
-__all__ = ["CorrectionSettings", "RateCorrection"]
+__all__ = ["CorrectionSettings", "CorrectionSummary", "RateCorrection"]
+
+
+class CorrectionSummary(TypedDict):
+    """:meth:`RateCorrection.summary`: per-stage lists in stage order (V, P, A)."""
+
+    factors: list[float]
+    estimates: list[float]
+    samples: list[int]
+    alpha: float
+    min_samples: int
+    bounds: list[float]
+    deadband: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +155,7 @@ class RateCorrection:
         self._log_est = [0.0] * NUM_STAGES
         self._log_pub = [0.0] * NUM_STAGES
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CorrectionSummary:
         """JSON-ready state: published factors, current estimates, sample counts."""
         return {"factors": list(self.factors), "estimates": list(self.estimates),
                 "samples": list(self.samples), "alpha": self.settings.alpha,

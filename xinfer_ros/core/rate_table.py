@@ -147,7 +147,7 @@ class RateTable:
     rates: Mapping[Vec3, tuple[float, float, float]]
     provenance: str = ""
     assumptions: str = ""
-    model: Mapping[str, Any] = field(default_factory=dict)
+    model: Mapping[str, object] = field(default_factory=dict)
     schema_version: int = RATE_TABLE_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -209,7 +209,7 @@ class RateTable:
         bounds: Sequence[int] = DEFAULT_BOUNDS,
         provenance: str = "",
         assumptions: str = "",
-        model: Mapping[str, Any] | None = None,
+        model: Mapping[str, object] | None = None,
     ) -> RateTable:
         """Tabulate ``fn(stage, n) -> ρ`` over the full grid of ``bounds``."""
         b = tuple(int(x) for x in bounds)
@@ -300,7 +300,7 @@ class RateTable:
             raise RateTableError(f"{source}: {exc}") from None
 
 
-def _parse_entries(entries: Any, source: str) -> dict[Vec3, tuple[float, float, float]]:
+def _parse_entries(entries: object, source: str) -> dict[Vec3, tuple[float, float, float]]:
     """Parse the file's ``entries`` list into ``{n: (ρ_V, ρ_P, ρ_A)}``.
 
     Raises:
@@ -329,7 +329,7 @@ def _parse_entries(entries: Any, source: str) -> dict[Vec3, tuple[float, float, 
     return rates
 
 
-def _ms_scalar(v: Any, key: str, source: str) -> float:
+def _ms_scalar(v: object, key: str, source: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise RateTableError(f"{source}: {key} must be a finite number >= 0, got {v!r}")
     return float(v) * 1e-3

@@ -13,7 +13,6 @@ case-insensitively with ``-`` and ``_`` equivalent.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from xinfer_ros.core.baselines import EDFPolicy, FIFOPolicy, SlackGatePolicy
 from xinfer_ros.core.errors import UnknownPolicyError
@@ -31,7 +30,7 @@ POLICIES: Mapping[str, Callable[..., Policy]] = {
 }
 
 #: Ablation presets: name -> XInferPolicy keyword arguments (App. C.3).
-ABLATIONS: Mapping[str, Mapping[str, Any]] = {
+ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_no_interference": {"interference": False},
     "xinfer_strict_priority": {"strict_priority": True},
     "xinfer_no_arrival": {"arrival_aware": False},
@@ -65,7 +64,7 @@ def policy_names() -> list[str]:
     return [*POLICIES, *ABLATIONS]
 
 
-def make_policy(name: str, **params: Any) -> Policy:
+def make_policy(name: str, **params: object) -> Policy:
     """Build a policy by name; ``params`` go to its constructor.
 
     Raises:
@@ -76,5 +75,7 @@ def make_policy(name: str, **params: Any) -> Policy:
     if key in POLICIES:
         return POLICIES[key](**params)
     if key in ABLATIONS:
-        return XInferPolicy(**{**ABLATIONS[key], **params})
+        # Parameters from files and flags: the constructor checks them (TypeError).
+        xinfer: Callable[..., Policy] = XInferPolicy
+        return xinfer(**{**ABLATIONS[key], **params})
     raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")

@@ -32,17 +32,20 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from xinfer_ros.core.batch_cost import BatchCost
 from xinfer_ros.core.batch_formation import BatchPlan, Candidate, form_batch
 from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
 from xinfer_ros.core.errors import SchedulerStateError
-from xinfer_ros.core.policy import Launch, Policy
+from xinfer_ros.core.policy import Launch, Policy, PolicyOptions
 from xinfer_ros.core.rate_table import default_rate_table
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.timing import deadline
+
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
 
 __all__ = ["MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy"]
 
@@ -234,7 +237,7 @@ class XInferPolicy(Policy):
         delta: float = DELTA,
         record_admissions: bool = False,
         max_batch: int = 1,
-        **kwargs: Any,
+        **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
         #: Batch costs d_s(k, n) for :meth:`plan_batch`; None: units run alone.

@@ -32,10 +32,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message, serialize_message
 from rclpy.time import Time
@@ -212,7 +212,7 @@ class BagPlayer(Node):
         self._answered = threading.Event()
         self._inputs = {name: t for name, t in run.topics.items()
                         if t.role == Role.INPUT and t.robot in run.robots and t.replayed}
-        self._pubs: dict[str, Any] = {
+        self._pubs: dict[str, Publisher] = {
             name: self.create_publisher(message_class(t.msgtype), t.target, _publisher_qos(t))
             for name, t in self._inputs.items()}
         self._budgets = _budget_schedules(run, config)
@@ -373,7 +373,8 @@ class BagPlayer(Node):
         self.result.lags_s.append(lag)
         self.result.max_lag_s = max(self.result.max_lag_s, lag)
 
-    def _send(self, robot: str, request: RecordedRequest, msg: Any, bag_ns: int) -> None:
+    def _send(self, robot: str, request: RecordedRequest, msg: PolicyRequest | bytes,
+              bag_ns: int) -> None:
         budget = request.budget_ms if isinstance(msg, bytes) else float(msg.budget_ms)
         data = msg if isinstance(msg, bytes) else serialize_message(msg)
         with self._lock:
@@ -534,9 +535,9 @@ def _fixed(value: float, _k: int) -> float:
     return value
 
 
-def play_bag(run: Any, config: PlayConfig, *, server_alive: Callable[[], bool],
+def play_bag(run: RecordedRun, config: PlayConfig, *, server_alive: Callable[[], bool],
              stop: Callable[[], bool], server_timeout: float,
-             probe_timeout: float) -> tuple[Any, str | None]:
+             probe_timeout: float) -> tuple[PlayResult, str | None]:
     """Wait for a server, probe it, and replay ``run`` into it (rclpy initialised).
 
     Args:

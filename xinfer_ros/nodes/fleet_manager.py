@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -99,7 +100,7 @@ class FleetManager(Node):
         self.get_logger().info(f"managing {len(robots)} robots; servers time out after "
                                f"{p['server_timeout_s']:g} s")
 
-    def _on_status(self, msg: ServerStatus, info: Any) -> None:
+    def _on_status(self, msg: ServerStatus, info: Mapping[str, object] | None) -> None:
         if not msg.server_name:
             return
         source = _gid_hex((info or {}).get("publisher_gid"))
@@ -205,7 +206,7 @@ class FleetManager(Node):
             for c in self.roster.conflicts(time.monotonic())]
 
 
-def _gid_hex(gid: Any) -> str:
+def _gid_hex(gid: object) -> str:
     """A publisher gid (rclpy's MessageInfo) as hex; "" when the middleware gives none."""
     data = gid.get("data") if isinstance(gid, dict) else None
     return bytes(data).hex() if data else ""

@@ -42,7 +42,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -89,11 +89,15 @@ from xinfer_ros.serving.observations import (
     joint_positions,
     stamp_seconds,
 )
+from xinfer_ros.serving.params import Params
 from xinfer_ros.serving.presence import OwnPauses, silent_cameras
 from xinfer_ros.serving.release import ReleaseScheduler
 from xinfer_ros.serving.server_params import PARAMS, POLICIES
 from xinfer_ros.serving.sessions import RequestSessions
 from xinfer_ros.srv import GetFleetStats, SetPolicy
+
+if TYPE_CHECKING:
+    from xinfer_ros.model.presets import ModelIO
 
 __all__ = ["PARAMS", "POLICIES", "InferenceServer", "main"]
 
@@ -153,7 +157,8 @@ class _RobotState:
 
     def __init__(self, name: str, cameras: int, max_frame_bytes: int = 0) -> None:
         self.name = name
-        self.obs = RobotObservations(cameras, max_frame_bytes=max_frame_bytes)
+        self.obs: RobotObservations[RawImage, JointState] = RobotObservations(
+            cameras, max_frame_bytes=max_frame_bytes)
         self.present = False
         #: Per camera: monotonic arrival of its latest frame, or of its subscription.
         self.frame_seen = [0.0] * cameras
@@ -202,8 +207,9 @@ class InferenceServer(LifecycleNode):
                                  max(3 * _PRESENCE_PERIOD_S, p["robot_timeout_s"] / 2))
         #: Active: requests are served. Inactive: answered REJECTED "server inactive".
         self.serving = False
-        self._chunk_pubs: dict[str, Any] = {}
-        self._entities: list[Any] = []  # what configure creates and cleanup destroys
+        self._chunk_pubs: dict[str, Publisher] = {}
+        # What configure creates and cleanup destroys.
+        self._entities: list[Timer | Subscription | Publisher | Service] = []
         self._camera_subs: dict[tuple[str, int], Subscription] = {}  # (robot, camera)
         self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
         #: Prefix of this server's statistics topic and diagnostic names.
@@ -277,7 +283,7 @@ class InferenceServer(LifecycleNode):
         return (f"server {self.get_fully_qualified_name()} inactive: "
                 "'ros2 lifecycle set' it to activate")
 
-    def _declare_interfaces(self, p: dict[str, Any]) -> None:
+    def _declare_interfaces(self, p: Params) -> None:
         """Per robot its sensor and request subscriptions and chunk publisher; services."""
         sensors = MutuallyExclusiveCallbackGroup()
         requests = MutuallyExclusiveCallbackGroup()
@@ -332,7 +338,7 @@ class InferenceServer(LifecycleNode):
                     "messages arrive; subscribed to it afresh", throttle_duration_sec=10.0)
 
     # -- construction ------------------------------------------------------------------
-    def _start_timers(self, p: dict[str, Any]) -> None:
+    def _start_timers(self, p: Params) -> None:
         """Statistics (1 Hz), the heartbeat of a named server, presence, the graph."""
         made = self._entities
         made.append(self.create_timer(1.0, self._publish_stats))
@@ -344,7 +350,7 @@ class InferenceServer(LifecycleNode):
         made.append(self.create_timer(5.0, self._check_graph))
 
     @staticmethod
-    def _model_io(p: dict[str, Any]) -> Any:
+    def _model_io(p: Params) -> ModelIO:
         """What the model takes, checked against ``cameras`` before any weight loads."""
         from xinfer_ros.model.presets import model_io
 
@@ -466,7 +472,7 @@ class InferenceServer(LifecycleNode):
             seed=int(msg.seq))
         return inputs, tuple(stamps)
 
-    def _rgb(self, cam: int, frame: RawImage, msg: Any) -> np.ndarray:
+    def _rgb(self, cam: int, frame: RawImage, msg: Image | CompressedImage) -> np.ndarray:
         """The frame as RGB at a size the model takes (see :func:`camera_image`)."""
         rgb = decode_image(bytes(msg.data), f"camera_{cam}") if frame.compressed \
             else image_to_rgb(msg)

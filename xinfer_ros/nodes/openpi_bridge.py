@@ -33,6 +33,7 @@ from xinfer_ros.engine.api import Engine
 from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.openpi.from_params import endpoint_config
 from xinfer_ros.openpi.layouts import ModelSpec
+from xinfer_ros.openpi.messages import EndpointStats
 from xinfer_ros.openpi.server import OpenPIServer, ServerConfig, ServerThread
 from xinfer_ros.serving.server_params import OPENPI_PARAMS
 
@@ -65,7 +66,7 @@ class OpenPIBridge:
         """Refuse every inference with ``reason`` from now on (empty: serve again)."""
         self.server.refusal = reason
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EndpointStats:
         """Per-robot counters of the openpi clients."""
         return self.server.stats()
 

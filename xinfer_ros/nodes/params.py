@@ -9,13 +9,11 @@ turns it into exit status 2.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 
-from xinfer_ros.serving.params import ParamSpec
+from xinfer_ros.serving.params import Params, ParamSpec
 
 __all__ = ["ParamSpec", "declare_params", "descriptor"]
 
@@ -36,16 +34,17 @@ def descriptor(spec: ParamSpec) -> ParameterDescriptor:
     return desc
 
 
-def declare_params(node: Node, specs: list[ParamSpec]) -> dict[str, Any]:
+def declare_params(node: Node, specs: list[ParamSpec]) -> Params:
     """Declare ``specs`` on ``node``, validate the values and return them by name.
 
     Raises:
         ValueError: On the first invalid value, naming the parameter.
     """
-    values: dict[str, Any] = {}
+    values: Params = {}
     for spec in specs:
         try:
-            value = node.declare_parameter(spec.name, spec.default, descriptor(spec)).value
+            value: object = node.declare_parameter(spec.name, spec.default,
+                                                   descriptor(spec)).value
         except ParameterException as exc:
             # rclpy's text: "Trying to set parameter 'x' to '1' of type 'INTEGER', ..."
             given = str(exc).split(" to ", 1)[-1].split(", expecting", 1)[0]

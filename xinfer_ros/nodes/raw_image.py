@@ -16,7 +16,6 @@ to 4 relative to the end of the encapsulation header, then the rest.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
@@ -49,7 +48,8 @@ def peek_stamp(cdr: bytes) -> tuple[int, int] | None:
     return sec, nanosec
 
 
-def deserialize_image(cdr: bytes, message_type: type[Any] = Image) -> Any:
+def deserialize_image(cdr: bytes, message_type: type[Image | CompressedImage] = Image
+                      ) -> Image | CompressedImage:
     """A sensor_msgs/Image (or ``message_type``, e.g. CompressedImage) from CDR bytes.
 
     Raises:
@@ -74,7 +74,7 @@ class RawImage:
 
     __slots__ = ("_message", "cdr", "message_type", "stamp_s")
 
-    def __init__(self, cdr: bytes, message_type: type[Any] = Image) -> None:
+    def __init__(self, cdr: bytes, message_type: type[Image | CompressedImage] = Image) -> None:
         """Keep ``cdr``; read its stamp, deserializing only when it cannot be peeked.
 
         Raises:
@@ -83,7 +83,7 @@ class RawImage:
         """
         self.cdr = cdr
         self.message_type = message_type
-        self._message: Any = None
+        self._message: Image | CompressedImage | None = None
         stamp = peek_stamp(cdr)
         if stamp is None:
             self._message = deserialize_image(cdr, message_type)
@@ -101,7 +101,7 @@ class RawImage:
         """Whether the frame is a CompressedImage (JPEG/PNG bytes)."""
         return self.message_type is CompressedImage
 
-    def message(self) -> Any:
+    def message(self) -> Image | CompressedImage:
         """The deserialized message, built afresh on each call.
 
         Not kept: a stored frame holds its bytes once, which is what the server's frame

@@ -81,6 +81,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration as RosDuration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.subscription import Subscription
 from rclpy.time import Time as RosTime
 from rclpy.timer import Timer
 from sensor_msgs.msg import JointState
@@ -120,6 +121,11 @@ from xinfer_ros.rtc.executor_core import (
     strangers,
 )
 from xinfer_ros.rtc.limits import CommandLimits, limits_from_yaml
+from xinfer_ros.rtc.send_lag import SendLagStats
+from xinfer_ros.rtc.smoothness import SpliceSmoothness
+from xinfer_ros.rtc.splice import ActionQueue
+from xinfer_ros.serving.observations import Stamp
+from xinfer_ros.serving.params import Params
 
 __all__ = ["BUDGET_QOS", "PARAMS", "RtcExecutor", "main"]
 
@@ -204,13 +210,13 @@ PARAMS = [
 ]
 
 
-def _robot_id(namespace: str, p: dict[str, Any]) -> tuple[str, str]:
+def _robot_id(namespace: str, p: Params) -> tuple[str, str]:
     """The robot's name and the namespace's robot (the namespace's last part)."""
     ns_robot = namespace.strip("/").rsplit("/", 1)[-1]
     return p["robot_id"] or ns_robot or "robot", ns_robot
 
 
-def _joint_names(p: dict[str, Any]) -> list[str]:
+def _joint_names(p: Params) -> list[str]:
     names = [n for n in p["joint_names"] if n]
     if names and len(names) != p["action_dim"]:
         raise ValueError(f"parameter 'joint_names' has {len(names)} names for "
@@ -218,7 +224,7 @@ def _joint_names(p: dict[str, Any]) -> list[str]:
     return names or [f"joint_{i}" for i in range(p["action_dim"])]
 
 
-def _limits(p: dict[str, Any], names: list[str]) -> CommandLimits:
+def _limits(p: Params, names: list[str]) -> CommandLimits:
     """The parameters' limits, tightened by ``joint_limits_file`` (raises ``ValueError``)."""
     fields = ("min_position", "max_position", "max_velocity", "max_acceleration", "max_jerk")
     try:
@@ -238,7 +244,7 @@ def _limits(p: dict[str, Any], names: list[str]) -> CommandLimits:
         max_jerk=np.minimum(limits.max_jerk, file.max_jerk).tolist())
 
 
-def _config(robot_id: str, p: dict[str, Any], limits: CommandLimits) -> ExecutorConfig:
+def _config(robot_id: str, p: Params, limits: CommandLimits) -> ExecutorConfig:
     """The core's settings from the declared parameters (raises ``ValueError``)."""
     return ExecutorConfig(
         robot_id=robot_id, action_dim=p["action_dim"], spacing=p["keyframe_spacing_s"],
@@ -254,7 +260,7 @@ def _config(robot_id: str, p: dict[str, Any], limits: CommandLimits) -> Executor
         server_respawn=p["server_respawn"])
 
 
-def _seconds(stamp: Any) -> float:
+def _seconds(stamp: Stamp) -> float:
     return float(stamp.sec) + float(stamp.nanosec) * 1e-9
 
 
@@ -284,7 +290,7 @@ class RtcExecutor(LifecycleNode):
                                  t0=time.monotonic(), log=self._log)
         self.core.state = Lifecycle.UNCONFIGURED
         self._timers: list[Timer] = []
-        self._subs: list[Any] = []
+        self._subs: list[Subscription] = []
         self._send_timer: Timer | None = None
         self._last_wall_diag = -math.inf
         self._stopped_output = False  # an empty trajectory went out since the last chunk
@@ -539,17 +545,17 @@ class RtcExecutor(LifecycleNode):
         return self.core.commanding
 
     @property
-    def queue(self) -> Any:
+    def queue(self) -> ActionQueue:
         """The core's action queue (its counters)."""
         return self.core.queue
 
     @property
-    def smoothness(self) -> Any:
+    def smoothness(self) -> SpliceSmoothness:
         """Splice smoothness per joint."""
         return self.core.smoothness
 
     @property
-    def send_lag(self) -> Any:
+    def send_lag(self) -> SendLagStats:
         """Lateness of Eq. 1 sends."""
         return self.core.send_lag
 

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 import rclpy
 from rclpy.executors import (
@@ -230,7 +229,7 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         """Remember the signal (the handler interface of :func:`signal.signal`)."""

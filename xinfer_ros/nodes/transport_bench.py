@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -20,6 +20,13 @@ import yaml
 from xinfer_ros.core.constants import SEND_PERIOD as PERIOD_S
 from xinfer_ros.engine.latency_arms import BUDGET_MS
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
+
+if TYPE_CHECKING:  # rclpy and the messages load only when a benchmark runs
+    from rclpy.executors import Executor
+    from rclpy.node import Node
+    from rclpy.publisher import Publisher
+
+    from xinfer_ros.msg import ActionChunk
 
 __all__ = ["stream_observations", "through_ros"]
 
@@ -84,7 +91,7 @@ def stream_observations(names: list[str], camera_rate: float, seconds: float) ->
 
 
 def through_ros(robots: int, duration: float, warmup: float, camera_rate: float,
-                workdir: Path, *, executor: str = EXECUTOR_PARAM.default) -> list[float]:
+                workdir: Path, *, executor: str = str(EXECUTOR_PARAM.default)) -> list[float]:
     """Latencies of closed-loop robots through an inference_server process on loopback.
 
     The server runs the emulated backend; a separate process streams every robot's
@@ -168,7 +175,7 @@ class _Tally:
     split: list[tuple[float, float]] = field(default_factory=list)  # (wire, server overhead) ms
     rejected: list[str] = field(default_factory=list)
 
-    def add(self, msg: Any, latency: float, *, ok: bool, measured: bool) -> None:
+    def add(self, msg: ActionChunk, latency: float, *, ok: bool, measured: bool) -> None:
         """Count one chunk that answered a request after ``latency`` seconds.
 
         Args:
@@ -218,7 +225,7 @@ def _start_server_and_streamer(
     return server, streamer
 
 
-def _wait_for_server(spinner: Any, pub: Any) -> None:
+def _wait_for_server(spinner: Executor, pub: Publisher) -> None:
     """Spin until the server subscribes to ``pub`` (at most 60 s), then 1 s more."""
     end = time.monotonic() + 60.0
     while time.monotonic() < end and pub.get_subscription_count() == 0:
@@ -228,7 +235,8 @@ def _wait_for_server(spinner: Any, pub: Any) -> None:
         spinner.spin_once(timeout_sec=0.05)
 
 
-def _send_due_requests(node: Any, pubs: dict[str, Any], pending: dict[tuple[str, int], float],
+def _send_due_requests(node: Node, pubs: dict[str, Publisher],
+                       pending: dict[tuple[str, int], float],
                        next_send: dict[str, float], seqs: dict[str, int]) -> None:
     """Send each robot's next request once its Eq. 1 send time has come (one in flight)."""
     from xinfer_ros.msg import PolicyRequest

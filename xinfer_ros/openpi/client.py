@@ -9,12 +9,14 @@ project's environment can drive the endpoint.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Mapping
+from typing import cast
 
 from websockets.sync.client import ClientConnection, connect
 
-from xinfer_ros.openpi.codec import packb, unpackb
+from xinfer_ros.openpi.codec import CodecError, packb, unpackb
 from xinfer_ros.openpi.errors import OpenPIError
+from xinfer_ros.openpi.messages import Reply
 
 __all__ = ["OpenPIClient", "ServerError"]
 
@@ -40,16 +42,17 @@ class OpenPIClient:
         self._ws: ClientConnection = self._stack.enter_context(
             connect(uri, compression=None, max_size=None, additional_headers=headers,
                     open_timeout=timeout_s))
-        self.metadata: dict[str, Any] = unpackb(_binary(self._ws.recv(timeout=timeout_s)))
+        self.metadata = _message(unpackb(_binary(self._ws.recv(timeout=timeout_s))))
 
-    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+    def infer(self, obs: Mapping[str, object]) -> Reply:
         """Send one observation and return the reply.
 
         Raises:
             ServerError: with the server's text when it reports an error.
         """
         self._ws.send(packb(obs))
-        return unpackb(_binary(self._ws.recv(timeout=self._timeout)))
+        # Every openpi reply is a map of the protocol's keys (see Reply).
+        return cast(Reply, _message(unpackb(_binary(self._ws.recv(timeout=self._timeout)))))
 
     def close(self) -> None:
         """Close the connection."""
@@ -60,6 +63,17 @@ class OpenPIClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _message(decoded: object) -> dict[str, object]:
+    """A reply as the map every openpi reply is.
+
+    Raises:
+        CodecError: When the server sent something else.
+    """
+    if not isinstance(decoded, dict):
+        raise CodecError(f"expected a map from the server, got {type(decoded).__name__}")
+    return decoded
 
 
 def _binary(frame: str | bytes) -> bytes:

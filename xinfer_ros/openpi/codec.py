@@ -26,7 +26,7 @@ import math
 import struct
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TypeAlias
 
 import msgpack
 import numpy as np
@@ -34,6 +34,10 @@ import numpy as np
 from xinfer_ros.openpi.errors import OpenPIError
 
 __all__ = ["CodecError", "DecodeLimits", "LimitError", "packb", "unpackb"]
+
+#: A msgpack map as ``object_hook`` receives it: ``str`` keys, ``bytes`` where the
+#: sender packed binary keys (the array tags).
+_WireMap: TypeAlias = dict[str | bytes, object]
 
 _ND = b"__ndarray__"
 _NPG = b"__npgeneric__"
@@ -102,7 +106,7 @@ class DecodeLimits:
 _DEFAULT_LIMITS = DecodeLimits()
 
 
-def _encode(obj: Any) -> Any:
+def _encode(obj: object) -> dict[bytes, object]:
     """The msgpack ``default`` hook: arrays and NumPy scalars to their tagged maps."""
     if isinstance(obj, (np.ndarray, np.generic)) and obj.dtype.kind in _REFUSED_KINDS:
         raise CodecError(f"unsupported dtype {obj.dtype} (object, void and complex arrays "
@@ -119,21 +123,22 @@ def _encode(obj: Any) -> Any:
     raise CodecError(f"cannot pack a value of type {type(obj).__name__}")
 
 
-def packb(obj: Any) -> bytes:
+def packb(obj: object) -> bytes:
     """Serialize ``obj`` (dicts, lists, scalars, str, bytes, NumPy arrays and scalars).
 
     Raises:
         CodecError: on a value msgpack-numpy cannot represent.
     """
     try:
-        return msgpack.packb(obj, default=_encode, use_bin_type=True)
+        packed: bytes = msgpack.packb(obj, default=_encode, use_bin_type=True)
     except CodecError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise CodecError(f"cannot pack message: {exc}") from exc
+    return packed
 
 
-def _dtype(raw: Any) -> np.dtype:
+def _dtype(raw: object) -> np.dtype:
     if isinstance(raw, bytes):
         raw = raw.decode("ascii", "replace")
     if not isinstance(raw, str):
@@ -147,7 +152,7 @@ def _dtype(raw: Any) -> np.dtype:
     return dtype
 
 
-def _array(obj: dict[Any, Any], limits: DecodeLimits) -> np.ndarray:
+def _array(obj: _WireMap, limits: DecodeLimits) -> np.ndarray:
     dtype = _dtype(obj.get(b"dtype"))
     shape = obj.get(b"shape")
     data = obj.get(b"data")
@@ -166,15 +171,16 @@ def _array(obj: dict[Any, Any], limits: DecodeLimits) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(tuple(shape))
 
 
-def _scalar(obj: dict[Any, Any]) -> np.generic:
+def _scalar(obj: _WireMap) -> np.generic:
     dtype = _dtype(obj.get(b"dtype"))
     try:
-        return dtype.type(obj.get(b"data"))
+        value: np.generic = dtype.type(obj.get(b"data"))
+        return value
     except (TypeError, ValueError, OverflowError) as exc:
         raise CodecError(f"bad {dtype.str} scalar: {exc}") from exc
 
 
-def _decode(limits: DecodeLimits, obj: dict[Any, Any]) -> Any:
+def _decode(limits: DecodeLimits, obj: _WireMap) -> np.ndarray | np.generic | _WireMap:
     """The msgpack ``object_hook``: tagged maps back to arrays and scalars."""
     if obj.get(_ND) is True:
         return _array(obj, limits)
@@ -196,7 +202,7 @@ _SIZED = {0xD9: (">B", 0), 0xDA: (">H", 0), 0xDB: (">I", 0), 0xC4: (">B", 0),
 _CONTAINERS = {0xDC: (">H", 1), 0xDD: (">I", 1), 0xDE: (">H", 2), 0xDF: (">I", 2)}
 
 
-def _header(view: Any, pos: int, size: int) -> tuple[int, int] | None:
+def _header(view: bytes | memoryview, pos: int, size: int) -> tuple[int, int] | None:
     """Read the item at ``pos``: (position after its header, items it contains).
 
     Items contained is -1 for a scalar (whose payload the position skips) and the
@@ -267,8 +273,11 @@ def _scan(data: bytes | bytearray | memoryview, limits: DecodeLimits) -> None:
 
 
 def unpackb(data: bytes | bytearray | memoryview,
-            limits: DecodeLimits = _DEFAULT_LIMITS) -> Any:
+            limits: DecodeLimits = _DEFAULT_LIMITS) -> object:
     """Deserialize one message; arrays come back as read-only NumPy arrays.
+
+    The result is whatever the sender packed (a map for every openpi message): callers
+    check its type before they read it.
 
     Args:
         data: the message.
@@ -287,10 +296,12 @@ def unpackb(data: bytes | bytearray | memoryview,
         # strict_map_key (the default) admits only str and bytes keys: all openpi uses.
         # The length caps repeat the scan's bound inside msgpack (it would otherwise
         # preallocate what a header claims, up to the message size).
-        return msgpack.unpackb(data, object_hook=partial(_decode, limits), raw=False,
-                               max_array_len=budget, max_map_len=budget)
+        message: object = msgpack.unpackb(data, object_hook=partial(_decode, limits),
+                                          raw=False, max_array_len=budget,
+                                          max_map_len=budget)
     except CodecError:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # msgpack's ExtraData, FormatError and StackError are ValueErrors.
         raise CodecError(f"not a valid msgpack message: {exc}") from exc
+    return message

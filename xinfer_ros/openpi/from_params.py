@@ -6,17 +6,31 @@ same parameters (:data:`xinfer_ros.serving.server_params.OPENPI_PARAMS`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from xinfer_ros.openpi.layouts import load_layout
 from xinfer_ros.openpi.server import ServerConfig, resolve_api_key
+from xinfer_ros.serving.params import Params
 
-__all__ = ["endpoint_config"]
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
+
+__all__ = ["EndpointOverrides", "endpoint_config"]
 
 
-def endpoint_config(p: Mapping[str, Any], *, port: int, reserved_ids: tuple[str, ...] = (),
-                    **extra: Any) -> ServerConfig:
+class EndpointOverrides(TypedDict, total=False):
+    """:class:`ServerConfig` fields a caller sets beside the parameters (flags)."""
+
+    default_prompt: str | None
+    max_connections: int
+    request_timeout_s: float
+    idle_timeout_s: float
+    rate_limit_hz: float
+    rate_limit_mib_s: float
+
+
+def endpoint_config(p: Params, *, port: int, reserved_ids: tuple[str, ...] = (),
+                    **extra: Unpack[EndpointOverrides]) -> ServerConfig:
     """The endpoint configuration of the validated server parameters ``p``.
 
     Args:
@@ -31,10 +45,10 @@ def endpoint_config(p: Mapping[str, Any], *, port: int, reserved_ids: tuple[str,
         ValueError: On an unreadable layout or API key file.
     """
     allow = tuple(a.strip() for a in p["openpi_allow"].split(",") if a.strip()) or None
-    limits = {"max_connections": p["openpi_max_connections"],
-              "idle_timeout_s": p["openpi_idle_timeout_s"],
-              "rate_limit_hz": p["openpi_rate_limit_hz"],
-              "rate_limit_mib_s": p["openpi_rate_limit_mib_s"], **extra}
+    limits: EndpointOverrides = {"max_connections": p["openpi_max_connections"],
+                                 "idle_timeout_s": p["openpi_idle_timeout_s"],
+                                 "rate_limit_hz": p["openpi_rate_limit_hz"],
+                                 "rate_limit_mib_s": p["openpi_rate_limit_mib_s"], **extra}
     return ServerConfig(
         host=p["openpi_host"], port=port, layout=load_layout(p["openpi_layout"]),
         default_budget_ms=p["openpi_budget_ms"], max_budget_ms=float(p["max_budget_ms"]),

@@ -51,14 +51,15 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final, TypeAlias, TypedDict, cast
 
 import numpy as np
+import numpy.typing as npt
 import yaml
 
 from xinfer_ros.model.images import RESAMPLE_MODES, Resample, ResizeMode, fit_image
 from xinfer_ros.openpi.errors import LayoutSettingError, ObservationFieldError
-from xinfer_ros.openpi.transforms import ALOHA_DIM, OpenPITransforms
+from xinfer_ros.openpi.transforms import ALOHA_DIM, FloatArray, OpenPITransforms, TransformsFile
 
 if TYPE_CHECKING:
     from xinfer_ros.model.presets import ModelIO
@@ -70,10 +71,16 @@ __all__ = [
     "LIBERO",
     "LIBERO_ABSOLUTE",
     "MISSING",
+    "CameraEntry",
     "CameraSource",
+    "LayoutFile",
     "MappedObservation",
+    "ModelCamera",
     "ModelSpec",
+    "ModelSpecDict",
+    "Observation",
     "ObservationLayout",
+    "as_observation",
     "check_layout",
     "detect_layout",
     "fit_image",
@@ -87,6 +94,55 @@ __all__ = [
 MAX_PROMPT_CHARS = 4096
 #: Largest accepted image side (pixels), a bound independent of the message size.
 MAX_IMAGE_SIDE = 8192
+
+#: A decoded openpi observation: string keys (``/`` paths into nested maps), values
+#: as the client packed them (arrays, numbers, strings, maps); read through
+#: :func:`lookup` and checked field by field.
+Observation: TypeAlias = Mapping[str, object]
+
+
+class ModelCamera(TypedDict):
+    """One model camera in the connection metadata."""
+
+    name: str
+    height: int
+    width: int
+
+
+class ModelSpecDict(TypedDict):
+    """:meth:`ModelSpec.to_dict`: what the served model takes and returns."""
+
+    cameras: list[ModelCamera]
+    state_dim: int
+    action_horizon: int
+    action_dim: int
+
+
+class _CameraKey(TypedDict):
+    key: str
+
+
+class CameraEntry(_CameraKey, total=False):
+    """A layout file's camera written as a mapping (``required`` optional on input)."""
+
+    required: bool
+
+
+class LayoutFile(TypedDict, total=False):
+    """A layout file (YAML or JSON; see :meth:`ObservationLayout.from_dict`).
+
+    ``cameras`` and ``state_key`` are required; a camera is a key or a mapping.
+    """
+
+    name: str
+    cameras: list[str | CameraEntry]
+    state_key: str
+    prompt_key: str
+    state_required: bool
+    action_dim: int | None
+    resize: ResizeMode
+    resample: Resample
+    transforms: TransformsFile | None
 
 
 @dataclass(frozen=True)
@@ -134,7 +190,7 @@ class ModelSpec:
 
         return cls.from_io(model_io(name, model_path))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ModelSpecDict:
         """msgpack/JSON-ready form (sent in the connection metadata)."""
         return {"cameras": [{"name": n, "height": h, "width": w} for n, h, w in self.cameras],
                 "state_dim": self.state_dim, "action_horizon": self.horizon,
@@ -188,7 +244,7 @@ class ObservationLayout:
             raise ValueError(f"layout {self.name!r}: action_dim must be >= 1")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ObservationLayout:
+    def from_dict(cls, data: LayoutFile) -> ObservationLayout:
         """Build from a mapping (a YAML or JSON layout file).
 
         Example::
@@ -227,7 +283,7 @@ class ObservationLayout:
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed layout: {exc!r}") from exc
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LayoutFile:
         """msgpack/JSON-ready form (sent in the connection metadata)."""
         return {"name": self.name, "resize": self.resize, "resample": self.resample,
                 "state_key": self.state_key,
@@ -293,7 +349,8 @@ def load_layout(name_or_path: str) -> ObservationLayout | None:
     if not isinstance(data, Mapping):
         raise ValueError(f"layout file {path} does not hold a mapping")
     try:
-        return ObservationLayout.from_dict(data)
+        # A layout file as written: from_dict checks every field it reads.
+        return ObservationLayout.from_dict(cast(LayoutFile, data))
     except ValueError as exc:
         raise ValueError(f"layout file {path}: {exc}") from None
 
@@ -327,14 +384,25 @@ class _Missing:
 
 
 #: Returned by :func:`lookup` for an absent key.
-MISSING: Any = _Missing()
+MISSING: Final = _Missing()
 
 
-def lookup(obs: Mapping[str, Any], key: str) -> Any:
+def as_observation(obs: object) -> Observation:
+    """``obs`` (a decoded message) as an observation map.
+
+    Raises:
+        ObservationFieldError: when it is not a map.
+    """
+    if not isinstance(obs, Mapping):
+        raise ObservationFieldError("observation", f"expected a map, got {type(obs).__name__}")
+    return obs
+
+
+def lookup(obs: Observation, key: str) -> object:
     """The value at ``key`` (literal key first, then a ``/`` path), or :data:`MISSING`."""
     if key in obs:
         return obs[key]
-    node: Any = obs
+    node: object = obs
     for part in key.split("/"):
         if not isinstance(node, Mapping) or part not in node:
             return MISSING
@@ -342,7 +410,7 @@ def lookup(obs: Mapping[str, Any], key: str) -> Any:
     return node
 
 
-def detect_layout(obs: Mapping[str, Any],
+def detect_layout(obs: Observation,
                   layouts: Sequence[ObservationLayout] = (LIBERO, ALOHA)) -> ObservationLayout:
     """The first layout whose first camera key is present in ``obs``.
 
@@ -358,7 +426,7 @@ def detect_layout(obs: Mapping[str, Any],
                        f"{[lay.cameras[0].key for lay in layouts]}); its keys are {keys}")
 
 
-def to_rgb_uint8(value: Any, name: str) -> np.ndarray:
+def to_rgb_uint8(value: object, name: str) -> npt.NDArray[np.uint8]:
     """An HxWx3 uint8 RGB array from an HWC/CHW, uint8/float[0, 1] image.
 
     Raises:
@@ -403,16 +471,16 @@ class MappedObservation:
         transforms: that layout's openpi transforms (the reply path runs them too).
     """
 
-    images: list[np.ndarray | None]
+    images: list[npt.NDArray[np.uint8] | None]
     image_mask: tuple[bool, ...]
-    state: np.ndarray
+    state: FloatArray
     state_dim_in: int
     prompt: str
     layout: str
     transforms: OpenPITransforms
 
 
-def _state(obs: Mapping[str, Any], layout: ObservationLayout, dim: int) -> tuple[np.ndarray, int]:
+def _state(obs: Observation, layout: ObservationLayout, dim: int) -> tuple[FloatArray, int]:
     raw = lookup(obs, layout.state_key)
     if raw is MISSING:
         if layout.state_required:
@@ -435,7 +503,7 @@ def _state(obs: Mapping[str, Any], layout: ObservationLayout, dim: int) -> tuple
     return out, int(arr.size)
 
 
-def _prompt(obs: Mapping[str, Any], layout: ObservationLayout, default: str | None) -> str:
+def _prompt(obs: Observation, layout: ObservationLayout, default: str | None) -> str:
     raw = lookup(obs, layout.prompt_key)
     if raw is MISSING:
         if default is None:
@@ -456,7 +524,7 @@ def _prompt(obs: Mapping[str, Any], layout: ObservationLayout, default: str | No
     return raw
 
 
-def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec,
+def map_observation(obs: object, layout: ObservationLayout | None, model: ModelSpec,
                     default_prompt: str | None = None) -> MappedObservation:
     """Map one decoded observation onto the model's cameras, state and prompt.
 
@@ -469,8 +537,7 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
     Raises:
         ObservationFieldError: naming the first missing or malformed field.
     """
-    if not isinstance(obs, Mapping):
-        raise ObservationFieldError("observation", f"expected a map, got {type(obs).__name__}")
+    obs = as_observation(obs)
     layout = layout if layout is not None else detect_layout(obs)
     transforms = layout.transforms
     assert transforms is not None  # ObservationLayout refuses a layout without them
@@ -481,7 +548,7 @@ def map_observation(obs: Any, layout: ObservationLayout | None, model: ModelSpec
                                     f"{model.state_dim}, action_dim {model.action_dim}")
     state = transforms.state_in(state)
     prompt = transforms.prompt_in(_prompt(obs, layout, default_prompt))
-    images: list[np.ndarray | None] = []
+    images: list[npt.NDArray[np.uint8] | None] = []
     mask: list[bool] = []
     for index, (_, height, width) in enumerate(model.cameras):
         source = layout.cameras[index] if index < len(layout.cameras) else None

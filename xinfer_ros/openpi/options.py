@@ -29,9 +29,8 @@ key                        type                     meaning (default when absent
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from xinfer_ros.core.errors import BudgetError
 from xinfer_ros.core.timing import budget_seconds
 from xinfer_ros.model.errors import InputError
 from xinfer_ros.openpi.errors import ObservationFieldError
-from xinfer_ros.openpi.layouts import MISSING, lookup
+from xinfer_ros.openpi.layouts import MISSING, Observation, lookup
 from xinfer_ros.serving.frontend import commit_steps, prev_shift, previous_chunk
 
 __all__ = [
@@ -92,7 +91,7 @@ class RequestOptions:
     prev_shift: int = 0
 
 
-def valid_robot_id(value: Any) -> str | None:
+def valid_robot_id(value: object) -> str | None:
     """Why ``value`` is not a usable robot id, or None when it is."""
     if not isinstance(value, str) or not value:
         return f"expected a non-empty string, got {value!r}"
@@ -103,17 +102,17 @@ def valid_robot_id(value: Any) -> str | None:
     return None
 
 
-def _budget(obs: Mapping[str, Any], default_ms: float, max_ms: float) -> tuple[float, float]:
+def _budget(obs: Observation, default_ms: float, max_ms: float) -> tuple[float, float]:
     """The budget in seconds and as sent (ms): the key's, else the default."""
     raw = lookup(obs, KEY_BUDGET)
     sent = default_ms if raw is MISSING else raw
     try:
-        return budget_seconds(sent, max_ms), float(sent)
+        return budget_seconds(sent, max_ms), float(cast(float, sent))  # a number: accepted
     except BudgetError as exc:
         raise ObservationFieldError(KEY_BUDGET, exc.detail) from None
 
 
-def _prev_chunk(obs: Mapping[str, Any], horizon: int, dim: int,
+def _prev_chunk(obs: Observation, horizon: int, dim: int,
                 out_dim: int) -> np.ndarray | None:
     raw = lookup(obs, KEY_PREV_CHUNK)
     if raw is MISSING or raw is None:
@@ -121,7 +120,7 @@ def _prev_chunk(obs: Mapping[str, Any], horizon: int, dim: int,
     return previous_chunk(raw, horizon, dim, columns=out_dim, field=KEY_PREV_CHUNK)
 
 
-def _int(obs: Mapping[str, Any], key: str) -> int | None:
+def _int(obs: Observation, key: str) -> int | None:
     raw = lookup(obs, key)
     if raw is MISSING or raw is None:
         return None
@@ -130,7 +129,7 @@ def _int(obs: Mapping[str, Any], key: str) -> int | None:
     return int(raw)
 
 
-def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budget_ms: float,
+def parse_options(obs: Observation, *, default_budget_ms: float, max_budget_ms: float,
                   horizon: int, action_dim: int, out_dim: int) -> RequestOptions:
     """Validate the ``xinfer/*`` fields of ``obs``.
 
@@ -165,4 +164,5 @@ def parse_options(obs: Mapping[str, Any], *, default_budget_ms: float, max_budge
     seed = _int(obs, KEY_SEED)
     if seed is not None and not 0 <= seed < 2**63:
         raise ObservationFieldError(KEY_SEED, f"{seed} outside [0, 2**63)")
-    return RequestOptions(robot, budget, budget_ms, prev, commit, seed, shift)
+    robot_id = robot if isinstance(robot, str) else None  # valid_robot_id took only str
+    return RequestOptions(robot_id, budget, budget_ms, prev, commit, seed, shift)

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,7 @@ from xinfer_ros.openpi.layouts import (
     load_layout,
     map_observation,
 )
+from xinfer_ros.openpi.messages import Reply, ServerTiming
 from xinfer_ros.serving.frontend import engine_inputs
 
 __all__ = ["LOOPS", "LeRobotStyleServer", "OpenPIStyleServer", "SampleActionsPolicy", "main"]
@@ -97,7 +98,7 @@ class SampleActionsPolicy:
         self.layout: ObservationLayout | None = load_layout(layout)  # None: detect
         self._seq = 0
 
-    def infer(self, obs: Any) -> dict[str, Any]:
+    def infer(self, obs: object) -> Reply:
         """The chunk of one decoded observation (``actions``: ``(H, D_out)`` float64).
 
         Raises:
@@ -133,7 +134,7 @@ class SampleActionsPolicy:
         return {"actions": np.ascontiguousarray(actions, dtype=np.float64)}
 
 
-def _metadata(loop: str, policy: SampleActionsPolicy) -> dict[str, Any]:
+def _metadata(loop: str, policy: SampleActionsPolicy) -> dict[str, object]:
     return {"server": f"{loop}-style peer", **policy.spec.to_dict()}
 
 
@@ -168,7 +169,7 @@ class OpenPIStyleServer:
                     await ws.send(traceback.format_exc())
                     await ws.close(CloseCode.INTERNAL_ERROR, "Internal server error")
                 return
-            timing = {"infer_ms": (time.monotonic() - start) * MS_PER_S}
+            timing: ServerTiming = {"infer_ms": (time.monotonic() - start) * MS_PER_S}
             if prev_total is not None:
                 timing["prev_total_ms"] = prev_total * MS_PER_S
             reply["server_timing"] = timing
@@ -178,7 +179,7 @@ class OpenPIStyleServer:
                 return
             prev_total = time.monotonic() - start
 
-    async def serve(self, ready: Any, stop: asyncio.Event) -> None:
+    async def serve(self, ready: Callable[[int], object], stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set; ``ready(port)`` once bound."""
         async with serve(self._handler, self.host, self.port, compression=None,
                          max_size=None) as server:
@@ -190,7 +191,7 @@ class OpenPIStyleServer:
 class _Pending:
     """An observation waiting in the one-slot queue, and where its answer goes."""
 
-    obs: Any
+    obs: object
     loop: asyncio.AbstractEventLoop
     answer: asyncio.Future[bytes | str]
 
@@ -252,7 +253,7 @@ class LeRobotStyleServer:
             except websockets.ConnectionClosed:
                 return
 
-    async def serve(self, ready: Any, stop: asyncio.Event) -> None:
+    async def serve(self, ready: Callable[[int], object], stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set; ``ready(port)`` once bound."""
         self._worker.start()
         try:

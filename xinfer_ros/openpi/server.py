@@ -75,9 +75,11 @@ from xinfer_ros.openpi.layouts import (
     MappedObservation,
     ModelSpec,
     ObservationLayout,
+    as_observation,
     check_layout,
     map_observation,
 )
+from xinfer_ros.openpi.messages import AnswerLatency, EndpointStats
 from xinfer_ros.openpi.options import XINFER_KEYS, RequestOptions, parse_options, valid_robot_id
 from xinfer_ros.openpi.ratelimit import TokenBucket
 from xinfer_ros.serving.frontend import engine_inputs
@@ -174,7 +176,7 @@ class ServerConfig:
     cpu_workers: int = 2
     inline_prepare_bytes: int = 1024 * 1024
     model_name: str = "tiny"
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -320,7 +322,7 @@ class OpenPIServer:
             self._pool = None
 
     # -- introspection ----------------------------------------------------------------------
-    def metadata(self, robot_id: str | None) -> dict[str, Any]:
+    def metadata(self, robot_id: str | None) -> dict[str, object]:
         """The metadata message sent on connect (msgpack-ready)."""
         cfg = self.config
         backend = self.engine.backend
@@ -334,7 +336,7 @@ class OpenPIServer:
             "xinfer_keys": list(XINFER_KEYS), **cfg.metadata,
         }
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EndpointStats:
         """Counters per robot, refusals by reason and the engine's snapshot (thread-safe)."""
         with self._lock:
             robots = {k: vars(v).copy() for k, v in self._robots.items()}
@@ -542,10 +544,11 @@ class OpenPIServer:
         except CodecError as exc:
             raise _ClientError("invalid_message", str(exc)) from exc
         try:
-            mapped = map_observation(obs, self.config.layout, self.model,
+            observation = as_observation(obs)
+            mapped = map_observation(observation, self.config.layout, self.model,
                                      self.config.default_prompt)
             options = parse_options(
-                obs, default_budget_ms=self.config.default_budget_ms,
+                observation, default_budget_ms=self.config.default_budget_ms,
                 max_budget_ms=self.config.max_budget_ms, horizon=self.model.horizon,
                 action_dim=self.model.action_dim, out_dim=self._out_dim(mapped.layout))
         except ObservationFieldError as exc:
@@ -648,7 +651,7 @@ class OpenPIServer:
         }
 
 
-def _latency(answers: list[tuple[float, bool]]) -> dict[str, Any]:
+def _latency(answers: list[tuple[float, bool]]) -> AnswerLatency:
     """P50/P99 (ms) of every recent answer, refusals included, and of chunks alone.
 
     A server that sheds answers fast without actions; the robot still waited, so the

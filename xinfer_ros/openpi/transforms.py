@@ -38,9 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from xinfer_ros.openpi.errors import LayoutSettingError
 
@@ -50,12 +51,26 @@ __all__ = [
     "IDENTITY_TRANSFORMS",
     "TRANSFORM_KEYS",
     "OpenPITransforms",
+    "TransformsFile",
     "clean_prompt",
     "gripper_from_angular",
     "gripper_from_angular_inv",
     "gripper_to_angular",
     "joint_flip_mask",
 ]
+
+#: A float64 vector or chunk (states, actions).
+FloatArray = npt.NDArray[np.float64]
+
+
+class TransformsFile(TypedDict):
+    """A layout file's ``transforms`` mapping (:meth:`OpenPITransforms.from_dict`)."""
+
+    adapt_to_pi: bool
+    #: One flag per action dimension; ``[]`` or null: absolute actions.
+    delta_action_mask: list[bool] | None
+    clean_prompt: bool
+
 
 #: Every key of a layout's ``transforms`` mapping; each one must be stated.
 TRANSFORM_KEYS: tuple[str, ...] = ("adapt_to_pi", "delta_action_mask", "clean_prompt")
@@ -71,20 +86,20 @@ _PI_GRIPPER_ANGLE = (0.5476, 1.6296)  # π0's gripper encoder range, in radians
 _GRIPPER_JOINT = (-0.6213, 1.4910)  # PUPPET_GRIPPER_JOINT_OPEN / _CLOSE
 
 
-def joint_flip_mask() -> np.ndarray:
+def joint_flip_mask() -> FloatArray:
     """ALOHA ↔ π0 joint sign flips, per dimension of the 14-value state or action."""
     return np.array([1, -1, -1, 1, 1, 1, 1, 1, -1, -1, 1, 1, 1, 1], dtype=np.float64)
 
 
-def _to_unit(x: np.ndarray, low: float, high: float) -> np.ndarray:
+def _to_unit(x: FloatArray, low: float, high: float) -> FloatArray:
     return (x - low) / (high - low)
 
 
-def _from_unit(x: np.ndarray, low: float, high: float) -> np.ndarray:
+def _from_unit(x: FloatArray, low: float, high: float) -> FloatArray:
     return x * (high - low) + low
 
 
-def gripper_to_angular(value: np.ndarray) -> np.ndarray:
+def gripper_to_angular(value: FloatArray) -> FloatArray:
     """ALOHA's normalised linear gripper position → π0's normalised gripper angle."""
     linear = _from_unit(value, *_GRIPPER_LINEAR)
     cos_arg = (_HORN_RADIUS**2 + linear**2 - _ARM_LENGTH**2) / (2.0 * _HORN_RADIUS * linear)
@@ -92,12 +107,12 @@ def gripper_to_angular(value: np.ndarray) -> np.ndarray:
     return _to_unit(angle, *_PI_GRIPPER_ANGLE)
 
 
-def gripper_from_angular(value: np.ndarray) -> np.ndarray:
+def gripper_from_angular(value: FloatArray) -> FloatArray:
     """π0's gripper action → ALOHA's normalised gripper joint command."""
     return _to_unit(value + _PI_GRIPPER_ANGLE[0], *_GRIPPER_JOINT)
 
 
-def gripper_from_angular_inv(value: np.ndarray) -> np.ndarray:
+def gripper_from_angular_inv(value: FloatArray) -> FloatArray:
     """The exact inverse of :func:`gripper_from_angular` (ALOHA command → π0 action)."""
     return _from_unit(value, *_GRIPPER_JOINT) - _PI_GRIPPER_ANGLE[0]
 
@@ -107,7 +122,7 @@ def clean_prompt(prompt: str) -> str:
     return prompt.strip().replace("_", " ").replace("\n", " ")
 
 
-def _flag(data: Mapping[str, Any], key: str) -> bool:
+def _flag(data: Mapping[str, object], key: str) -> bool:
     value = data[key]
     if not isinstance(value, bool):
         raise LayoutSettingError(f"transforms.{key}", f"expected true or false, got "
@@ -115,7 +130,7 @@ def _flag(data: Mapping[str, Any], key: str) -> bool:
     return value
 
 
-def _mask(value: Any) -> tuple[bool, ...]:
+def _mask(value: object) -> tuple[bool, ...]:
     field = "transforms.delta_action_mask"
     if value is None:
         return ()
@@ -141,7 +156,7 @@ class OpenPITransforms:
     clean_prompt: bool
 
     @classmethod
-    def from_dict(cls, data: Any) -> OpenPITransforms:
+    def from_dict(cls, data: object) -> OpenPITransforms:
         """Build from a layout file's ``transforms`` mapping; every key must be stated.
 
         Raises:
@@ -161,7 +176,7 @@ class OpenPITransforms:
         return cls(_flag(data, "adapt_to_pi"), _mask(data["delta_action_mask"]),
                    _flag(data, "clean_prompt"))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TransformsFile:
         """msgpack/JSON/YAML-ready form (the layout file's ``transforms`` mapping)."""
         return {"adapt_to_pi": self.adapt_to_pi,
                 "delta_action_mask": list(self.delta_action_mask),
@@ -186,7 +201,7 @@ class OpenPITransforms:
                     f"{width} entries exceed the layout's {name} {dim}")
 
     # -- request path ---------------------------------------------------------------------
-    def state_in(self, state: np.ndarray) -> np.ndarray:
+    def state_in(self, state: FloatArray) -> FloatArray:
         """The robot's state in the model's frame (``AlohaInputs``' state step)."""
         out = np.array(state, dtype=np.float64)
         if self.adapt_to_pi:
@@ -200,7 +215,7 @@ class OpenPITransforms:
         """The instruction as the checkpoint's tokenizer saw it in training."""
         return clean_prompt(prompt) if self.clean_prompt else prompt
 
-    def actions_in(self, actions: np.ndarray, model_state: np.ndarray) -> np.ndarray:
+    def actions_in(self, actions: FloatArray, model_state: FloatArray) -> FloatArray:
         """A chunk in the robot's frame → the model's frame (inverse of :meth:`actions_out`).
 
         Args:
@@ -216,8 +231,8 @@ class OpenPITransforms:
         return out - self._delta(out.shape[1], model_state)
 
     # -- reply path -----------------------------------------------------------------------
-    def actions_out(self, actions: np.ndarray, model_state: np.ndarray,
-                    out_dim: int) -> np.ndarray:
+    def actions_out(self, actions: FloatArray, model_state: FloatArray,
+                    out_dim: int) -> FloatArray:
         """The model's unnormalised chunk → the robot's frame, ``(H, out_dim)``.
 
         openpi's order: ``AbsoluteActions`` on the model's width, then the layout's
@@ -232,7 +247,7 @@ class OpenPITransforms:
             out[:, :ALOHA_DIM] = head
         return out
 
-    def _delta(self, width: int, model_state: np.ndarray) -> np.ndarray:
+    def _delta(self, width: int, model_state: FloatArray) -> FloatArray:
         """The per-dimension offset ``state`` on the mask, 0 elsewhere, ``(width,)``."""
         offset = np.zeros(width, dtype=np.float64)
         n = min(len(self.delta_action_mask), width)

@@ -20,7 +20,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -196,7 +195,7 @@ def _exceeds(value: FloatArray, limit: FloatArray) -> bool:
     return bool(np.any(np.abs(value) > limit * (1.0 + _RTOL) + _RTOL))
 
 
-def _joint_entry(path: str, joint: str, entry: Any) -> dict[str, float]:
+def _joint_entry(path: str, joint: str, entry: object) -> dict[str, float]:
     """One joint's enabled limits from a ``joint_limits`` entry."""
     if not isinstance(entry, Mapping):
         raise LimitsError(f"{path}: joint_limits.{joint} must be a mapping")
@@ -220,7 +219,7 @@ def _joint_entry(path: str, joint: str, entry: Any) -> dict[str, float]:
     return out
 
 
-def _limits_section(path: str, data: Any) -> Mapping[str, Any]:
+def _limits_section(path: str, data: object) -> Mapping[str, object]:
     """The ``joint_limits`` mapping, at the top or under ``<node>.ros__parameters``."""
     if isinstance(data, Mapping) and "joint_limits" in data:
         section = data["joint_limits"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from xinfer_ros.core.constants import MAX_BUDGET
 from xinfer_ros.errors import XInferRosError
@@ -36,7 +35,7 @@ class ArgumentSpec:
     high: float = 0.0
     open_low: bool = False
 
-    def check(self, name: str, value: Any) -> Any:
+    def check(self, name: str, value: object) -> bool | float:
         """``value`` as the argument's type, or :class:`PolicySwitchError` naming it."""
         if self.kind is bool:
             if not isinstance(value, bool):
@@ -71,7 +70,7 @@ class PolicySwitchError(XInferRosError, ValueError):
     """A policy switch request that cannot be carried out as written."""
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str) -> int | float | bool | str:
     """A parameter value written as text: an int, a float, a bool or else the text."""
     for cast in (int, float):
         try:
@@ -82,7 +81,7 @@ def parse_value(text: str) -> Any:
 
 
 def policy_arguments(policy: str, names: Sequence[str], values: Sequence[str],
-                     known: Sequence[str]) -> dict[str, Any]:
+                     known: Sequence[str]) -> dict[str, bool | float]:
     """The keyword arguments of a switch to ``policy``.
 
     Args:
@@ -100,7 +99,7 @@ def policy_arguments(policy: str, names: Sequence[str], values: Sequence[str],
         raise PolicySwitchError(f"unknown policy {policy!r}; choose one of {list(known)}")
     if len(names) != len(values):
         raise PolicySwitchError("parameter_names and parameter_values differ in length")
-    out: dict[str, Any] = {}
+    out: dict[str, bool | float] = {}
     for name, text in zip(names, values, strict=True):
         spec = POLICY_ARGUMENTS.get(name)
         if spec is None:

@@ -9,14 +9,15 @@ RGB, the layout the model's preparation expects.
 from __future__ import annotations
 
 import functools
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Protocol, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from xinfer_ros.errors import XInferRosError
 
-__all__ = ["DEPTH_ENCODINGS", "ImageConversionError", "ImageLike", "check_colour",
+__all__ = ["DEPTH_ENCODINGS", "ImageConversionError", "ImageFields", "ImageLike", "check_colour",
            "image_to_rgb", "rgb_to_image_fields"]
 
 
@@ -32,7 +33,28 @@ class ImageLike(Protocol):
     encoding: str
     is_bigendian: int
     step: int
-    data: Any
+
+    @property
+    def data(self) -> bytes | bytearray | memoryview | Sequence[int]:
+        """The pixel rows (rclpy: an ``array.array`` of bytes)."""
+
+
+class ImageFields(TypedDict):
+    """The sensor_msgs/Image fields :func:`rgb_to_image_fields` fills."""
+
+    height: int
+    width: int
+    encoding: str
+    is_bigendian: int
+    step: int
+    data: bytes
+
+
+class _Bridge(Protocol):
+    """The part of cv_bridge's ``CvBridge`` used here."""
+
+    def imgmsg_to_cv2(self, img_msg: ImageLike, desired_encoding: str) -> npt.ArrayLike:
+        """The message's pixels as an OpenCV (numpy) image."""
 
 
 # encoding -> (channels, numpy dtype, channel order as it should map to RGB)
@@ -88,14 +110,15 @@ def _numpy_to_rgb(msg: ImageLike) -> npt.NDArray[np.uint8]:
 
 
 @functools.cache
-def _cv_bridge() -> Any | None:
+def _cv_bridge() -> _Bridge | None:
     # Resolved once: a failed import is not cached by Python and would search
     # sys.path again for every frame.
     try:
         from cv_bridge import CvBridge
     except ImportError:
         return None
-    return CvBridge()
+    bridge: _Bridge = CvBridge()
+    return bridge
 
 
 def _cv_bridge_to_rgb(msg: ImageLike) -> npt.NDArray[np.uint8] | None:
@@ -142,7 +165,7 @@ def check_colour(msg: ImageLike) -> None:
             f"depth image ({msg.encoding}) on a colour camera topic: the model takes RGB")
 
 
-def rgb_to_image_fields(rgb: npt.NDArray[np.uint8]) -> dict[str, Any]:
+def rgb_to_image_fields(rgb: npt.NDArray[np.uint8]) -> ImageFields:
     """The sensor_msgs/Image fields for an RGB uint8 array (encoding ``rgb8``)."""
     arr = np.ascontiguousarray(rgb, dtype=np.uint8)
     if arr.ndim != 3 or arr.shape[2] != 3:

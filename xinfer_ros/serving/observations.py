@@ -18,14 +18,50 @@ never decodes one that no request picks.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Reversible, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 from xinfer_ros.errors import ObservationError
 
-__all__ = ["FrameBudgetError", "ObservationError", "RobotObservations", "joint_positions",
-           "stamp_seconds"]
+if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
+    from typing_extensions import Unpack
+
+__all__ = ["FrameBudgetError", "ObservationError", "RobotObservations", "Stamp", "Stamped",
+           "joint_positions", "stamp_seconds"]
+
+
+class Stamp(Protocol):
+    """A builtin_interfaces/Time."""
+
+    @property
+    def sec(self) -> int:
+        """Whole seconds."""
+
+    @property
+    def nanosec(self) -> int:
+        """Nanoseconds within the second."""
+
+
+class _Header(Protocol):
+    @property
+    def stamp(self) -> Stamp:
+        """The message's time."""
+
+
+class Stamped(Protocol):
+    """A message with a std_msgs/Header (sensor_msgs/Image, sensor_msgs/JointState)."""
+
+    @property
+    def header(self) -> _Header:
+        """The message's header."""
+
+
+#: What a camera stream keeps: a message, or the server's serialized frame.
+FrameT = TypeVar("FrameT")
+#: A joint-state message.
+StateT = TypeVar("StateT", bound=Stamped)
+_MsgT = TypeVar("_MsgT")
 
 _MIB = 2**20
 
@@ -34,7 +70,7 @@ class FrameBudgetError(ObservationError):
     """A camera frame refused, or a request without a frame, for the robot's byte budget."""
 
 
-def stamp_seconds(stamp: Any) -> float:
+def stamp_seconds(stamp: Stamp) -> float:
     """A builtin_interfaces/Time as float seconds."""
     return stamp.sec + stamp.nanosec * 1e-9
 
@@ -62,7 +98,7 @@ def joint_positions(names: Sequence[str], positions: Sequence[float],
 
 
 @dataclass
-class RobotObservations:
+class RobotObservations(Generic[FrameT, StateT]):
     """Recent camera frames and joint states of one robot.
 
     Attributes:
@@ -78,10 +114,10 @@ class RobotObservations:
     max_frame_bytes: int = 0
     last_seen: float = 0.0
     frames_refused: int = 0
-    _images: list[deque[tuple[float, Any, int]]] = field(default_factory=list)
+    _images: list[deque[tuple[float, FrameT, int]]] = field(default_factory=list)
     _camera_bytes: list[int] = field(default_factory=list)
     _refused: list[str] = field(default_factory=list)
-    _states: deque[tuple[float, Any]] = field(default_factory=deque)
+    _states: deque[tuple[float, StateT]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         # Unbounded deques: depth is enforced in add_image, which also keeps the byte
@@ -96,7 +132,7 @@ class RobotObservations:
         """Bytes of the frames stored now, as given to :meth:`add_image`."""
         return sum(self._camera_bytes)
 
-    def add_image(self, camera: int, msg: Any, now: float, stamp_s: float | None = None,
+    def add_image(self, camera: int, msg: FrameT, now: float, stamp_s: float | None = None,
                   nbytes: int = 0) -> None:
         """Keep a camera frame, within the byte budget.
 
@@ -112,7 +148,8 @@ class RobotObservations:
             FrameBudgetError: When the frame cannot fit the budget beside the newest
                 frame of every other camera; it is counted and not kept.
         """
-        stamp = stamp_seconds(msg.header.stamp) if stamp_s is None else stamp_s
+        # Without stamp_s the frame is a message (see msg).
+        stamp = stamp_seconds(cast(Stamped, msg).header.stamp) if stamp_s is None else stamp_s
         self.last_seen = now
         self._check_fits(camera, nbytes)
         buf = self._images[camera]
@@ -147,7 +184,7 @@ class RobotObservations:
                          key=self._camera_bytes.__getitem__)
             self._camera_bytes[victim] -= self._images[victim].popleft()[2]
 
-    def add_state(self, msg: Any, now: float) -> None:
+    def add_state(self, msg: StateT, now: float) -> None:
         """Keep a joint-state message."""
         self._states.append((stamp_seconds(msg.header.stamp), msg))
         self.last_seen = now
@@ -161,9 +198,9 @@ class RobotObservations:
         self._states.clear()
 
     @staticmethod
-    def _pick(buf: deque[tuple[float, Any]] | deque[tuple[float, Any, int]], at: float,
-              max_age: float, what: str) -> Any:
-        after = None
+    def _pick(buf: Reversible[tuple[float, _MsgT, Unpack[tuple[int, ...]]]], at: float,
+              max_age: float, what: str) -> _MsgT:
+        after: tuple[_MsgT, float] | None = None
         for t, msg, *_ in reversed(buf):
             if t <= at + 1e-6:
                 if at - t > max_age:
@@ -183,7 +220,7 @@ class RobotObservations:
                 f"{max_age} s")
         return msg
 
-    def assemble(self, at: float, max_age: float) -> tuple[list[Any], Any]:
+    def assemble(self, at: float, max_age: float) -> tuple[list[FrameT], StateT]:
         """The frames (one per camera) and the joint state to use for a request at ``at``.
 
         Per stream: the newest message stamped at or before ``at`` and at most
@@ -195,7 +232,7 @@ class RobotObservations:
                 :class:`FrameBudgetError` when a camera has none because its latest
                 frame was refused for the byte budget.
         """
-        images = []
+        images: list[FrameT] = []
         for i, buf in enumerate(self._images):
             try:
                 images.append(self._pick(buf, at, max_age, f"camera_{i}/image_raw"))

@@ -12,11 +12,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 
-__all__ = ["EXECUTORS", "EXECUTOR_PARAM", "ParamSpec", "read_param_file", "resolve_params"]
+__all__ = ["EXECUTORS", "EXECUTOR_PARAM", "ParamSpec", "ParamValue", "Params", "read_param_file",
+           "resolve_params"]
+
+#: What a ROS parameter holds: a scalar or a list of one scalar type.
+ParamValue: TypeAlias = (bool | int | float | str
+                         | list[bool] | list[int] | list[float] | list[str])
+#: A node's resolved parameters by name. Each value has its spec's type, which one dict
+#: type cannot say per key: readers take it as that type (the table checked it).
+Params: TypeAlias = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,7 @@ class ParamSpec:
     """
 
     name: str
-    default: Any
+    default: ParamValue
     description: str
     low: float | None = None
     high: float | None = None
@@ -51,7 +59,7 @@ class ParamSpec:
             return f"{kind} in [{self.low:g}, {self.high:g}]"
         return kind
 
-    def has_type(self, value: Any) -> bool:
+    def has_type(self, value: object) -> bool:
         """Whether ``value`` has the parameter's type, as ROS decides it.
 
         ROS types a parameter by its default: an integer is no float (``1`` for a
@@ -59,11 +67,11 @@ class ParamSpec:
         """
         return _same_type(self.default, value)
 
-    def validate(self, value: Any) -> None:
+    def validate(self, value: object) -> None:
         """Raise ``ValueError`` naming the parameter when ``value`` is not acceptable."""
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if number and (math.isnan(value) or (self.low is not None and value < self.low)
-                       or (self.high is not None and value > self.high)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                math.isnan(value) or (self.low is not None and value < self.low)
+                or (self.high is not None and value > self.high)):
             raise ValueError(f"parameter {self.name!r}={value} is out of range: "
                              f"{self.allowed()}")
         if self.choices is not None and value not in self.choices:
@@ -72,7 +80,7 @@ class ParamSpec:
             raise ValueError(f"parameter {self.name!r}: {error}")
 
 
-def _same_type(default: Any, value: Any) -> bool:
+def _same_type(default: ParamValue, value: object) -> bool:
     if isinstance(default, list):
         if not isinstance(value, list):
             return False
@@ -92,9 +100,9 @@ EXECUTOR_PARAM = ParamSpec(
     choices=EXECUTORS)
 
 
-def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(values: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """ROS parameter-file nesting (``torch: {slots: ...}``) as dotted names."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
@@ -104,7 +112,7 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def read_param_file(path: str | Path, node: str) -> dict[str, Any]:
+def read_param_file(path: str | Path, node: str) -> dict[str, object]:
     """The parameters a ROS parameter file gives ``node``, by dotted name.
 
     Reads the ``node`` and ``/**`` sections' ``ros__parameters`` (a node section wins).
@@ -118,7 +126,7 @@ def read_param_file(path: str | Path, node: str) -> dict[str, Any]:
         raise ValueError(f"cannot read parameter file {path}: {exc}") from None
     if not isinstance(data, Mapping):
         raise ValueError(f"parameter file {path}: expected a mapping of node names")
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for section in ("/**", node, f"/{node}"):
         entry = data.get(section)
         if entry is None:
@@ -131,8 +139,8 @@ def read_param_file(path: str | Path, node: str) -> dict[str, Any]:
     return values
 
 
-def resolve_params(specs: Sequence[ParamSpec], given: Mapping[str, Any],
-                   source: str) -> dict[str, Any]:
+def resolve_params(specs: Sequence[ParamSpec], given: Mapping[str, object],
+                   source: str) -> Params:
     """Every parameter of ``specs``: the given value where there is one, else its default.
 
     Args:
@@ -149,7 +157,7 @@ def resolve_params(specs: Sequence[ParamSpec], given: Mapping[str, Any],
     if unknown:
         raise ValueError(f"{source}: unknown parameter {unknown[0]!r} (not one of this "
                          "node's; a typo would otherwise be ignored)")
-    values: dict[str, Any] = {}
+    values: Params = {}
     for name, spec in table.items():
         value = given.get(name, spec.default)
         if not spec.has_type(value):

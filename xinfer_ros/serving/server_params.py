@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from xinfer_ros.core.constants import (
     ATTAINMENT_TARGET,
@@ -25,6 +24,7 @@ from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.model.presets import COMPILE_MODES
 from xinfer_ros.serving.params import (
     EXECUTOR_PARAM,
+    Params,
     ParamSpec,
     read_param_file,
     resolve_params,
@@ -166,7 +166,7 @@ OPENPI_PARAMS = [
 SERVER_NODE = "inference_server"
 
 
-def read_server_params(path: str | Path) -> dict[str, Any]:
+def read_server_params(path: str | Path) -> Params:
     """The server's parameters from a ROS parameter file, validated as the node would.
 
     Every parameter of :data:`PARAMS` and :data:`OPENPI_PARAMS`: the file's value

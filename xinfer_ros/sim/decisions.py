@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from xinfer_ros.core.policy import Policy, SchedulerOutput
@@ -60,11 +60,11 @@ class DecisionRecorder:
     _event_ns: int = 0
     _kind: str = ""
 
-    def timed(self, call: Callable[..., Any], kind: str) -> Callable[..., None]:
+    def timed(self, call: Callable[..., object], kind: str) -> Callable[..., None]:
         """``call`` (a policy's event method) with its time added to the next decision."""
         clock = self.clock
 
-        def timed_call(*args: Any) -> None:
+        def timed_call(*args: object) -> None:
             t0 = clock()
             call(*args)
             self._event_ns += clock() - t0

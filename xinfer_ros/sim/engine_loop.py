@@ -40,7 +40,7 @@ from xinfer_ros.core.metrics import (
 )
 from xinfer_ros.core.phase_spread import PhaseSpreader
 from xinfer_ros.core.policy import Policy
-from xinfer_ros.core.prediction_audit import PredictionAudit
+from xinfer_ros.core.prediction_audit import AuditSummary, PredictionAudit
 from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES
@@ -118,7 +118,7 @@ class SimConfig:
     seed: int = 0
     duration: float = RUN_DURATION
     window: tuple[float, float] = MEASUREMENT_WINDOW
-    policy_kwargs: dict[str, Any] = field(default_factory=dict)
+    policy_kwargs: dict[str, object] = field(default_factory=dict)
     rate_table: str | None = None
     noise: float = 0.05
     rate_error: float = 0.0
@@ -169,7 +169,7 @@ class RunResult:
     timeline: tuple[list[float], list[float]] | None = None
     burst_attainment: float | None = None
     gpu_utilisation: float = 0.0
-    prediction: dict[str, Any] | None = None
+    prediction: AuditSummary | None = None
     policy_calls: int = 0
     events: int = 0
     wall_s: float = 0.0
@@ -246,7 +246,9 @@ class Simulation:
         self._flush = self._batch_former()
         self.audit = PredictionAudit(keep_from=cfg.window[0]) if cfg.audit else None
         self.robots = [Robot(spec, cfg.period) for spec in self.workload.robots]
-        self._heap: list[tuple[float, int, int, int, Any]] = []
+        # (time, sequence, kind, robot, budget, arrival): the budget rides with a send,
+        # arrival and response; the arrival time from arrival to readiness.
+        self._heap: list[tuple[float, int, int, int, float, float]] = []
         self._seq = 0
         # Ready-but-not-launched units per stage: ticks run only while these wait for
         # a policy that deferred them, so an idle or saturated GPU costs no ticks.
@@ -290,9 +292,10 @@ class Simulation:
         gpu.former = timed_plan
         return gpu.flush
 
-    def _push(self, t: float, kind: int, robot: int, payload: Any = None) -> None:
+    def _push(self, t: float, kind: int, robot: int, budget: float = 0.0,
+              arrival: float = 0.0) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, kind, robot, payload))
+        heapq.heappush(self._heap, (t, self._seq, kind, robot, budget, arrival))
 
     def _decide(self, t: float) -> None:
         """Ask the policy for launches at ``t`` and start them on the GPU."""
@@ -367,16 +370,16 @@ class Simulation:
                     self._push(ready + down, _RESPOND, robot, budget)
                 dirty = True
             elif t_heap <= next_tick:
-                _, _, kind, i, payload = heapq.heappop(heap)
+                _, _, kind, i, sent_budget, sent_at = heapq.heappop(heap)
                 if kind == _SEND:
                     budget = robots[i].send(t)
                     self._push(t + up, _ARRIVE, i, budget)
                 elif kind == _ARRIVE:
                     # The request reaches the server now (a_j); the policy sees it once
                     # CPU preparation is done, with its deadline still counted from a_j.
-                    self._push(t + prep, _READY, i, (t, payload))
+                    self._push(t + prep, _READY, i, sent_budget, t)
                 elif kind == _READY:
-                    arrival, budget = payload
+                    arrival, budget = sent_at, sent_budget
                     rid = next_rid
                     next_rid += 1
                     req = Request(rid, str(robots[i].spec.robot_id), arrival, budget,
@@ -389,7 +392,7 @@ class Simulation:
                     dirty = True
                 else:  # _RESPOND
                     rb = robots[i]
-                    nxt = rb.receive(t, payload)
+                    nxt = rb.receive(t, sent_budget)
                     if cfg.send_jitter > 0.0:
                         nxt += float(self._jitter_rng.exponential(cfg.send_jitter))
                     if nxt < end_send and rb.can_send():
@@ -436,9 +439,14 @@ class Simulation:
         )
 
 
-def simulate(cfg: SimConfig, **kwargs: Any) -> RunResult:
-    """Run one simulation (see :class:`Simulation` for ``kwargs``)."""
-    return Simulation(cfg, **kwargs).run()
+def simulate(
+    cfg: SimConfig,
+    workload: Workload | None = None,
+    policy_factory: Callable[[SimConfig, RateTable], Policy] | None = None,
+    decisions: DecisionRecorder | None = None,
+) -> RunResult:
+    """Run one simulation (see :class:`Simulation` for the arguments)."""
+    return Simulation(cfg, workload, policy_factory, decisions).run()
 
 
 def run_config(cfg: SimConfig) -> RunResult:

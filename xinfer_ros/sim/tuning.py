@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import WindowMetrics
@@ -41,6 +41,8 @@ __all__ = [
     "WORKLOAD_TUNING_ROBOTS",
     "Candidate",
     "CandidateScore",
+    "CandidateScoreDict",
+    "PointScore",
     "candidates",
     "edf_candidates",
     "score_candidates",
@@ -82,10 +84,10 @@ class Candidate:
     """One baseline configuration: the policy name and its constructor arguments."""
 
     policy: str
-    params: tuple[tuple[str, Any], ...]
+    params: tuple[tuple[str, float | tuple[int, ...]], ...]
 
     @property
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self) -> dict[str, float | list[int]]:
         """Constructor keyword arguments (lists, JSON-friendly)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}
 
@@ -93,13 +95,31 @@ class Candidate:
         """Short human-readable form, e.g. ``threshold=20ms limits=3,4,6``."""
         parts = []
         for k, v in self.params:
-            if k == "threshold":
+            if k == "threshold" and not isinstance(v, tuple):
                 parts.append(f"threshold={v * 1e3:g}ms")
             elif isinstance(v, tuple):
                 parts.append(f"{k}={','.join(str(x) for x in v)}")
             else:
                 parts.append(f"{k}={v}")
         return " ".join(parts)
+
+
+class PointScore(TypedDict):
+    """One tuning point's means in :meth:`CandidateScore.to_dict`."""
+
+    attainment: float
+    latency_mean_ms: float
+
+
+class CandidateScoreDict(TypedDict):
+    """:meth:`CandidateScore.to_dict`."""
+
+    policy: str
+    params: dict[str, float | list[int]]
+    attainment: float
+    latency_mean_ms: float
+    per_point: dict[str, PointScore]
+    rounds: dict[str, list[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +141,7 @@ class CandidateScore:
     per_point: dict[str, tuple[float, float]]
     rounds: dict[str, list[float]]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CandidateScoreDict:
         """JSON-ready form."""
         return {
             "policy": self.candidate.policy,
@@ -251,7 +271,9 @@ def _near_best(scores: Sequence[CandidateScore], window: float,
 
 
 def _size(c: Candidate) -> tuple[int, tuple[int, ...]]:
-    limits = tuple(dict(c.params)["limits"])
+    limits = dict(c.params)["limits"]
+    if not isinstance(limits, tuple):  # EDF candidates carry a limit per stage
+        raise TypeError(f"{c.label()}: limits must be one count per stage")
     return (sum(limits), limits)
 
 
