@@ -21,7 +21,6 @@ from xinfer_ros.engine.backends.streams import (  # noqa: E402
     make_streams,
 )
 from xinfer_ros.engine.lanes import LaneInfo  # noqa: E402
-from xinfer_ros.model.request import StageProgress  # noqa: E402
 from xinfer_ros.model.transfer import to_device  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -64,9 +63,9 @@ def test_each_unit_hands_over_what_earlier_stages_made_and_finishes(model: str) 
     state = backend.prepare(backend.example_inputs(0, None), 0, "r")
     expected = {Stage.VIT: []}
     backend.run_stage(Stage.VIT, state, lane)
-    expected[Stage.PREFILL] = [id(t) for t in state.device_inputs(StageProgress.PREFILL)]
+    expected[Stage.PREFILL] = [id(t) for t in state.device_inputs(Stage.PREFILL)]
     backend.run_stage(Stage.PREFILL, state, lane)
-    expected[Stage.ACTION] = [id(t) for t in state.device_inputs(StageProgress.ACTION)]
+    expected[Stage.ACTION] = [id(t) for t in state.device_inputs(Stage.ACTION)]
     backend.run_stage(Stage.ACTION, state, lane)
     assert expected[Stage.PREFILL] and expected[Stage.ACTION]  # something crossed lanes
     units = [e for e in recorder.log if e[0] != "create"]

@@ -164,10 +164,10 @@ def _time_requests(args: argparse.Namespace) -> dict[str, Any]:
 
 def _eager_action_ms(model: Any, state: Any, sync: Callable[[], None]) -> float:
     """Time one eager Action unit on a copy of ``state`` (before or after its own)."""
-    from xinfer_ros.model.request import StageProgress
+    from xinfer_ros.core.stages import Stage
 
     mode = model.compile_mode
-    copy = model.copy_at(state, StageProgress.ACTION)
+    copy = model.copy_at(state, Stage.ACTION)
     model.set_compile("off")
     try:
         t0 = time.perf_counter()

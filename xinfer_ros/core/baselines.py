@@ -18,8 +18,8 @@ from xinfer_ros.core.policy import Launch, Policy, PolicyParams, SlotCounts, par
 from xinfer_ros.core.request import Request, check_time
 from xinfer_ros.core.stages import DISPATCH_ORDER
 
-if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
-    from typing_extensions import Unpack
+if TYPE_CHECKING:  # typing.Unpack is 3.11+ (setup.py allows 3.10): annotations only
+    from typing import Unpack
 
 __all__ = ["EDFPolicy", "FIFOPolicy", "SlackGatePolicy"]
 

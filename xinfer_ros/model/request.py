@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Final
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -12,7 +12,7 @@ from xinfer_ros.core.stages import Stage
 from xinfer_ros.model.errors import ModelError
 from xinfer_ros.model.processing import PreparedRequest
 
-__all__ = ["RequestState", "StageOrderError", "StageProgress", "StagedState", "cache_kv"]
+__all__ = ["RequestState", "StageOrderError", "StagedState", "cache_kv"]
 
 
 def cache_kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -22,19 +22,6 @@ def cache_kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 class StageOrderError(ModelError, RuntimeError):
     """A stage ran before the stage it depends on (or twice)."""
-
-
-class StageProgress:
-    """Deprecated names of a state's next stage: use :class:`~xinfer_ros.core.stages.Stage`.
-
-    A state's ``progress`` is the next :class:`Stage` to run, ``None`` once Action ran
-    (``DONE``). Kept for callers outside ``model/`` written before the one stage enum.
-    """
-
-    VIT: Final = Stage.VIT
-    PREFILL: Final = Stage.PREFILL
-    ACTION: Final = Stage.ACTION
-    DONE: Final = None
 
 
 class StagedState:

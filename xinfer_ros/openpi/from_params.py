@@ -12,8 +12,8 @@ from xinfer_ros.openpi.layouts import load_layout
 from xinfer_ros.openpi.server import ServerConfig, resolve_api_key
 from xinfer_ros.serving.params import Params
 
-if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
-    from typing_extensions import Unpack
+if TYPE_CHECKING:  # typing.Unpack is 3.11+ (setup.py allows 3.10): annotations only
+    from typing import Unpack
 
 __all__ = ["EndpointOverrides", "endpoint_config"]
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 from xinfer_ros.errors import ObservationError
 
-if TYPE_CHECKING:  # Python 3.10 lacks typing.Unpack; annotations only
-    from typing_extensions import Unpack
+if TYPE_CHECKING:  # typing.Unpack is 3.11+ (setup.py allows 3.10): annotations only
+    from typing import Unpack
 
 __all__ = ["FrameBudgetError", "ObservationError", "RobotObservations", "Stamp", "Stamped",
            "joint_positions", "stamp_seconds"]

@@ -52,15 +52,12 @@ from xinfer_ros.engine.backends.streams import make_streams
 from xinfer_ros.engine.lanes import LaneInfo
 from xinfer_ros.model.inputs import RequestInputs
 from xinfer_ros.model.loading import load_stage_model
-from xinfer_ros.model.request import StagedState, StageProgress
+from xinfer_ros.model.request import StagedState
 from xinfer_ros.model.serving import StageModel
 
 __all__ = ["TorchBackend"]
 
 _LOG = logging.getLogger("xinfer_ros.engine.torch")
-
-_PROGRESS = {Stage.VIT: StageProgress.VIT, Stage.PREFILL: StageProgress.PREFILL,
-             Stage.ACTION: StageProgress.ACTION}
 
 class TorchBackend(Backend[StagedState]):
     """Run a :class:`~xinfer_ros.model.serving.StageModel`'s stages on per-request state.
@@ -236,10 +233,9 @@ class TorchBackend(Backend[StagedState]):
         the hand-off of the states' tensors to the next stage's lane.
         """
         stream = lane.stream if lane is not None else None
-        progress = _PROGRESS[stage]
         streams = self._streams
         for state in states:
-            streams.hand_over(state.device_inputs(progress), stream)
+            streams.hand_over(state.device_inputs(stage), stream)
         with self._running_lock:
             self._running += 1
             alone = self._running == 1
@@ -251,7 +247,7 @@ class TorchBackend(Backend[StagedState]):
                 else:
                     if stage is Stage.ACTION and self._workers is not None:
                         self.inline_action_units += 1  # only the lone unit gets here
-                    self.model.run_batch(progress, states, guidance=self.guidance)
+                    self.model.run_batch(stage, states, guidance=self.guidance)
             streams.finish(stream)
         finally:
             with self._running_lock:
@@ -288,13 +284,13 @@ class TorchBackend(Backend[StagedState]):
         """Fresh states at each stage sharing one precomputed prefix (read-only)."""
         inputs = self.example_inputs(0, np.zeros(self.action_shape))
         warm = self.prepare(inputs, 0, "calibration")
-        at_vit = self.model.copy_at(warm, StageProgress.VIT)
+        at_vit = self.model.copy_at(warm, Stage.VIT)
         self.model.vit(warm)
-        at_prefill = self.model.copy_at(warm, StageProgress.PREFILL)
+        at_prefill = self.model.copy_at(warm, Stage.PREFILL)
         self.model.prefill(warm)
-        starts = {Stage.VIT: (at_vit, StageProgress.VIT),
-                  Stage.PREFILL: (at_prefill, StageProgress.PREFILL),
-                  Stage.ACTION: (warm, StageProgress.ACTION)}
+        starts = {Stage.VIT: (at_vit, Stage.VIT),
+                  Stage.PREFILL: (at_prefill, Stage.PREFILL),
+                  Stage.ACTION: (warm, Stage.ACTION)}
         # The prefix was made on this thread's default stream; lanes read it on theirs.
         self._streams.settle()
 
@@ -395,7 +391,7 @@ class _ActionWorkers:
         :class:`StagedState` base declares only the stage order).
         """
         for state in states:
-            state.expect(StageProgress.ACTION)
+            state.expect(Stage.ACTION)
         payloads = [model.action_payload(state) for state in states]
         proc, conn = self._idle.get()
         try:
@@ -407,7 +403,7 @@ class _ActionWorkers:
             raise RuntimeError(result)
         for state, actions in zip(states, result, strict=True):
             state.actions = torch.from_numpy(actions)
-            state.progress = StageProgress.DONE
+            state.progress = None
 
     def close(self) -> None:
         """Ask every worker to exit and reap it."""
@@ -443,7 +439,7 @@ def _action_worker_main(conn: Connection, spec: _WorkerSpec) -> None:
             return
         try:
             states: list[Any] = [model.action_state(payload) for payload in msg]
-            model.run_batch(StageProgress.ACTION, states, guidance=spec.guidance)
+            model.run_batch(Stage.ACTION, states, guidance=spec.guidance)
             conn.send(("ok", [state.actions.detach().numpy() for state in states]))
         except Exception as exc:  # a faulty batch fails alone
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
