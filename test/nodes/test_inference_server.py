@@ -851,3 +851,21 @@ def test_a_camera_silent_while_its_robot_talks_is_subscribed_afresh() -> None:
         spin(0.2)
         chunk = answer(r1, r1.request(), spin)
         assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+
+
+@pytest.mark.timeout(60)
+def test_a_request_waits_briefly_for_a_frame_delivered_after_it(fleet) -> None:
+    """Frames late behind their request (a stall, a loaded machine) are waited for."""
+    server, peer, robots, spin = fleet
+    r1, r2 = robots["r1"], robots["r2"]
+    seq = r1.request()  # before any frame of r1 reached the server
+    spin(0.05)
+    r1.observe()  # taken just after the request: it stands in
+    chunk = answer(r1, seq, spin)
+    assert chunk.status == ActionChunk.STATUS_OK, chunk.reason
+    sent = time.monotonic()
+    chunk = answer(r2, r2.request(), spin)  # r2 never sends a frame
+    waited = time.monotonic() - sent
+    assert chunk.status == ActionChunk.STATUS_REJECTED
+    assert "no camera_0/image_raw received yet" in chunk.reason
+    assert waited >= server.params["observation_wait_s"] == 0.2

@@ -39,6 +39,7 @@ import array
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -152,6 +153,21 @@ class _Received:
     age: float = math.nan
 
 
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A request waiting for a usable observation (``observation_wait_s``).
+
+    Attributes:
+        rx: The request.
+        until: Monotonic time at which it is answered REJECTED if still waiting.
+        reason: Why its observation is not usable yet (the reason it gets then).
+    """
+
+    rx: _Received
+    until: float
+    reason: str
+
+
 class _RobotState:
     """Server-side state of one allowlisted robot."""
 
@@ -211,6 +227,10 @@ class InferenceServer(LifecycleNode):
         # What configure creates and cleanup destroys.
         self._entities: list[Timer | Subscription | Publisher | Service] = []
         self._camera_subs: dict[tuple[str, int], Subscription] = {}  # (robot, camera)
+        #: Per robot, its request waiting for a usable observation (observation_wait_s);
+        #: request, sensor and timer callbacks may run on different threads.
+        self._waiting: dict[str, _Waiting] = {}
+        self._waiting_lock = threading.Lock()
         self._sensor_types: dict[str, str] = {}  # sensor topic -> its only accepted type
         #: Prefix of this server's statistics topic and diagnostic names.
         self._scope = f"xinfer/{p['server_name']}" if p["server_name"] else "xinfer"
@@ -271,6 +291,8 @@ class InferenceServer(LifecycleNode):
         self.serving = False
         if self._openpi is not None:
             self._openpi.refuse(self._inactive_reason())
+        for robot in self._robots:
+            self._expire_waiting(time.monotonic(), robot, self._inactive_reason())
         # The engine answers each live request (SHED "cancelled: ...") at its next stage
         # boundary; a result ready before that goes out REJECTED (see _send).
         for robot in self._robots:
@@ -409,10 +431,12 @@ class InferenceServer(LifecycleNode):
             state.obs.add_image(camera, frame, time.monotonic(), frame.stamp_s, frame.nbytes)
         except FrameBudgetError as exc:
             self.get_logger().warning(f"{robot}: {exc}", throttle_duration_sec=5.0)
+        self._retry_waiting(robot)
 
     def _on_state(self, robot: str, msg: JointState) -> None:
         self._robots[robot].obs.add_state(msg, time.monotonic())
         self._robots[robot].present = True
+        self._retry_waiting(robot)
 
     def _on_request(self, robot: str, msg: PolicyRequest) -> None:
         arrival = time.monotonic()
@@ -439,18 +463,63 @@ class InferenceServer(LifecycleNode):
             self._publish(rx, ActionChunk.STATUS_REJECTED, refused, record=False)
             self.get_logger().warning(f"{robot}: {refused}", throttle_duration_sec=5.0)
             return
+        self._serve(rx, arrival + self.params["observation_wait_s"])
+
+    def _serve(self, rx: _Received, wait_until: float) -> None:
+        """Assemble and submit ``rx``; without a usable observation, wait for one.
+
+        A request whose camera frame or joint state is missing or too old waits, until
+        ``wait_until``, for the message that makes it whole (frames delivered late, e.g.
+        after a stall or on a loaded machine): each arriving sensor message retries it.
+        A newer request of the robot takes its place.
+        """
         try:
             if rx.budget_error:
                 raise ValueError(rx.budget_error)
-            inputs, stamps = self._assemble(robot, msg)
-        except (ObservationError, ImageConversionError, InputError, ValueError) as exc:
+            inputs, stamps = self._assemble(rx.robot, rx.msg)
+        except ObservationError as exc:
+            # A frame refused for the byte budget will not come: no waiting for it.
+            if isinstance(exc, FrameBudgetError) or time.monotonic() >= wait_until:
+                self._publish(rx, ActionChunk.STATUS_REJECTED, str(exc))
+            else:
+                self._wait(_Waiting(rx, wait_until, str(exc)))
+            return
+        except (ImageConversionError, InputError, ValueError) as exc:
             self._publish(rx, ActionChunk.STATUS_REJECTED, str(exc))
             return
-        self.ledger.submitted(robot)
+        self.ledger.submitted(rx.robot)
         # The deadline counts from the arrival, not from the end of assembly.
-        self.engine.submit(inputs, rx.budget, robot,
+        self.engine.submit(inputs, rx.budget, rx.robot,
                            callback=lambda r: self._on_result(rx, stamps, r),
-                           age=time.monotonic() - arrival)
+                           age=time.monotonic() - rx.arrival)
+
+    def _wait(self, waiting: _Waiting) -> None:
+        with self._waiting_lock:
+            older = self._waiting.get(waiting.rx.robot)
+            self._waiting[waiting.rx.robot] = waiting
+        if older is not None and older.rx is not waiting.rx:
+            self._publish(older.rx, ActionChunk.STATUS_REJECTED,
+                          f"superseded by a newer request while waiting: {older.reason}")
+
+    def _take_waiting(self, robot: str) -> _Waiting | None:
+        with self._waiting_lock:
+            return self._waiting.pop(robot, None)
+
+    def _retry_waiting(self, robot: str) -> None:
+        """A sensor message arrived: serve the robot's waiting request if it is whole now."""
+        if robot in self._waiting and (waiting := self._take_waiting(robot)) is not None:
+            self._serve(waiting.rx, waiting.until)
+
+    def _expire_waiting(self, now: float, robot: str | None = None,
+                        reason: str = "") -> None:
+        """Answer waiting requests past their wait (or every one of ``robot``) REJECTED."""
+        with self._waiting_lock:
+            done = [w for name, w in self._waiting.items()
+                    if name == robot or (robot is None and now >= w.until)]
+            for w in done:
+                del self._waiting[w.rx.robot]
+        for w in done:
+            self._publish(w.rx, ActionChunk.STATUS_REJECTED, reason or w.reason)
 
     def _assemble(self, robot: str, msg: PolicyRequest) -> tuple[RequestInputs, Any]:
         stamps: list[Any] = []
@@ -563,6 +632,7 @@ class InferenceServer(LifecycleNode):
         for state in self._robots.values():
             if state.present and now - state.obs.last_seen > self.params["robot_timeout_s"]:
                 state.present = False
+                self._expire_waiting(now, state.name, "robot went silent")
                 state.obs.clear()
                 self.sessions.forget(state.name)
                 self.engine.cancel(state.name, "robot went silent")
@@ -570,6 +640,7 @@ class InferenceServer(LifecycleNode):
                     f"{state.name}: no messages for {self.params['robot_timeout_s']} s; "
                     "its live requests are cancelled and its buffers freed")
         self._resubscribe_silent_cameras(now)
+        self._expire_waiting(now)
 
     def _check_graph(self) -> None:
         """Warn about robots off the allowlist, sensor topics of a wrong type, strangers.

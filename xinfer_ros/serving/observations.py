@@ -201,24 +201,28 @@ class RobotObservations(Generic[FrameT, StateT]):
     def _pick(buf: Reversible[tuple[float, _MsgT, Unpack[tuple[int, ...]]]], at: float,
               max_age: float, what: str) -> _MsgT:
         after: tuple[_MsgT, float] | None = None
+        stale_s: float | None = None  # age of the newest one at or before, too old
         for t, msg, *_ in reversed(buf):
             if t <= at + 1e-6:
-                if at - t > max_age:
-                    raise ObservationError(
-                        f"newest {what} at or before the request is {at - t:.3f} s old "
-                        f"(max_observation_age_s={max_age})")
-                return msg
+                if at - t <= max_age:
+                    return msg
+                stale_s = at - t
+                break
             after = (msg, t)
+        # None young enough at or before the stamp (a server that just started, or
+        # frames delivered late after a stall): the one closest after it stands in, if
+        # it is close enough.
+        if after is not None and after[1] - at <= max_age:
+            return after[0]
+        if stale_s is not None:
+            raise ObservationError(
+                f"newest {what} at or before the request is {stale_s:.3f} s old "
+                f"(max_observation_age_s={max_age})")
         if after is None:
             raise ObservationError(f"no {what} received yet")
-        # Nothing at or before the stamp (a server that just started): the frame
-        # closest after it stands in, if it is close enough.
-        msg, t = after
-        if t - at > max_age:
-            raise ObservationError(
-                f"every buffered {what} is newer than the request stamp by more than "
-                f"{max_age} s")
-        return msg
+        raise ObservationError(
+            f"every buffered {what} is newer than the request stamp by more than "
+            f"{max_age} s")
 
     def assemble(self, at: float, max_age: float) -> tuple[list[FrameT], StateT]:
         """The frames (one per camera) and the joint state to use for a request at ``at``.

@@ -107,6 +107,10 @@ PARAMS = [
               "frame memory is at most this times the robots on the allowlist",
               2**20, 2**36),
     ParamSpec("max_observation_age_s", 0.5, "oldest usable observation (s)", 0.001, 60.0),
+    ParamSpec("observation_wait_s", 0.2, "a request without a usable camera frame or joint "
+              "state waits this long for one (frames delivered late, e.g. after a stall or "
+              "on a loaded machine) before it is answered REJECTED; the wait counts in its "
+              "budget (s; 0: answer at once)", 0.0, 10.0),
     ParamSpec("max_clock_skew_s", 0.05, "clock difference between robots and server "
               "believed when a request's age is measured from its stamp (s; statistics "
               "request_age_*, stamp_attainment: a stamp further in the future, or over an "
