@@ -8,6 +8,10 @@ second and prints the series, then the least-squares slope over the last
 ``--tail`` seconds (MiB/min) and the tail's range.
 
     ./env.sh python scripts/soak_memory.py --robots 4 --duration 120
+
+``--trace`` also has the server report what grows (tracemalloc and live objects by
+type, every ``--trace-every`` s; see ``scripts/soak_trace/sitecustomize.py``) into
+``<out>/trace.txt``; tracing slows the server, so measure the slope without it.
 """
 
 from __future__ import annotations
@@ -86,6 +90,19 @@ def _config(port: int, directory: Path) -> Path:
     return path
 
 
+def _fleet_env(args: argparse.Namespace, out: Path) -> dict[str, str]:
+    """The fleet's environment; with ``--trace`` the server's tracing shim on its path."""
+    env = dict(os.environ)
+    if args.trace:
+        shim = Path(__file__).resolve().parent / "soak_trace"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH")]))
+        env.update({"XINFER_SOAK_TRACE": str(out.resolve()),
+                    "XINFER_SOAK_TRACE_EVERY": str(args.trace_every),
+                    "XINFER_SOAK_TRACE_DELAY": str(args.trace_delay),
+                    "XINFER_SOAK_TRACE_TRIM": "1" if args.trace_trim else "0"})
+    return env
+
+
 class _Reconnecting(threading.Thread):
     """An openpi client that opens a new connection every ``every`` observations."""
 
@@ -118,8 +135,7 @@ class _Reconnecting(threading.Thread):
                 self.stop.wait(1.0)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the soak; 0 when it ran to its end, 1 when the server could not be watched."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--robots", type=int, default=4)
     p.add_argument("--duration", type=float, default=120.0, help="fleet run (s)")
@@ -129,7 +145,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-client", action="store_true",
                    help="no openpi client (to tell its share of any growth)")
     p.add_argument("--out", type=Path, default=None, help="fleet logs (default: a temp dir)")
-    args = p.parse_args(argv)
+    p.add_argument("--trace", action="store_true",
+                   help="the server reports its growing allocations to <out>/trace.txt")
+    p.add_argument("--trace-every", type=float, default=15.0, help="seconds between reports")
+    p.add_argument("--trace-delay", type=float, default=45.0,
+                   help="seconds after the server's start before tracing starts "
+                        "(start-up is slow when traced)")
+    p.add_argument("--trace-trim", action="store_true",
+                   help="each report also calls malloc_trim(0) and gives RSS before and after")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the soak; 0 when it ran to its end, 1 when the server could not be watched."""
+    args = _parser().parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="soak_"))
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
@@ -138,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "--config", str(_config(port, out)), "--out", str(out / "fleet")]
     print("$ " + " ".join(cmd), flush=True)
     fleet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=dict(os.environ))
+                             env=_fleet_env(args, out))
     stop = threading.Event()
     try:
         pid = _server_pid(fleet.pid, timeout_s=120.0)
@@ -176,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"end {series[-1][1]:.1f} MiB")
     print(f"last {times[-1] - times[0]:.0f} s: slope {slope_mib_per_min(times, rss_values):+.2f} "
           f"MiB/min, range {min(rss_values):.1f}-{max(rss_values):.1f} MiB")
+    if args.trace:
+        print(f"server allocation reports: {out / 'trace.txt'}")
     return 0
 
 
