@@ -30,11 +30,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-__all__ = ["main", "rss_mib", "slope_mib_per_min"]
+__all__ = ["RSS_PARTS", "main", "rss_mib", "rss_parts_mib", "slope_mib_per_min"]
 
 _SERVER_MODULE = "xinfer_ros.nodes.inference_server"
 #: Seconds at the end of the series spent shutting the fleet down (RSS falls there).
 _SHUTDOWN_S = 5.0
+
+#: What RSS is made of (``/proc/<pid>/status``): the process's own memory (malloc's
+#: heap, Python's arenas, thread stacks), mapped files, and shared memory it has
+#: touched (Fast DDS's shared-memory transport maps the publishers' segments).
+RSS_PARTS = ("RssAnon", "RssFile", "RssShmem")
 
 
 def rss_mib(pid: int) -> float | None:
@@ -46,6 +51,17 @@ def rss_mib(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def rss_parts_mib(pid: int) -> dict[str, float]:
+    """The :data:`RSS_PARTS` of ``pid`` (MiB); empty once it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = (line.split() for line in lines)
+    return {f[0].rstrip(":"): int(f[1]) / 1024 for f in fields
+            if f and f[0].rstrip(":") in RSS_PARTS}
 
 
 def slope_mib_per_min(times_s: Sequence[float], rss: Sequence[float]) -> float:
@@ -179,9 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             client.start()
         t0 = time.monotonic()
         series: list[tuple[float, float]] = []
+        parts: list[dict[str, float]] = []
         while (rss := rss_mib(pid)) is not None and fleet.poll() is None:
             series.append((time.monotonic() - t0, rss))
-            print(f"t={series[-1][0]:6.1f} s  rss={rss:7.1f} MiB", flush=True)
+            parts.append(rss_parts_mib(pid))
+            detail = "  ".join(f"{k[3:].lower()}={v:.1f}" for k, v in parts[-1].items())
+            print(f"t={series[-1][0]:6.1f} s  rss={rss:7.1f} MiB  ({detail})", flush=True)
             time.sleep(1.0)
         stop.set()
         if client.is_alive():
@@ -195,9 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     end = series[-1][0]
     # The fleet's last seconds (its robots stopping, its report) are left out of the tail.
-    tail = [(t, r) for t, r in series
+    kept = [i for i, (t, _) in enumerate(series)
             if end - args.tail - _SHUTDOWN_S <= t <= end - _SHUTDOWN_S]
-    times, rss_values = zip(*tail, strict=True)
+    times, rss_values = zip(*(series[i] for i in kept), strict=True)
     if not args.no_client:
         print(f"openpi client: {client.connections} connections, {client.replies} replies, "
               f"{client.errors} errors (refused until the endpoint is up) {client.last_error}")
@@ -205,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"end {series[-1][1]:.1f} MiB")
     print(f"last {times[-1] - times[0]:.0f} s: slope {slope_mib_per_min(times, rss_values):+.2f} "
           f"MiB/min, range {min(rss_values):.1f}-{max(rss_values):.1f} MiB")
+    print("  of which " + ", ".join(
+        f"{name} {slope_mib_per_min(times, [parts[i].get(name, 0.0) for i in kept]):+.2f}"
+        for name in RSS_PARTS) + " MiB/min")
     if args.trace:
         print(f"server allocation reports: {out / 'trace.txt'}")
     return 0
