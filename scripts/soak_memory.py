@@ -8,6 +8,10 @@ second and prints the series, then the least-squares slope over the last
 ``--tail`` seconds (MiB/min) and the tail's range.
 
     ./env.sh python scripts/soak_memory.py --robots 4 --duration 120
+
+``--trace`` also has the server report what grows (tracemalloc and live objects by
+type, every ``--trace-every`` s; see ``scripts/soak_trace/sitecustomize.py``) into
+``<out>/trace.txt``; tracing slows the server, so measure the slope without it.
 """
 
 from __future__ import annotations
@@ -26,11 +30,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-__all__ = ["main", "rss_mib", "slope_mib_per_min"]
+__all__ = ["RSS_PARTS", "main", "rss_mib", "rss_parts_mib", "slope_mib_per_min"]
 
 _SERVER_MODULE = "xinfer_ros.nodes.inference_server"
 #: Seconds at the end of the series spent shutting the fleet down (RSS falls there).
 _SHUTDOWN_S = 5.0
+
+#: What RSS is made of (``/proc/<pid>/status``): the process's own memory (malloc's
+#: heap, Python's arenas, thread stacks), mapped files, and shared memory it has
+#: touched (Fast DDS's shared-memory transport maps the publishers' segments).
+RSS_PARTS = ("RssAnon", "RssFile", "RssShmem")
 
 
 def rss_mib(pid: int) -> float | None:
@@ -42,6 +51,17 @@ def rss_mib(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def rss_parts_mib(pid: int) -> dict[str, float]:
+    """The :data:`RSS_PARTS` of ``pid`` (MiB); empty once it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = (line.split() for line in lines)
+    return {f[0].rstrip(":"): int(f[1]) / 1024 for f in fields
+            if f and f[0].rstrip(":") in RSS_PARTS}
 
 
 def slope_mib_per_min(times_s: Sequence[float], rss: Sequence[float]) -> float:
@@ -86,6 +106,19 @@ def _config(port: int, directory: Path) -> Path:
     return path
 
 
+def _fleet_env(args: argparse.Namespace, out: Path) -> dict[str, str]:
+    """The fleet's environment; with ``--trace`` the server's tracing shim on its path."""
+    env = dict(os.environ)
+    if args.trace:
+        shim = Path(__file__).resolve().parent / "soak_trace"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH")]))
+        env.update({"XINFER_SOAK_TRACE": str(out.resolve()),
+                    "XINFER_SOAK_TRACE_EVERY": str(args.trace_every),
+                    "XINFER_SOAK_TRACE_DELAY": str(args.trace_delay),
+                    "XINFER_SOAK_TRACE_TRIM": "1" if args.trace_trim else "0"})
+    return env
+
+
 class _Reconnecting(threading.Thread):
     """An openpi client that opens a new connection every ``every`` observations."""
 
@@ -118,8 +151,7 @@ class _Reconnecting(threading.Thread):
                 self.stop.wait(1.0)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the soak; 0 when it ran to its end, 1 when the server could not be watched."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--robots", type=int, default=4)
     p.add_argument("--duration", type=float, default=120.0, help="fleet run (s)")
@@ -129,7 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-client", action="store_true",
                    help="no openpi client (to tell its share of any growth)")
     p.add_argument("--out", type=Path, default=None, help="fleet logs (default: a temp dir)")
-    args = p.parse_args(argv)
+    p.add_argument("--trace", action="store_true",
+                   help="the server reports its growing allocations to <out>/trace.txt")
+    p.add_argument("--trace-every", type=float, default=15.0, help="seconds between reports")
+    p.add_argument("--trace-delay", type=float, default=45.0,
+                   help="seconds after the server's start before tracing starts "
+                        "(start-up is slow when traced)")
+    p.add_argument("--trace-trim", action="store_true",
+                   help="each report also calls malloc_trim(0) and gives RSS before and after")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the soak; 0 when it ran to its end, 1 when the server could not be watched."""
+    args = _parser().parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="soak_"))
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
@@ -138,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "--config", str(_config(port, out)), "--out", str(out / "fleet")]
     print("$ " + " ".join(cmd), flush=True)
     fleet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=dict(os.environ))
+                             env=_fleet_env(args, out))
     stop = threading.Event()
     try:
         pid = _server_pid(fleet.pid, timeout_s=120.0)
@@ -150,9 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             client.start()
         t0 = time.monotonic()
         series: list[tuple[float, float]] = []
+        parts: list[dict[str, float]] = []
         while (rss := rss_mib(pid)) is not None and fleet.poll() is None:
             series.append((time.monotonic() - t0, rss))
-            print(f"t={series[-1][0]:6.1f} s  rss={rss:7.1f} MiB", flush=True)
+            parts.append(rss_parts_mib(pid))
+            detail = "  ".join(f"{k[3:].lower()}={v:.1f}" for k, v in parts[-1].items())
+            print(f"t={series[-1][0]:6.1f} s  rss={rss:7.1f} MiB  ({detail})", flush=True)
             time.sleep(1.0)
         stop.set()
         if client.is_alive():
@@ -166,9 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     end = series[-1][0]
     # The fleet's last seconds (its robots stopping, its report) are left out of the tail.
-    tail = [(t, r) for t, r in series
+    kept = [i for i, (t, _) in enumerate(series)
             if end - args.tail - _SHUTDOWN_S <= t <= end - _SHUTDOWN_S]
-    times, rss_values = zip(*tail, strict=True)
+    times, rss_values = zip(*(series[i] for i in kept), strict=True)
     if not args.no_client:
         print(f"openpi client: {client.connections} connections, {client.replies} replies, "
               f"{client.errors} errors (refused until the endpoint is up) {client.last_error}")
@@ -176,6 +224,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"end {series[-1][1]:.1f} MiB")
     print(f"last {times[-1] - times[0]:.0f} s: slope {slope_mib_per_min(times, rss_values):+.2f} "
           f"MiB/min, range {min(rss_values):.1f}-{max(rss_values):.1f} MiB")
+    print("  of which " + ", ".join(
+        f"{name} {slope_mib_per_min(times, [parts[i].get(name, 0.0) for i in kept]):+.2f}"
+        for name in RSS_PARTS) + " MiB/min")
+    if args.trace:
+        print(f"server allocation reports: {out / 'trace.txt'}")
     return 0
 
 

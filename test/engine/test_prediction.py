@@ -76,3 +76,30 @@ def test_engine_learns_a_slower_device_and_predicts_better() -> None:
         assert 1.3 < k < 2.2
     assert off["mean_error_ms"] > 0  # uncorrected: systematically too short
     assert on["mae_ms"] < 0.6 * off["mae_ms"]
+
+
+def test_audit_keeps_only_its_latest_forecasts() -> None:
+    """A long-running engine's audit stays bounded; its summary describes the latest."""
+    policy = _policy()
+    audit = PredictionAudit(period=0.0001, max_samples=50)
+    t = 0.0
+    for rid in range(1, 2001):
+        policy.on_arrival(Request(rid, "a", t, 1.0), t)
+        audit.maybe_sample(policy, t + 0.001)
+        t += 0.1
+        policy.complete(rid, Stage.VIT, t)
+        audit.observe_end(rid, Stage.VIT, t)
+        audit.drop(rid)
+        policy.remove_request(rid, t)
+    assert len(audit.samples) == 50
+    assert audit.samples[-1].request_id == 2000
+    assert audit.summary()["samples"] == 50
+
+
+def test_engine_audit_is_bounded() -> None:
+    engine, _ = make_engine("fifo", EngineConfig(slots=(4, 4, 6)))
+    try:
+        assert engine.audit.samples.maxlen is not None
+        assert engine.audit.output_samples.maxlen == engine.audit.samples.maxlen
+    finally:
+        engine.close()

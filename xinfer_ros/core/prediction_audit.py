@@ -15,11 +15,15 @@ earlier definition). That end includes waiting for a CPU worker and, with CPU ov
 off, for whatever model unit the dispatcher launched meanwhile: time the running-stage
 residual r̃ (Eq. 9) does not describe, which is why the main figures stop at the
 stage's own end.
+
+An engine that serves for days keeps only its latest ``max_samples`` forecasts of each
+kind (the summary describes those); the simulator's finite runs keep every one.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -101,9 +105,13 @@ class PredictionAudit:
     Args:
         period: minimum spacing between sampling decisions (s); 0 disables sampling.
         keep_from: forecasts before this time are dropped (warm-up), engine seconds.
+        max_samples: resolved forecasts kept of each kind, the latest (None: all).
     """
 
-    def __init__(self, period: float = 0.020, keep_from: float = 0.0) -> None:
+    def __init__(self, period: float = 0.020, keep_from: float = 0.0,
+                 max_samples: int | None = None) -> None:
+        if max_samples is not None and max_samples < 1:
+            raise ValueError(f"max_samples must be >= 1 or None, got {max_samples!r}")
         self.period = period
         self.keep_from = keep_from
         self._last = -math.inf
@@ -111,9 +119,9 @@ class PredictionAudit:
         self._open: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
         #: Action forecasts (h_out added) awaiting the end of output processing.
         self._open_output: dict[int, list[tuple[float, float, float]]] = {}
-        self.samples: list[PredictionSample] = []
+        self.samples: deque[PredictionSample] = deque(maxlen=max_samples)
         #: Action forecasts resolved at the end of output processing (+ h_out).
-        self.output_samples: list[PredictionSample] = []
+        self.output_samples: deque[PredictionSample] = deque(maxlen=max_samples)
 
     def maybe_sample(self, policy: Policy, t: float) -> None:
         """Sample every running unit of ``policy`` if the period has elapsed."""
@@ -178,7 +186,8 @@ class PredictionAudit:
         out["per_stage"] = per
         if self.output_samples:
             # The earlier definition: Action resolved at the end of output processing.
-            legacy = [x for x in self.samples if x.stage is not Stage.ACTION] + self.output_samples
+            legacy = [*(x for x in self.samples if x.stage is not Stage.ACTION),
+                      *self.output_samples]
             e = np.array([x.error for x in legacy]) * 1e3
             d = {(x.request_id, int(x.stage)): x.duration for x in legacy}
             mean_d = float(np.mean(list(d.values()))) * 1e3
