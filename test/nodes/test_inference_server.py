@@ -856,7 +856,7 @@ def test_a_camera_silent_while_its_robot_talks_is_subscribed_afresh() -> None:
 @pytest.mark.timeout(60)
 def test_a_request_waits_briefly_for_a_frame_delivered_after_it(fleet) -> None:
     """Frames late behind their request (a stall, a loaded machine) are waited for."""
-    server, peer, robots, spin = fleet
+    server, _, robots, spin = fleet
     r1, r2 = robots["r1"], robots["r2"]
     seq = r1.request()  # before any frame of r1 reached the server
     spin(0.05)

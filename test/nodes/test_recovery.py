@@ -35,10 +35,10 @@ STALL_S = 3.0
 
 @pytest.mark.timeout(180)
 @pytest.mark.xfail(strict=False, reason=(
-    "known bug, open: after the stall the server at times receives no camera frame again "
-    "('no camera_0/image_raw received yet' for > 10 s; 3 of about 10 runs, over shared "
-    "memory and over UDP alike) while requests still arrive; the recovery figure holds "
-    "in the other runs"))
+    "transport, open: in about 1 run of 10 one camera topic delivers no frame to the "
+    "server for seconds after the stall (over Fast DDS shared memory: for good, even to a "
+    "fresh subscription, as with eProsima/Fast-DDS#5469; over UDP: 1-3 s), while its "
+    "requests and joint states arrive; the recovery figure holds in the other runs"))
 def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
     rclpy.init()
     executor = RtcExecutor(namespace="rr1", parameter_overrides=[
@@ -61,11 +61,9 @@ def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
     def spin_until(cond, timeout: float) -> bool:
         return spin_executor_until(spinner, cond, timeout)
 
-    # UDP loopback for the server's sensors: the camera loss after a stall (see the
-    # xfail) first looked like Fast DDS shared memory; it happens over UDP too.
+    # The default transport, as a user runs it (see the xfail for what it does at times).
     server = start("xinfer_ros.nodes.inference_server", "/",
-                   {"robots": ["rr1"], "backend": "emulated"}, tmp_path,
-                   env={"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"})
+                   {"robots": ["rr1"], "backend": "emulated"}, tmp_path)
     try:
         wait_for_line(server, "serving 1 robots", 60)
         assert spin_until(lambda: counters.chunks_applied >= 10, 30)
@@ -88,7 +86,8 @@ def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
         print(f"\nstall {STALL_S:g} s: first OK chunk {recovery * 1e3:.0f} ms after SIGCONT "
               f"(service time {service_s * 1e3:.0f} ms; {len(after) - 1} non-OK answers "
               f"before it: {[c.reason[:60] for c in after[:-1]]})")
-        assert recovery < 0.5 + service_s
+        assert recovery < 0.5 + service_s, ''.join(
+            line for line in server.lines if "WARN" in line)
         # Commands stayed finite, within limits, and never dropped to zero.
         spin_until(lambda: False, 1.0)  # and once commanding resumed
         sent = np.array(commands)

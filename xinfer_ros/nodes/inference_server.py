@@ -627,6 +627,7 @@ class InferenceServer(LifecycleNode):
             # pause are still queued in the transport.
             for state in self._robots.values():
                 state.obs.last_seen += paused
+                state.frame_seen = [seen + paused for seen in state.frame_seen]
             self.get_logger().warning(f"the server itself did not run for {paused:.2f} s; "
                                       "robots are judged silent from when it resumed")
         for state in self._robots.values():
