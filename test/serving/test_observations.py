@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from xinfer_ros.errors import ObservationError
-from xinfer_ros.serving.observations import RobotObservations
+from xinfer_ros.serving.observations import (
+    NotObservedYetError,
+    RobotObservations,
+    joint_positions,
+)
 
 from .test_frame_budget import state
 
@@ -37,3 +41,12 @@ def test_without_a_young_frame_either_side_the_reason_names_the_stale_one() -> N
         stalled([13.9]).assemble(13.0, max_age=0.5)
     with pytest.raises(ObservationError, match="no camera_0/image_raw received yet"):
         RobotObservations(cameras=1).assemble(13.0, max_age=0.5)
+
+
+def test_only_what_a_next_message_may_bring_is_not_observed_yet() -> None:
+    """A server waits on NotObservedYetError only; a joint the robot lacks will not come."""
+    with pytest.raises(NotObservedYetError):
+        RobotObservations(cameras=1).assemble(13.0, max_age=0.5)
+    with pytest.raises(ObservationError) as info:
+        joint_positions(["a"], [0.0], ["a", "b"])
+    assert not isinstance(info.value, NotObservedYetError)

@@ -85,6 +85,7 @@ from xinfer_ros.serving.image_conversion import ImageConversionError, image_to_r
 from xinfer_ros.serving.ledger import Outcome, ServingLedger, request_age
 from xinfer_ros.serving.observations import (
     FrameBudgetError,
+    NotObservedYetError,
     ObservationError,
     RobotObservations,
     joint_positions,
@@ -176,8 +177,15 @@ class _RobotState:
         self.obs: RobotObservations[RawImage, JointState] = RobotObservations(
             cameras, max_frame_bytes=max_frame_bytes)
         self.present = False
-        #: Per camera: monotonic arrival of its latest frame, or of its subscription.
+        #: Per camera: monotonic arrival of its latest frame, or of its subscription or
+        #: of the robot's return, whichever is latest.
         self.frame_seen = [0.0] * cameras
+
+    def heard(self, now: float) -> None:
+        """A message of this robot arrived; one back from silence starts its cameras' clocks."""
+        if not self.present:
+            self.present = True
+            self.frame_seen = [now] * len(self.frame_seen)
 
 
 class InferenceServer(LifecycleNode):
@@ -217,10 +225,6 @@ class InferenceServer(LifecycleNode):
             self._openpi.refuse(self._inactive_reason())
         #: The live session of each robot's requests (a second requester is refused).
         self.sessions = RequestSessions(p["robot_timeout_s"])
-        # Half the timeout: lateness a loaded machine causes is not compensated, while
-        # a stall never counts for more than half a timeout of silence.
-        self._pauses = OwnPauses(_PRESENCE_PERIOD_S,
-                                 max(3 * _PRESENCE_PERIOD_S, p["robot_timeout_s"] / 2))
         #: Active: requests are served. Inactive: answered REJECTED "server inactive".
         self.serving = False
         self._chunk_pubs: dict[str, Publisher] = {}
@@ -368,6 +372,11 @@ class InferenceServer(LifecycleNode):
             self._status_pub = self.create_publisher(ServerStatus, SERVERS_TOPIC, 10)
             made += [self._status_pub, self.create_timer(p["heartbeat_period_s"],
                                                          self._announce)]
+        # Lateness of the check up to max(3 periods, half the timeout) is a loaded
+        # machine's and not compensated; a longer one is the server's own pause.
+        # (Made anew at each configure: unconfigured time is no pause.)
+        self._pauses = OwnPauses(_PRESENCE_PERIOD_S,
+                                 max(3 * _PRESENCE_PERIOD_S, p["robot_timeout_s"] / 2))
         made.append(self.create_timer(_PRESENCE_PERIOD_S, self._check_presence))
         made.append(self.create_timer(5.0, self._check_graph))
 
@@ -425,7 +434,7 @@ class InferenceServer(LifecycleNode):
                                       throttle_duration_sec=5.0)
             return
         state = self._robots[robot]
-        state.present = True
+        state.heard(time.monotonic())
         state.frame_seen[camera] = time.monotonic()
         try:
             state.obs.add_image(camera, frame, time.monotonic(), frame.stamp_s, frame.nbytes)
@@ -435,7 +444,7 @@ class InferenceServer(LifecycleNode):
 
     def _on_state(self, robot: str, msg: JointState) -> None:
         self._robots[robot].obs.add_state(msg, time.monotonic())
-        self._robots[robot].present = True
+        self._robots[robot].heard(time.monotonic())
         self._retry_waiting(robot)
 
     def _on_request(self, robot: str, msg: PolicyRequest) -> None:
@@ -452,7 +461,7 @@ class InferenceServer(LifecycleNode):
             rx = _Received(robot, msg, arrival, 0.0, str(exc), age=age)
         state = self._robots[robot]
         state.obs.last_seen = arrival
-        state.present = True
+        state.heard(arrival)
         if not self.serving:
             self._publish(rx, ActionChunk.STATUS_REJECTED, self._inactive_reason())
             return
@@ -463,7 +472,11 @@ class InferenceServer(LifecycleNode):
             self._publish(rx, ActionChunk.STATUS_REJECTED, refused, record=False)
             self.get_logger().warning(f"{robot}: {refused}", throttle_duration_sec=5.0)
             return
-        self._serve(rx, arrival + self.params["observation_wait_s"])
+        if (older := self._take_waiting(robot)) is not None:
+            self._publish(older.rx, ActionChunk.STATUS_REJECTED,
+                          f"superseded by a newer request while waiting: {older.reason}")
+        # The wait is part of the budget: never longer than it.
+        self._serve(rx, arrival + min(self.params["observation_wait_s"], rx.budget))
 
     def _serve(self, rx: _Received, wait_until: float) -> None:
         """Assemble and submit ``rx``; without a usable observation, wait for one.
@@ -477,14 +490,15 @@ class InferenceServer(LifecycleNode):
             if rx.budget_error:
                 raise ValueError(rx.budget_error)
             inputs, stamps = self._assemble(rx.robot, rx.msg)
-        except ObservationError as exc:
-            # A frame refused for the byte budget will not come: no waiting for it.
-            if isinstance(exc, FrameBudgetError) or time.monotonic() >= wait_until:
+        except NotObservedYetError as exc:
+            # Only what the next sensor message may bring is waited for (not a refused
+            # frame, a malformed one, or joint names the robot does not publish).
+            if time.monotonic() >= wait_until:
                 self._publish(rx, ActionChunk.STATUS_REJECTED, str(exc))
             else:
                 self._wait(_Waiting(rx, wait_until, str(exc)))
             return
-        except (ImageConversionError, InputError, ValueError) as exc:
+        except (ObservationError, ImageConversionError, InputError, ValueError) as exc:
             self._publish(rx, ActionChunk.STATUS_REJECTED, str(exc))
             return
         self.ledger.submitted(rx.robot)
@@ -494,12 +508,23 @@ class InferenceServer(LifecycleNode):
                            age=time.monotonic() - rx.arrival)
 
     def _wait(self, waiting: _Waiting) -> None:
+        robot = waiting.rx.robot
         with self._waiting_lock:
-            older = self._waiting.get(waiting.rx.robot)
-            self._waiting[waiting.rx.robot] = waiting
-        if older is not None and older.rx is not waiting.rx:
-            self._publish(older.rx, ActionChunk.STATUS_REJECTED,
-                          f"superseded by a newer request while waiting: {older.reason}")
+            refused: _Waiting | None
+            if not self.serving:  # deactivated meanwhile
+                refused, reason = waiting, self._inactive_reason()
+            else:
+                older = self._waiting.get(robot)
+                # Of two waiting requests of a robot the later one stays.
+                if older is not None and older.rx.arrival > waiting.rx.arrival:
+                    refused = waiting
+                else:
+                    self._waiting[robot] = waiting
+                    refused = older
+                reason = ("superseded by a newer request while waiting: "
+                          f"{refused.reason if refused else ''}")
+        if refused is not None:
+            self._publish(refused.rx, ActionChunk.STATUS_REJECTED, reason)
 
     def _take_waiting(self, robot: str) -> _Waiting | None:
         with self._waiting_lock:
@@ -625,9 +650,11 @@ class InferenceServer(LifecycleNode):
         if paused:
             # Silence counts only while the server ran: the robots' messages of the
             # pause are still queued in the transport.
+            # Times set since the resume (callbacks that ran before this timer) stay.
             for state in self._robots.values():
-                state.obs.last_seen += paused
-                state.frame_seen = [seen + paused for seen in state.frame_seen]
+                if state.obs.last_seen:
+                    state.obs.last_seen = min(state.obs.last_seen + paused, now)
+                state.frame_seen = [min(seen + paused, now) for seen in state.frame_seen]
             self.get_logger().warning(f"the server itself did not run for {paused:.2f} s; "
                                       "robots are judged silent from when it resumed")
         for state in self._robots.values():

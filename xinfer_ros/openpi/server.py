@@ -611,6 +611,8 @@ class OpenPIServer:
             commit=options.commit_steps, shift=options.prev_shift,
             prev_dims=self._out_dim(mapped.layout),
             seed=options.seed if options.seed is not None else session.seq)
+        if self.refusal:  # deactivated while the observation was prepared
+            raise _ClientError("rejected", self.refusal)
         future = self.engine.submit(inputs, options.budget, robot)
         try:
             # shield: a timeout must not cancel the engine's future (the engine resolves

@@ -27,8 +27,8 @@ from xinfer_ros.errors import ObservationError
 if TYPE_CHECKING:  # typing.Unpack is 3.11+ (setup.py allows 3.10): annotations only
     from typing import Unpack
 
-__all__ = ["FrameBudgetError", "ObservationError", "RobotObservations", "Stamp", "Stamped",
-           "joint_positions", "stamp_seconds"]
+__all__ = ["FrameBudgetError", "NotObservedYetError", "ObservationError", "RobotObservations",
+           "Stamp", "Stamped", "joint_positions", "stamp_seconds"]
 
 
 class Stamp(Protocol):
@@ -64,6 +64,14 @@ StateT = TypeVar("StateT", bound=Stamped)
 _MsgT = TypeVar("_MsgT")
 
 _MIB = 2**20
+
+
+class NotObservedYetError(ObservationError):
+    """No message of a stream close enough to the request's stamp has arrived (yet).
+
+    Unlike a malformed message or a refused frame, this may change with the next
+    message of the stream, so a server may wait for it.
+    """
 
 
 class FrameBudgetError(ObservationError):
@@ -215,12 +223,12 @@ class RobotObservations(Generic[FrameT, StateT]):
         if after is not None and after[1] - at <= max_age:
             return after[0]
         if stale_s is not None:
-            raise ObservationError(
+            raise NotObservedYetError(
                 f"newest {what} at or before the request is {stale_s:.3f} s old "
                 f"(max_observation_age_s={max_age})")
         if after is None:
-            raise ObservationError(f"no {what} received yet")
-        raise ObservationError(
+            raise NotObservedYetError(f"no {what} received yet")
+        raise NotObservedYetError(
             f"every buffered {what} is newer than the request stamp by more than "
             f"{max_age} s")
 

@@ -14,8 +14,9 @@ robots' silence.
 A camera can also fall silent on its own while its robot's requests and joint states
 keep arriving: after a stall, a transport's reader at times delivers no frame of a
 topic again (seen with Fast DDS over UDP and shared memory alike, with best-effort
-image topics). :func:`silent_cameras` names such cameras so that the server can
-subscribe to them afresh instead of refusing every request for want of a frame.
+image topics). :func:`silent_cameras` names such cameras so that the server can try
+a fresh subscription (which does not cure a topic that Fast DDS shared memory stopped
+delivering: docs/BENCHMARKS.md, section 6.3).
 """
 
 from __future__ import annotations

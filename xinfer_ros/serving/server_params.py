@@ -122,9 +122,12 @@ PARAMS = [
     ParamSpec("stats_window_s", 10.0, "window of fleet statistics (s)", 0.5, 3600.0),
     ParamSpec("robot_timeout_s", 0.8, "a robot silent this long is dropped (s)", 0.05, 60.0),
     ParamSpec("camera_resubscribe_s", 2.0, "a camera without a frame this long while its "
-              "robot's other messages arrive is subscribed to afresh, with a warning (s; 0: "
-              "never): a transport reader that stopped delivering after a stall recovers",
-              0.0, 3600.0),
+              "robot's other messages arrive is subscribed to afresh, with a warning, again "
+              "each time it stays silent this long (s; 0: never; else at least 0.5 and "
+              "longer than the slowest camera's frame period): a try at a transport reader "
+              "that stopped delivering after a stall, which a fresh one does not always cure",
+              0.0, 3600.0,
+              check=lambda v: None if v == 0.0 or v >= 0.5 else "must be 0 (off) or >= 0.5"),
     ParamSpec("diagnostics.stale_after_s", 2.0, "a robot silent this long is STALE in "
               "/diagnostics (s)", 0.1, 3600.0),
     ParamSpec("diagnostics.error_threshold", 3, "this many rejected or failed requests in "
