@@ -13,14 +13,23 @@ from typing import Protocol
 from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.fleet.failover import Failover
 
-__all__ = ["ExecutorCounters", "ExecutorFigures", "FailoverReport", "FleetReport", "FleetTotal",
-           "RobotReport", "SendLag", "ServerReport", "SimComparison"]
+__all__ = [
+    "ExecutorFigures",
+    "ExecutorStatsFields",
+    "FailoverReport",
+    "FleetReport",
+    "FleetTotal",
+    "RobotReport",
+    "SendLag",
+    "ServerReport",
+    "SimComparison",
+]
 
 #: A JSON object as the report writes it.
 JsonDict = dict[str, object]
 
 
-class ExecutorCounters(Protocol):
+class ExecutorStatsFields(Protocol):
     """The counters of an executor's ``ExecutorStats`` message the report takes."""
 
     starved_ticks: int
@@ -68,7 +77,7 @@ class ExecutorFigures:
     send_lag_max_ms: float
 
     @classmethod
-    def of(cls, ex: ExecutorCounters) -> ExecutorFigures:
+    def of(cls, ex: ExecutorStatsFields) -> ExecutorFigures:
         """The figures of an ``ExecutorStats`` message, as plain numbers."""
         return cls(
             starved_ticks=int(ex.starved_ticks), ticks=int(ex.ticks),

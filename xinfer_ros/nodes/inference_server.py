@@ -41,7 +41,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -295,8 +295,7 @@ class InferenceServer(LifecycleNode):
         self.serving = False
         if self._openpi is not None:
             self._openpi.refuse(self._inactive_reason())
-        for robot in self._robots:
-            self._expire_waiting(time.monotonic(), robot, self._inactive_reason())
+        self._expire_waiting(time.monotonic(), self._robots, self._inactive_reason())
         # The engine answers each live request (SHED "cancelled: ...") at its next stage
         # boundary; a result ready before that goes out REJECTED (see _send).
         for robot in self._robots:
@@ -434,10 +433,11 @@ class InferenceServer(LifecycleNode):
                                       throttle_duration_sec=5.0)
             return
         state = self._robots[robot]
-        state.heard(time.monotonic())
-        state.frame_seen[camera] = time.monotonic()
+        now = time.monotonic()
+        state.heard(now)
+        state.frame_seen[camera] = now
         try:
-            state.obs.add_image(camera, frame, time.monotonic(), frame.stamp_s, frame.nbytes)
+            state.obs.add_image(camera, frame, now, frame.stamp_s, frame.nbytes)
         except FrameBudgetError as exc:
             self.get_logger().warning(f"{robot}: {exc}", throttle_duration_sec=5.0)
         self._retry_waiting(robot)
@@ -535,12 +535,12 @@ class InferenceServer(LifecycleNode):
         if robot in self._waiting and (waiting := self._take_waiting(robot)) is not None:
             self._serve(waiting.rx, waiting.until)
 
-    def _expire_waiting(self, now: float, robot: str | None = None,
+    def _expire_waiting(self, now: float, robots: Collection[str] = (),
                         reason: str = "") -> None:
-        """Answer waiting requests past their wait (or every one of ``robot``) REJECTED."""
+        """Answer REJECTED the waiting requests of ``robots``, or else those past their wait."""
         with self._waiting_lock:
             done = [w for name, w in self._waiting.items()
-                    if name == robot or (robot is None and now >= w.until)]
+                    if name in robots or (not robots and now >= w.until)]
             for w in done:
                 del self._waiting[w.rx.robot]
         for w in done:
@@ -660,7 +660,7 @@ class InferenceServer(LifecycleNode):
         for state in self._robots.values():
             if state.present and now - state.obs.last_seen > self.params["robot_timeout_s"]:
                 state.present = False
-                self._expire_waiting(now, state.name, "robot went silent")
+                self._expire_waiting(now, (state.name,), "robot went silent")
                 state.obs.clear()
                 self.sessions.forget(state.name)
                 self.engine.cancel(state.name, "robot went silent")
