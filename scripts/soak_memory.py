@@ -12,6 +12,9 @@ second and prints the series, then the least-squares slope over the last
 ``--trace`` also has the server report what grows (tracemalloc and live objects by
 type, every ``--trace-every`` s; see ``scripts/soak_trace/sitecustomize.py``) into
 ``<out>/trace.txt``; tracing slows the server, so measure the slope without it.
+``--malloc`` (no tracer) has the server write what glibc's malloc holds in use once a
+second, and prints its slope over the same tail beside RSS's: growth in use is held
+memory; RSS growth beside flat use is freed memory the allocator keeps.
 """
 
 from __future__ import annotations
@@ -109,9 +112,12 @@ def _config(port: int, directory: Path) -> Path:
 def _fleet_env(args: argparse.Namespace, out: Path) -> dict[str, str]:
     """The fleet's environment; with ``--trace`` the server's tracing shim on its path."""
     env = dict(os.environ)
-    if args.trace:
+    if args.trace or args.malloc:
         shim = Path(__file__).resolve().parent / "soak_trace"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH")]))
+    if args.malloc:
+        env["XINFER_SOAK_MALLOC"] = str((out / "malloc.txt").resolve())
+    if args.trace:
         env.update({"XINFER_SOAK_TRACE": str(out.resolve()),
                     "XINFER_SOAK_TRACE_EVERY": str(args.trace_every),
                     "XINFER_SOAK_TRACE_DELAY": str(args.trace_delay),
@@ -151,6 +157,26 @@ class _Reconnecting(threading.Thread):
                 self.stop.wait(1.0)
 
 
+def _print_malloc(path: Path, start: float, end: float) -> None:
+    """Slopes of the server's malloc samples between the wall times ``start``..``end``."""
+    try:
+        rows = np.loadtxt(path, ndmin=2)
+    except (OSError, ValueError) as exc:
+        print(f"malloc samples: none read from {path} ({exc})")
+        return
+    tail = rows[(rows[:, 0] >= start) & (rows[:, 0] <= end)]
+    if len(tail) < 10:
+        print(f"malloc samples: {len(tail)} in the tail, too few")
+        return
+    t = tail[:, 0]
+    print(f"server malloc, same window: in use {tail[0, 2]:.1f} -> {tail[-1, 2]:.1f} MiB, "
+          f"slope {slope_mib_per_min(t, tail[:, 2]):+.2f} MiB/min; mapped slope "
+          f"{slope_mib_per_min(t, tail[:, 3]):+.2f} MiB/min; Python blocks "
+          f"{int(tail[0, 4])} -> {int(tail[-1, 4])} "
+          f"(slope {slope_mib_per_min(t, tail[:, 4]):+.0f}/min); RSS slope in its "
+          f"samples {slope_mib_per_min(t, tail[:, 1]):+.2f} MiB/min")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--robots", type=int, default=4)
@@ -167,6 +193,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-delay", type=float, default=45.0,
                    help="seconds after the server's start before tracing starts "
                         "(start-up is slow when traced)")
+    p.add_argument("--malloc", action="store_true",
+                   help="the server samples malloc's bytes in use once a second "
+                        "(<out>/malloc.txt; no tracer) and their slope is printed")
     p.add_argument("--trace-trim", action="store_true",
                    help="each report also calls malloc_trim(0) and gives RSS before and after")
     return p
@@ -194,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_client:
             client.start()
         t0 = time.monotonic()
+        wall0 = time.time() - (time.monotonic() - t0)
         series: list[tuple[float, float]] = []
         parts: list[dict[str, float]] = []
         while (rss := rss_mib(pid)) is not None and fleet.poll() is None:
@@ -227,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("  of which " + ", ".join(
         f"{name} {slope_mib_per_min(times, [parts[i].get(name, 0.0) for i in kept]):+.2f}"
         for name in RSS_PARTS) + " MiB/min")
+    if args.malloc:
+        _print_malloc(out / "malloc.txt", wall0 + times[0], wall0 + times[-1])
     if args.trace:
         print(f"server allocation reports: {out / 'trace.txt'}")
     return 0

@@ -19,6 +19,12 @@ to ``trace.txt`` there:
   report, and the live objects (gc) by type that grew most.
 
 A site that grows report after report is a leak; one that grew once is warm-up.
+
+``soak_memory.py --malloc`` asks for less: ``XINFER_SOAK_MALLOC`` names a file to which
+the server appends, once a second, its wall time, RSS, malloc's bytes in use and mapped
+(``mallinfo2``) and Python's allocated block count. No tracer runs, so the server's
+speed and memory are its own; what malloc holds in use against RSS tells a leak
+(both grow) from memory the allocator keeps after it was freed (RSS alone grows).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import collections
 import ctypes
 import gc
 import os
+import sys
 import threading
 import time
 import tracemalloc
@@ -78,6 +85,20 @@ def _malloc_line(trim: bool) -> str:
     return line
 
 
+def _sample_malloc(path: Path, every_s: float) -> None:
+    """Append ``wall_s rss_mib in_use_mib mapped_mib python_blocks`` every ``every_s``."""
+    if _MALLINFO2 is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", buffering=1) as fh:
+        while True:
+            m = _MALLINFO2()
+            fh.write(f"{time.time():.3f} {_rss_mib():.2f} "
+                     f"{(m.uordblks + m.hblkhd) / 2**20:.3f} "
+                     f"{(m.arena + m.hblkhd) / 2**20:.3f} {sys.getallocatedblocks()}\n")
+            time.sleep(every_s)
+
+
 def _grown(snap: tracemalloc.Snapshot, first: tracemalloc.Snapshot, key: str,
            frames: int) -> list[str]:
     stats = sorted((s for s in snap.compare_to(first, key) if s.size_diff > 0),
@@ -126,7 +147,8 @@ def _trace(out: Path, every_s: float, frames: int, delay_s: float, trim: bool) -
 
 def _main() -> None:
     out = os.environ.get("XINFER_SOAK_TRACE")
-    if not out:
+    samples = os.environ.get("XINFER_SOAK_MALLOC")
+    if not out and not samples:
         return
     try:
         with open("/proc/self/cmdline", "rb") as fh:
@@ -135,6 +157,11 @@ def _main() -> None:
     except OSError:
         return
     env = os.environ.get
+    if samples:
+        threading.Thread(target=_sample_malloc, args=(Path(samples), 1.0),
+                         name="soak-malloc", daemon=True).start()
+    if not out:
+        return
     args = (Path(out), float(env("XINFER_SOAK_TRACE_EVERY", "15")),
             int(env("XINFER_SOAK_TRACE_FRAMES", "4")),
             float(env("XINFER_SOAK_TRACE_DELAY", "45")), env("XINFER_SOAK_TRACE_TRIM") == "1")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from xinfer_ros.core.prediction_audit import PredictionAudit
+import sys
+
+from xinfer_ros.core.prediction_audit import PredictionAudit, PredictionSample
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import default_rate_table
 from xinfer_ros.core.registry import make_policy
@@ -103,3 +105,16 @@ def test_engine_audit_is_bounded() -> None:
         assert engine.audit.output_samples.maxlen == engine.audit.samples.maxlen
     finally:
         engine.close()
+
+
+def test_a_full_audit_holds_no_more_memory_than_an_empty_one() -> None:
+    """Its bounded stores are allocated at start, so a soak's memory stays flat."""
+    audit = PredictionAudit(max_samples=1000)
+    sample = PredictionSample(1, Stage.VIT, 0.0, 0.01, 0.012, 0.02)
+    audit.samples.append(sample)
+    before = sys.getallocatedblocks()
+    for _ in range(5000):
+        audit.samples.append(sample)
+        audit.output_samples.append(sample)
+    assert sys.getallocatedblocks() - before < 500
+    assert len(audit.samples) == 1000 and audit.samples[-1] == sample

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import threading
 
 import pytest
@@ -105,3 +106,15 @@ def test_request_age_is_nan_where_the_clocks_do_not_allow_it(now_s: float, stamp
                                                              expected: float) -> None:
     age = request_age(int(now_s * 1e9), int(stamp_s * 1e9), max_skew_s=0.05)
     assert (math.isnan(age) and math.isnan(expected)) or age == pytest.approx(expected)
+
+
+def test_a_full_ledger_holds_no_more_memory_than_an_empty_one() -> None:
+    """Its rings are allocated at start: a soak's memory does not rise as they fill."""
+    ledger = ServingLedger(["a", "b"], keep=2048)
+    ledger.record("a", _record(0.0, 0.1), Outcome.OK, age=0.001)
+    before = sys.getallocatedblocks()
+    for i in range(6000):
+        ledger.record("ab"[i % 2], _record(float(i), 0.1), Outcome.OK, age=0.001)
+    assert sys.getallocatedblocks() - before < 500
+    (a, b), total = ledger.summaries(now=6000.0, window_s=6000.0)
+    assert (a.requests, b.requests, total.requests) == (2048, 2048, 4096)

@@ -17,22 +17,25 @@ residual r̃ (Eq. 9) does not describe, which is why the main figures stop at th
 stage's own end.
 
 An engine that serves for days keeps only its latest ``max_samples`` forecasts of each
-kind (the summary describes those); the simulator's finite runs keep every one.
+kind (the summary describes those), in rings allocated at once
+(:class:`~xinfer_ros.core.ring.FloatRing`), so its memory does not grow as they fill;
+the simulator's finite runs keep every one.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TypedDict, overload
 
 import numpy as np
 
 from xinfer_ros.core.policy import Policy
+from xinfer_ros.core.ring import FloatRing
 from xinfer_ros.core.stages import STAGES, Stage
 
-__all__ = ["AuditSummary", "IncludingOutput", "PredictionAudit", "PredictionSample",
+__all__ = ["AuditSummary", "IncludingOutput", "PredictionAudit", "PredictionSample", "Samples",
            "StageAudit"]
 
 
@@ -99,6 +102,58 @@ class PredictionSample:
         return self.actual - self.predicted
 
 
+#: The columns of a stored :class:`PredictionSample`, in :class:`FloatRing` order.
+_REQUEST, _STAGE, _T, _PREDICTED, _ACTUAL, _DURATION = range(6)
+
+
+class Samples(Sequence[PredictionSample]):
+    """Resolved forecasts, oldest first, stored as rows of floats.
+
+    Args:
+        maxlen: forecasts kept, the latest (None: all).
+    """
+
+    def __init__(self, maxlen: int | None) -> None:
+        self._ring = FloatRing(6, maxlen)
+
+    @property
+    def maxlen(self) -> int | None:
+        """The bound (None: unbounded)."""
+        return self._ring.maxlen
+
+    def append(self, sample: PredictionSample) -> None:
+        """Keep ``sample`` (the oldest gives way once a bounded store is full)."""
+        self._ring.append((sample.request_id, int(sample.stage), sample.t, sample.predicted,
+                           sample.actual, sample.duration))
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    @overload
+    def __getitem__(self, index: int) -> PredictionSample: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PredictionSample]: ...
+
+    def __getitem__(self, index: int | slice) -> PredictionSample | Sequence[PredictionSample]:
+        if isinstance(index, slice):
+            return [_sample(row) for row in self._ring.rows()[index]]
+        return _sample(self._ring.row(index))
+
+    def __iter__(self) -> Iterator[PredictionSample]:
+        return (_sample(row) for row in self._ring.rows())
+
+    def array(self) -> np.ndarray:
+        """Every kept forecast as rows (request, stage, t, predicted, actual, duration)."""
+        return self._ring.rows()
+
+
+def _sample(row: np.ndarray) -> PredictionSample:
+    return PredictionSample(int(row[_REQUEST]), Stage(int(row[_STAGE])), float(row[_T]),
+                            float(row[_PREDICTED]), float(row[_ACTUAL]),
+                            float(row[_DURATION]))
+
+
 class PredictionAudit:
     """Collects and resolves running-stage forecasts.
 
@@ -119,9 +174,9 @@ class PredictionAudit:
         self._open: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
         #: Action forecasts (h_out added) awaiting the end of output processing.
         self._open_output: dict[int, list[tuple[float, float, float]]] = {}
-        self.samples: deque[PredictionSample] = deque(maxlen=max_samples)
+        self.samples = Samples(max_samples)
         #: Action forecasts resolved at the end of output processing (+ h_out).
-        self.output_samples: deque[PredictionSample] = deque(maxlen=max_samples)
+        self.output_samples = Samples(max_samples)
 
     def maybe_sample(self, policy: Policy, t: float) -> None:
         """Sample every running unit of ``policy`` if the period has elapsed."""
@@ -162,11 +217,9 @@ class PredictionAudit:
         out: AuditSummary = {"samples": len(self.samples)}
         if not self.samples:
             return out
-        err = np.array([s.error for s in self.samples]) * 1e3
-        # Each unit's duration counts once, however many forecasts it received.
-        durations: dict[tuple[int, int], float] = {
-            (s.request_id, int(s.stage)): s.duration for s in self.samples}
-        mean_dur = float(np.mean(list(durations.values()))) * 1e3
+        rows = self.samples.array()
+        err = _errors_ms(rows)
+        mean_dur = _mean_unit_duration_ms(rows)
         out["mae_ms"] = float(np.mean(np.abs(err)))
         out["mean_error_ms"] = float(np.mean(err))
         out["p95_abs_error_ms"] = float(np.percentile(np.abs(err), 95))
@@ -175,23 +228,21 @@ class PredictionAudit:
                                      math.nan)
         per: dict[str, StageAudit] = {}
         for s in STAGES:
-            sel = [x for x in self.samples if x.stage is s]
-            if not sel:
+            sel = rows[rows[:, _STAGE] == int(s)]
+            if not len(sel):
                 continue
-            e = np.array([x.error for x in sel]) * 1e3
-            d = {(x.request_id, int(x.stage)): x.duration for x in sel}
+            e = _errors_ms(sel)
             per[s.name.lower()] = {"samples": len(sel), "mae_ms": float(np.mean(np.abs(e))),
                                    "mean_error_ms": float(np.mean(e)),
-                                   "mean_duration_ms": float(np.mean(list(d.values()))) * 1e3}
+                                   "mean_duration_ms": _mean_unit_duration_ms(sel)}
         out["per_stage"] = per
         if self.output_samples:
             # The earlier definition: Action resolved at the end of output processing.
-            legacy = [*(x for x in self.samples if x.stage is not Stage.ACTION),
-                      *self.output_samples]
-            e = np.array([x.error for x in legacy]) * 1e3
-            d = {(x.request_id, int(x.stage)): x.duration for x in legacy}
-            mean_d = float(np.mean(list(d.values()))) * 1e3
-            ea = np.array([x.error for x in self.output_samples]) * 1e3
+            outputs = self.output_samples.array()
+            legacy = np.concatenate([rows[rows[:, _STAGE] != int(Stage.ACTION)], outputs])
+            e = _errors_ms(legacy)
+            mean_d = _mean_unit_duration_ms(legacy)
+            ea = _errors_ms(outputs)
             out["incl_output"] = {
                 "mae_ms": float(np.mean(np.abs(e))), "mean_error_ms": float(np.mean(e)),
                 "mean_stage_duration_ms": mean_d,
@@ -199,3 +250,16 @@ class PredictionAudit:
                 "action_mae_ms": float(np.mean(np.abs(ea))),
                 "action_mean_error_ms": float(np.mean(ea))}
         return out
+
+
+def _errors_ms(rows: np.ndarray) -> np.ndarray:
+    """Signed errors (ms) of stored forecasts (:attr:`PredictionSample.error`)."""
+    errors: np.ndarray = (rows[:, _ACTUAL] - rows[:, _PREDICTED]) * 1e3
+    return errors
+
+
+def _mean_unit_duration_ms(rows: np.ndarray) -> float:
+    """Mean duration (ms) over the units the forecasts describe, each unit once."""
+    keys = rows[:, _REQUEST] * len(STAGES) + rows[:, _STAGE]
+    _, first = np.unique(keys, return_index=True)
+    return float(np.mean(rows[np.sort(first), _DURATION])) * 1e3

@@ -2,8 +2,9 @@
 
 The ROS server records every chunk it publishes here and turns the summaries into
 ``FleetStats`` and ``/diagnostics``; nothing here imports ROS, so the arithmetic is
-tested without rclpy. Requests are kept per robot in a bounded ring
-(:data:`RECORDS_PER_ROBOT`), so a server that runs for weeks holds a fixed amount.
+tested without rclpy. Requests are kept per robot in a ring of floats allocated at
+start (:data:`RECORDS_PER_ROBOT` rows, :class:`~xinfer_ros.core.ring.FloatRing`), so a
+server that runs for weeks holds a fixed amount, the same from its first request.
 Every method is thread-safe: results are recorded on engine and release threads while
 ROS timers and services read the summaries.
 """
@@ -12,14 +13,14 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
 
 from xinfer_ros.core.metrics import ResponseRecord, summarize
+from xinfer_ros.core.ring import FloatRing
 from xinfer_ros.core.timing import MS_PER_S, budget_met
 
 __all__ = ["RECORDS_PER_ROBOT", "Outcome", "RobotSummary", "ServingLedger", "request_age"]
@@ -63,18 +64,22 @@ class RobotSummary:
     stamp_attainment: float
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    record: ResponseRecord  # arrival at the callback, publication, budget
-    outcome: Outcome
-    age: float  # the request's age at the callback (s); NaN when its stamp was unusable
+#: The columns of a record: arrival at the callback, publication (NaN: none), budget
+#: (s), usable chunk (1/0), outcome (:data:`_OUTCOME_CODES`), the request's age at the
+#: callback (s; NaN when its stamp was unusable).
+_SEND, _RESPONSE, _BUDGET, _OK, _OUTCOME, _AGE = range(6)
+_OUTCOME_CODES = {outcome: float(code) for code, outcome in enumerate(Outcome)}
 
 
 @dataclass
 class _Book:
-    records: deque[_Entry]
+    keep: int
+    records: FloatRing = field(init=False)
     live: int = 0
     last_error: str = ""
+
+    def __post_init__(self) -> None:
+        self.records = FloatRing(6, self.keep)
 
 
 class ServingLedger:
@@ -87,7 +92,7 @@ class ServingLedger:
 
     def __init__(self, robots: Iterable[str], keep: int = RECORDS_PER_ROBOT) -> None:
         self._lock = threading.Lock()
-        self._books = {name: _Book(deque(maxlen=keep)) for name in robots}
+        self._books = {name: _Book(keep) for name in robots}
         self._held = 0
         self._held_s = 0.0
 
@@ -121,7 +126,9 @@ class ServingLedger:
         """
         with self._lock:
             book = self._books[robot]
-            book.records.append(_Entry(record, outcome, age))
+            response = math.nan if record.response_time is None else record.response_time
+            book.records.append((record.send_time, response, record.budget, float(record.ok),
+                                 _OUTCOME_CODES[outcome], age))
             if outcome is Outcome.FAILED:
                 book.last_error = reason
             if hold_s > 0:
@@ -142,8 +149,9 @@ class ServingLedger:
         """Robots with a request that arrived in the last ``window_s`` before ``now``."""
         since = now - window_s
         with self._lock:
-            return [name for name, b in self._books.items()
-                    if b.records and b.records[-1].record.send_time >= since]
+            lasts = {name: b.records.last() for name, b in self._books.items()}
+        return [name for name, last in lasts.items()
+                if last is not None and last[_SEND] >= since]
 
     def summaries(self, now: float, window_s: float) -> tuple[list[RobotSummary], RobotSummary]:
         """Each robot's figures, and the fleet's, over a window of arrivals.
@@ -154,37 +162,45 @@ class ServingLedger:
         """
         window = (now - window_s, now + 1e-9)
         with self._lock:
-            books = {name: (list(b.records), b.live) for name, b in self._books.items()}
-        everything: list[_Entry] = []
-        robots = []
-        for name, (records, live) in books.items():
-            robots.append(_summary(name, records, window, window_s, live))
-            everything += records
+            books = {name: (b.records.rows(), b.live) for name, b in self._books.items()}
+        robots = [_summary(name, rows, window, window_s, live)
+                  for name, (rows, live) in books.items()]
+        everything = np.concatenate([rows for rows, _ in books.values()]) if books \
+            else np.empty((0, 6))
         total = _summary("*", everything, window, window_s,
                          sum(live for _, live in books.values()))
         return robots, total
 
 
-def _summary(name: str, entries: list[_Entry], window: tuple[float, float],
+def _records(rows: np.ndarray) -> list[ResponseRecord]:
+    return [ResponseRecord(float(r[_SEND]),
+                           None if math.isnan(r[_RESPONSE]) else float(r[_RESPONSE]),
+                           float(r[_BUDGET]), ok=bool(r[_OK])) for r in rows]
+
+
+def _summary(name: str, rows: np.ndarray, window: tuple[float, float],
              window_s: float, live: int) -> RobotSummary:
-    chosen = [e for e in entries if window[0] <= e.record.send_time < window[1]]
-    m = summarize([e.record for e in chosen], window=window)
-    stamped = [e for e in chosen if math.isfinite(e.age)]
-    ages = np.array([e.age for e in stamped]) * MS_PER_S
+    chosen = rows[(window[0] <= rows[:, _SEND]) & (rows[:, _SEND] < window[1])]
+    records = _records(chosen)
+    m = summarize(records, window=window)
+    age = chosen[:, _AGE]
+    stamped = np.isfinite(age)
+    ages = age[stamped] * MS_PER_S
+    outcomes = chosen[:, _OUTCOME]
     return RobotSummary(
         robot_id=name, requests=m.requests, on_time=m.on_time,
         attainment=m.attainment if m.requests else math.nan,
         on_time_goodput_hz=m.on_time / window_s,
         latency_p50_ms=m.latency_p50_ms, latency_p95_ms=m.latency_p95_ms,
         latency_p99_ms=m.latency_p99_ms, mean_wide_latency_ms=m.mean_wide_latency_ms,
-        errors=sum(1 for e in chosen if e.outcome is Outcome.FAILED),
-        shed=sum(1 for e in chosen if e.outcome is Outcome.SHED),
+        errors=int(np.count_nonzero(outcomes == _OUTCOME_CODES[Outcome.FAILED])),
+        shed=int(np.count_nonzero(outcomes == _OUTCOME_CODES[Outcome.SHED])),
         queue_depth=max(0, live),
-        request_age_p50_ms=float(np.percentile(ages, 50)) if stamped else math.nan,
-        request_age_p99_ms=float(np.percentile(ages, 99)) if stamped else math.nan,
-        stamp_attainment=(sum(e.record.ok and budget_met(e.age + e.record.latency,
-                                                         e.record.budget)
-                              for e in stamped) / len(stamped)) if stamped else math.nan)
+        request_age_p50_ms=float(np.percentile(ages, 50)) if len(ages) else math.nan,
+        request_age_p99_ms=float(np.percentile(ages, 99)) if len(ages) else math.nan,
+        stamp_attainment=(sum(r.ok and budget_met(float(a) + r.latency, r.budget)
+                              for r, a, s in zip(records, age, stamped, strict=True) if s)
+                          / len(ages)) if len(ages) else math.nan)
 
 
 def request_age(now_ns: int, stamp_ns: int, max_skew_s: float) -> float:
