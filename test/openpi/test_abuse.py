@@ -175,10 +175,11 @@ def test_a_valid_client_keeps_its_p99_while_others_abuse_the_endpoint(served: Se
     assert len(reasons) == 2 + 1 + 20 + 4
     for name, got in reasons.items():
         assert got, f"{name} got no reason"
-        # A trickler is cut off mid-frame: once (in 7 loaded runs) its socket failed with
-        # an OSError before the idle_timeout reason was read. Known gap: the server
-        # does not linger after closing a connection its client is still writing to.
-        expected = {"idle": {"idle_timeout"}, "slow": {"idle_timeout", "<OSError>"},
+        # A trickler is cut off mid-frame with the idle_timeout reason, in the text frame
+        # or, when the abusers were stopped past the server's close timeout, in the close
+        # frame (websockets' client drops the text frame then; it showed "<OSError>"
+        # once in 7 runs before the actors read the close frame's reason).
+        expected = {"idle": {"idle_timeout"}, "slow": {"idle_timeout"},
                     "flooder": {"invalid_message", "rate_limited"}}.get(
             name.split("_")[0], REASONS)
         assert set(got) <= expected, (name, got)
