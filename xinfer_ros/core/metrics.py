@@ -38,14 +38,17 @@ __all__ = [
     "DEFAULT_WINDOW",
     "HANDOFF_S",
     "STARVATION_S",
+    "RecordArrays",
     "ResponseRecord",
     "RoundSummary",
     "WindowMetrics",
     "attainment_in_windows",
     "attainment_over_time",
+    "nan_percentiles",
     "passes_attainment",
     "passes_latency",
     "summarize",
+    "summarize_arrays",
     "summarize_rounds",
 ]
 
@@ -147,11 +150,11 @@ def _budget_key(budget_s: float) -> str:
     return f"{budget_s * _MS:g}"
 
 
-def _nan_percentile(values: np.ndarray, q: float) -> float:
-    """Percentile that returns NaN on an empty array instead of raising."""
+def nan_percentiles(values: np.ndarray, qs: Sequence[float]) -> list[float]:
+    """Several percentiles in one pass (NaN each on an empty array)."""
     if values.size == 0:
-        return math.nan
-    return float(np.percentile(values, q))
+        return [math.nan] * len(qs)
+    return [float(v) for v in np.percentile(values, qs)]
 
 
 def summarize(
@@ -179,11 +182,60 @@ def summarize(
     records = list(records)
     unanswered = sum(1 for r in records if r.response_time is None)
     sel = [r for r in records if start <= r.send_time < end]
-    length = end - start
     n = len(sel)
-    ok = np.fromiter((r.ok and r.response_time is not None for r in sel), bool, n)
-    lat = np.fromiter((r.latency for r in sel), float, n)
-    bud = np.fromiter((r.budget for r in sel), float, n)
+    return summarize_arrays(
+        RecordArrays(
+            send=np.fromiter((r.send_time for r in sel), float, n),
+            latency=np.fromiter((r.latency for r in sel), float, n),
+            budget=np.fromiter((r.budget for r in sel), float, n),
+            ok=np.fromiter((r.ok and r.response_time is not None for r in sel), bool, n),
+            robots=len({r.robot for r in sel})),
+        window, wide_budget, unanswered=unanswered)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordArrays:
+    """The records of one window as columns (what :func:`summarize_arrays` reads).
+
+    Attributes:
+        send: send times ``s_j`` (s).
+        latency: ``r_j − s_j`` (s); ``inf`` when unanswered.
+        budget: budgets ``b_j`` (s).
+        ok: a usable chunk arrived.
+        robots: distinct robots among them.
+    """
+
+    send: np.ndarray
+    latency: np.ndarray
+    budget: np.ndarray
+    ok: np.ndarray
+    robots: int
+
+
+def summarize_arrays(
+    columns: RecordArrays,
+    window: tuple[float, float],
+    wide_budget: float | None = None,
+    *,
+    unanswered: int = 0,
+) -> WindowMetrics:
+    """:func:`summarize` on records already selected by ``window`` and held as columns.
+
+    For callers that keep their records as arrays (the server's ledger), so that a
+    summary costs no Python object per record.
+
+    Args:
+        columns: The window's records.
+        window: ``[start, end)`` they were selected by (its length sets the rates).
+        wide_budget: As for :func:`summarize`.
+        unanswered: Requests of the whole run that never got a response.
+    """
+    start, end = window
+    length = end - start
+    n = len(columns.send)
+    ok = columns.ok.astype(bool)
+    lat = columns.latency
+    bud = columns.budget
     on_time = ok & (lat <= bud)
     ok_lat_ms = lat[ok] * _MS
     answered_ms = lat[np.isfinite(lat)] * _MS
@@ -197,7 +249,9 @@ def summarize(
     wide_mask = ok & (bud == wide)
     handoff = int((ok & (lat > HANDOFF_S)).sum())
     starved = int((lat > STARVATION_S).sum())  # unanswered: latency inf
-    robots = len({r.robot for r in sel})
+    robots = columns.robots
+    p50, p95, p99 = nan_percentiles(ok_lat_ms, (50, 95, 99))
+    answer_p50, answer_p99 = nan_percentiles(answered_ms, (50, 99))
     return WindowMetrics(
         requests=n,
         responses=int(ok.sum()),
@@ -206,9 +260,9 @@ def summarize(
         attainment=float(on_time.mean()) if n else math.nan,
         goodput_rps=float(on_time.sum()) / length,
         throughput_rps=float(ok.sum()) / length,
-        latency_p50_ms=_nan_percentile(ok_lat_ms, 50),
-        latency_p95_ms=_nan_percentile(ok_lat_ms, 95),
-        latency_p99_ms=_nan_percentile(ok_lat_ms, 99),
+        latency_p50_ms=p50,
+        latency_p95_ms=p95,
+        latency_p99_ms=p99,
         latency_mean_ms=float(ok_lat_ms.mean()) if ok_lat_ms.size else math.nan,
         mean_wide_latency_ms=(
             float(lat[wide_mask].mean() * _MS) if wide_mask.any() else math.nan
@@ -222,8 +276,8 @@ def summarize(
         starved=starved,
         starved_per_robot_hour=(starved / (robots * length / _S_PER_HOUR)
                                 if robots else math.nan),
-        answer_p50_ms=_nan_percentile(answered_ms, 50),
-        answer_p99_ms=_nan_percentile(answered_ms, 99),
+        answer_p50_ms=answer_p50,
+        answer_p99_ms=answer_p99,
     )
 
 

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import overload
+
+import numpy as np
 
 from xinfer_ros.core.constants import DELTA, SEND_PERIOD
 from xinfer_ros.core.errors import BudgetError
@@ -56,11 +59,21 @@ def next_send(last_send: float, response: float, period: float = SEND_PERIOD) ->
     return max(last_send + period, response)
 
 
-def budget_met(server_span: float, budget: float, delta: float = DELTA) -> bool:
+@overload
+def budget_met(server_span: float, budget: float, delta: float = DELTA) -> bool: ...
+
+
+@overload
+def budget_met(server_span: np.ndarray, budget: np.ndarray,
+               delta: float = DELTA) -> np.ndarray: ...
+
+
+def budget_met(server_span: float | np.ndarray, budget: float | np.ndarray,
+               delta: float = DELTA) -> bool | np.ndarray:
     """Whether a response the server produced in ``server_span`` meets ``budget``.
 
     The reserve δ is spent outside the server, so the server meets the budget when its
-    own span leaves that reserve: ``span + δ <= b``.
+    own span leaves that reserve: ``span + δ <= b``. Element by element on arrays.
     """
     return server_span + delta <= budget
 
