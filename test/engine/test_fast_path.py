@@ -28,7 +28,7 @@ from .helpers import MonitoredBackend, make_engine
 
 TIMEOUT = 20.0
 #: Work factor of a request whose units last long enough to act during them.
-SLOW = 60.0
+SLOW = 120.0
 
 
 class ThreadedBackend(MonitoredBackend):
