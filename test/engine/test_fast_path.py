@@ -246,6 +246,39 @@ def test_switches_change_mid_chain_keeps_the_request() -> None:
     assert backend.peak_total == 1  # serial from then on
 
 
+def test_a_policy_that_waits_on_the_clock_is_ticked_after_a_fast_step() -> None:
+    """A step off the dispatcher that launches nothing must still wake its ticks."""
+    from xinfer_ros.core.baselines import FIFOPolicy
+
+    class HoldsPrefill(FIFOPolicy):
+        """FIFO that starts a Prefill only 0.1 s (engine) after the ViT ended."""
+
+        time_dependent = True
+
+        def _dispatch(self, t: float) -> list[Any]:
+            held = {rid: r for rid, r in self._ready[Stage.PREFILL].items()
+                    if t < r.finished[Stage.VIT] + 0.1}
+            for rid in held:
+                del self._ready[Stage.PREFILL][rid]
+            try:
+                return super()._dispatch(t)
+            finally:
+                self._ready[Stage.PREFILL].update(held)
+
+    cfg = EngineConfig(slots=(2, 2, 2))
+    engine, backend = make_engine(HoldsPrefill(slots=cfg.slots), cfg,
+                                  backend_cls=ThreadedBackend)
+    assert isinstance(backend, ThreadedBackend)
+    with engine:
+        result = engine.submit(RequestInputs(seed=4), 2.0, "r0").result(TIMEOUT)
+        stats = engine.stats()
+    assert result.ok, result.reason
+    assert result.timings.queue_ms >= 100.0  # Prefill waited for the policy's clock
+    # The ViT chained; the dispatcher's tick launched the held Prefill on its lane.
+    assert backend.lanes_of("r0") == ["fast", "context", "action"]
+    assert stats["fast_path_units"] == 1
+
+
 def test_without_chaining_steps_are_still_taken_off_the_dispatcher() -> None:
     class OwnLanes(ThreadedBackend):
         chains_stages = False  # e.g. CUDA lanes: each unit stays on its own lane
