@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine import Clock, EmulatedBackend, EngineConfig, StageEngine
@@ -43,7 +44,7 @@ class MonitoredBackend(EmulatedBackend):
 
 
 def make_engine(
-    policy: str = "xinfer",
+    policy: str | Policy = "xinfer",
     config: EngineConfig | None = None,
     *,
     table: RateTable | None = None,

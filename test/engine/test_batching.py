@@ -82,7 +82,7 @@ def _serve(backend: Any, config: EngineConfig, previous: list[Any] | None = None
                                                         else previous[i]), 5.0, f"r{i}")
                    for i in range(4)]
         deadline = time.monotonic() + 30.0
-        while engine._events.qsize() < 4 and time.monotonic() < deadline:
+        while engine._events.pending < 4 and time.monotonic() < deadline:
             time.sleep(0.01)  # until the four preparations have reported
         engine.start()
         return [f.result(60) for f in futures]

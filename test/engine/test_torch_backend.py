@@ -43,6 +43,24 @@ def test_tiny_model_engine_run_returns_actions(backend) -> None:  # type: ignore
     assert bad.status is Status.REJECTED and "images" in bad.reason
 
 
+def test_fast_path_chains_a_lone_request_with_the_same_chunk(backend) -> None:  # type: ignore[no-untyped-def]
+    # On the CPU a lone request runs from preparation to output on the fast lane; its
+    # chunks (fresh and RTC-guided) are those of the dispatcher's path, bit for bit.
+    assert backend.chains_stages
+    runs = []
+    for fast in (True, False):
+        with StageEngine(backend, "xinfer", EngineConfig(slots=(1, 1, 2),
+                                                         fast_path=fast)) as engine:
+            first = engine.submit(backend.example_inputs(5, None), 5.0, "r").result(60)
+            rtc = engine.submit(backend.example_inputs(5, first.actions), 5.0, "r").result(60)
+            stats = engine.stats()
+        assert first.ok and rtc.ok, (first.reason, rtc.reason)
+        runs.append((first.actions, rtc.actions, stats["fast_path_units"]))
+    (a0, b0, fast_units), (a1, b1, slow_units) = runs
+    assert np.array_equal(a0, a1) and np.array_equal(b0, b1)
+    assert (fast_units, slow_units) == (6, 0)
+
+
 def test_action_worker_process_matches_in_thread_action(backend) -> None:  # type: ignore[no-untyped-def]
     cpu = min(available_cpus())
     proc_backend = make_backend("torch", model="tiny", device="cpu", threads=1,

@@ -190,6 +190,11 @@ class LiveTable:
             self._detach(live)
             self._counts[status.name] += 1
 
+    def alone(self, live: LiveRequest) -> bool:
+        """Whether no request but ``live`` holds a place (``live`` itself need not)."""
+        with self._lock:
+            return all(rid == live.rid for rid in self._live)
+
     def remaining(self) -> list[LiveRequest]:
         """The requests still live."""
         with self._lock:

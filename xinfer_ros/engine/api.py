@@ -40,6 +40,8 @@ class EngineStats(TypedDict):
     draining_policies: int  # replaced policies still finishing their requests
     decisions: int  # policy decisions so far
     decision_ms_total: float  # their total cost (ms)
+    fast_path_steps: int  # decisions taken off the dispatcher thread (idle engine)
+    fast_path_units: int  # stage units run back to back on the fast-path lane
 
 class BackendInfo(Protocol):
     """What a front end reads of the engine's backend (names, shapes; no model calls)."""

@@ -123,9 +123,20 @@ class UnitRunner:
 
     def run(self, stage: Stage) -> None:
         """One lane task for ``stage`` (see the module docstring)."""
+        for event in self.execute(stage):
+            self.done(event)
+
+    def execute(self, stage: Stage) -> list[UnitDone]:
+        """Run the oldest waiting unit of ``stage`` with its batch mates on this thread.
+
+        Returns:
+            One completion per unit run (empty when an earlier task took this task's
+            unit into its batch); :meth:`run` reports them, the engine's fast path
+            handles them itself.
+        """
         batch = self.waiting.take(stage)
         if not batch:
-            return  # an earlier task took this task's unit into its batch
+            return []
         lane = current_lane()
         if lane is not None:
             lane.issued_at = batch[0].issued
@@ -133,8 +144,8 @@ class UnitRunner:
             t0 = self.clock.now()
             errors = self._run(stage, [w.live for w in batch], lane)
             t1 = self.clock.now()
-        for unit, error in zip(batch, errors, strict=True):
-            self.done(UnitDone(unit.live, stage, t0, t1, error))
+        return [UnitDone(unit.live, stage, t0, t1, error)
+                for unit, error in zip(batch, errors, strict=True)]
 
     def _run(self, stage: Stage, lives: list[LiveRequest],
              lane: LaneInfo | None) -> list[BaseException | None]:

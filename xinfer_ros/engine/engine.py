@@ -21,6 +21,20 @@ Parts: :mod:`~xinfer_ros.engine.admission` decides which requests may hold state
 with its deadline and release time (:mod:`~xinfer_ros.engine.spreading`); this module
 is the dispatcher between them, the lanes and the policies.
 
+Fast path (``EngineConfig.fast_path``): a lone request would cost twelve thread
+wake-ups (caller, CPU lane, dispatcher, ViT lane, dispatcher, Prefill lane, dispatcher,
+Action lane, dispatcher, CPU lane, dispatcher, caller), each of which waits for a core
+on a busy host. Every dispatcher step runs under one lock (the *step lock*), so the
+policy never runs on two threads at once. While the engine is idle (only that request
+anywhere, no event pending, no draining policy), the thread that produced the
+request's next event takes the step itself: the same handler, decision, launches and
+delivery the dispatcher would run. Where the backend allows it
+(``Backend.chains_stages``), ``submit`` hands such a request to the one *fast* lane,
+which prepares it and runs each unit the step launches, and its output, back to back:
+two wake-ups. Whatever arrives mid-chain (a request, a cancel, a policy or switch
+change) makes the next step find the engine busy: the event goes to the dispatcher,
+which continues the request on the ordinary lanes.
+
 Thread-safety: :meth:`StageEngine.submit`, :meth:`cancel`, :meth:`set_policy`,
 :meth:`stats` and :meth:`close` may be called from any thread (e.g. ROS callbacks).
 Result callbacks run on engine threads and must return quickly.
@@ -30,11 +44,10 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -58,6 +71,7 @@ from xinfer_ros.engine.events import (
     Cancelled,
     Dropped,
     Event,
+    EventQueue,
     OutputDone,
     PolicySwitch,
     Prepared,
@@ -65,14 +79,18 @@ from xinfer_ros.engine.events import (
     Stop,
     SwitchesChange,
     UnitDone,
+    Wake,
+    WorkerEvent,
 )
 from xinfer_ros.engine.gates import ExecutionGates
 from xinfer_ros.engine.lanes import (
     ACTION_GROUP,
     CONTEXT_GROUP,
     CPU_GROUP,
+    FAST_GROUP,
     LaneGroup,
     SharedExclusiveGate,
+    current_lane,
 )
 from xinfer_ros.engine.spreading import ReleasePlanner
 from xinfer_ros.engine.types import EngineConfig, EngineResult, Status
@@ -90,6 +108,18 @@ _AUDIT_SAMPLES = 50_000
 
 #: The :class:`StageTimings` field of each stage's unit time.
 _STAGE_FIELD = {Stage.VIT: "vit_ms", Stage.PREFILL: "prefill_ms", Stage.ACTION: "action_ms"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """Work a step started: a unit of ``stage``, or ``live``'s output."""
+
+    #: The stage of a launched unit (None for an output).
+    stage: Stage | None = None
+    #: The request whose output processing starts (None for a unit).
+    live: LiveRequest | None = None
+    #: Engine time of the decision.
+    now: float = math.nan
 
 
 class StageEngine:
@@ -144,7 +174,17 @@ class StageEngine:
         self._draining: list[Policy] = []
         self.audit = PredictionAudit(self.config.sample_period_s,
                                      max_samples=_AUDIT_SAMPLES)
-        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._events = EventQueue()
+        #: Held by whichever thread takes a dispatcher step (the dispatcher, or a lane
+        #: on the fast path): the policy and everything below run on one thread at once.
+        self._step_lock = threading.Lock()
+        #: The dispatcher handled a stop: no thread takes steps any more.
+        self._halted = False
+        #: Set during a step: the units and outputs it starts, which the stepping thread
+        #: starts once it has released the step lock (None outside steps).
+        self._capture: list[_Started] | None = None
+        #: The fast lane's backend setup failed: requests take the ordinary lanes.
+        self._fast_broken = False
         self._table = LiveTable(self.config.max_live, self.config.overflow,
                                 self.config.supersede)
         #: Dispatcher-owned: what runs, and what the slots and switches allow next.
@@ -168,7 +208,7 @@ class StageEngine:
         self._waiting = BatchQueue(cfg.max_batch,
                                    lambda stage, live: backend.batch_key(stage, live.state))
         self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
-                                 self._events.put)
+                                 self._report)
         setup = backend.lane_setup
         # One pool per stage (ViT and Prefill both of the context group): a stage's
         # batches never take the lanes of the other.
@@ -178,10 +218,15 @@ class StageEngine:
             Stage.ACTION: LaneGroup(ACTION_GROUP, cfg.lanes(2), setup),
         }
         self._cpu = LaneGroup(CPU_GROUP, cfg.cpu_workers, setup)
+        #: The fast path's lane (its thread starts with its first chain).
+        self._fast = LaneGroup(FAST_GROUP, 1, setup)
         self._thread: threading.Thread | None = None
         #: Policy decisions made and wall seconds spent in them (dispatcher cost).
         self._decisions = 0
         self._decide_s = 0.0
+        #: Decisions taken off the dispatcher thread, and units run on the fast lane.
+        self._fast_steps = 0
+        self._fast_units = 0
         self._stopped = threading.Event()
 
     # -- construction helpers -----------------------------------------------------------
@@ -240,7 +285,7 @@ class StageEngine:
         if self._thread is not None:
             self._events.put(Stop())
             self._thread.join(timeout=10.0)
-        for lane in (*self._stage_lanes.values(), self._cpu):
+        for lane in (*self._stage_lanes.values(), self._cpu, self._fast):
             lane.shutdown(wait=True)
         for live in self._table.remaining():
             self._finish(live, Status.SHED, "engine stopped")
@@ -299,6 +344,12 @@ class StageEngine:
             return fut
         for dropped in admission.dropped:
             self._events.put(Dropped(dropped))
+        if self._may_chain(live):
+            try:
+                self._fast.submit(self._chain_task, live)
+                return fut
+            except RuntimeError:  # closing: the ordinary path refuses or serves it
+                pass
         self._cpu.submit(self._prepare_task, live)
         return fut
 
@@ -355,10 +406,17 @@ class StageEngine:
                 "running": list(self._gates.running),
                 "slots": list(self.config.effective_slots),
                 "draining_policies": len(self._draining), "decisions": self._decisions,
-                "decision_ms_total": self._decide_s * MS_PER_S}
+                "decision_ms_total": self._decide_s * MS_PER_S,
+                "fast_path_steps": self._fast_steps, "fast_path_units": self._fast_units}
 
     # -- CPU work -----------------------------------------------------------------------------
     def _prepare_task(self, live: LiveRequest) -> None:
+        self._report(self._prepare(live))
+
+    def _output_task(self, live: LiveRequest) -> None:
+        self._report(self._output(live))
+
+    def _prepare(self, live: LiveRequest) -> Prepared:
         state: object = None
         error: tuple[Status, str] | None = None
         with self._gate.exclusive():
@@ -375,9 +433,9 @@ class StageEngine:
         live.inputs = None  # the raw images are no longer needed
         live.timings.queue_ms += (t1 - live.submitted) * MS_PER_S
         live.timings.prepare_ms = (t2 - t1) * MS_PER_S
-        self._events.put(Prepared(live, state, error))
+        return Prepared(live, state, error)
 
-    def _output_task(self, live: LiveRequest) -> None:
+    def _output(self, live: LiveRequest) -> OutputDone:
         t0 = self.clock.now()
         actions: np.ndarray | None = None
         error: str | None = None
@@ -390,7 +448,7 @@ class StageEngine:
         t2 = self.clock.now()
         live.timings.queue_ms += (t1 - t0) * MS_PER_S
         live.timings.output_ms = (t2 - t1) * MS_PER_S
-        self._events.put(OutputDone(live, actions, error))
+        return OutputDone(live, actions, error)
 
     # -- dispatcher ---------------------------------------------------------------------------
     def _dispatch_loop(self) -> None:
@@ -398,33 +456,21 @@ class StageEngine:
         next_tick = math.inf
         try:
             while True:
-                try:
-                    wait = (None if next_tick == math.inf
-                            else self.clock.wall(next_tick - self.clock.now()))
-                    ev = self._events.get(timeout=wait)
-                    batch = [ev]
-                    while True:
-                        try:
-                            batch.append(self._events.get_nowait())
-                        except queue.Empty:
-                            break
-                except queue.Empty:
-                    batch = []
-                if any(isinstance(e, Stop) for e in batch):
-                    break
-                for ev in batch:
-                    self._handle_safely(ev)
-                now = self.clock.now()
-                t_cpu = time.perf_counter()
-                try:
-                    self._decide(now)
-                except Exception:  # a policy bug must not stop serving; retried next tick
-                    self._note("policy decision failed", level=logging.ERROR, exc_info=True)
-                self._decisions += 1
-                self._decide_s += time.perf_counter() - t_cpu
+                wait = (None if next_tick == math.inf
+                        else self.clock.wall(next_tick - self.clock.now()))
+                batch = self._events.take(wait)
+                with self._step_lock:
+                    if any(isinstance(e, Stop) for e in batch):
+                        self._halted = True
+                        break
+                    now, started = self._step(batch)
+                    self._events.handled(len(batch))
+                    needs_tick = self._needs_tick()
+                for item in started:
+                    self._hand_over(item)
                 # Tick only while a time-dependent policy leaves ready work beside free
                 # slots (its slack checks may pass later); otherwise events suffice.
-                if not self._needs_tick():
+                if not needs_tick:
                     next_tick = math.inf
                 elif next_tick == math.inf or now >= next_tick:
                     next_tick = now + tick
@@ -432,7 +478,38 @@ class StageEngine:
             self._note("dispatcher crashed", level=logging.ERROR, exc_info=True)
             raise
         finally:
+            self._halted = True
             self._stopped.set()
+
+    def _step(self, batch: list[Event]) -> tuple[float, list[_Started]]:
+        """Handle ``batch``, then decide once; the caller holds the step lock.
+
+        The units and outputs the step starts are returned, not handed to their lanes:
+        the caller starts them once it has released the lock, so that a unit that ends
+        at once finds the lock free (and, on an idle engine, takes its own step).
+
+        Returns:
+            The engine time of the decision, and what the step started.
+        """
+        self._capture = []
+        try:
+            for ev in batch:
+                self._handle_safely(ev)
+            now = self.clock.now()
+            t_cpu = time.perf_counter()
+            try:
+                self._decide(now)
+            except Exception:  # a policy bug must not stop serving; retried next tick
+                self._note("policy decision failed", level=logging.ERROR, exc_info=True)
+            self._decisions += 1
+            self._decide_s += time.perf_counter() - t_cpu
+            return now, self._capture
+        except BaseException:
+            for item in self._capture:  # launched: never leave them waiting
+                self._hand_over(item)
+            raise
+        finally:
+            self._capture = None
 
     def _needs_tick(self) -> bool:
         for policy in (*self._draining, self.policy):
@@ -471,6 +548,8 @@ class StageEngine:
                 self._on_policy(policy, future)
             case SwitchesChange(changes, future):
                 self._on_switches(changes, future)
+            case Wake():
+                pass  # the step's decision is what it asks for
             case Stop():
                 pass  # the loop ends before it handles a batch with a stop
 
@@ -523,7 +602,10 @@ class StageEngine:
             live.ready_since = now
             return
         live.in_output = True
-        self._cpu.submit(self._output_task, live)
+        if self._capture is not None:
+            self._capture.append(_Started(live=live, now=now))
+        else:
+            self._cpu.submit(self._output_task, live)
 
     def _on_output(self, live: LiveRequest, actions: np.ndarray | None, error: str | None) -> None:
         now = self.clock.now()
@@ -639,11 +721,120 @@ class StageEngine:
 
     def _start_unit(self, s: Stage, now: float) -> None:
         """Hand a lane of ``s`` one task: it runs the oldest waiting unit's batch."""
+        if self._capture is not None:  # started once the step lock is released
+            self._capture.append(_Started(stage=s, now=now))
+            return
+        self._submit_unit(s, now)
+
+    def _submit_unit(self, s: Stage, now: float) -> None:
         try:
             self._stage_lanes[s].submit(self._units.run, s)
         except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
             for unit in self._waiting.take(s):
                 self._events.put(UnitDone(unit.live, s, now, now, exc))
+
+    # -- fast path -----------------------------------------------------------------------------
+    def _report(self, ev: WorkerEvent) -> None:
+        """A worker thread's event: its step is taken here when the engine is idle, else queued."""
+        started = self._try_step(ev)
+        if started is None:
+            self._events.put(ev)
+            return
+        for item in started:
+            self._hand_over(item)
+
+    def _may_chain(self, live: LiveRequest) -> bool:
+        """Whether ``submit`` hands ``live`` to the fast lane.
+
+        A hint read without the step lock: it only chooses the thread that prepares
+        ``live``; the step after preparation checks again under the lock.
+        """
+        return (self.config.fast_path and self.backend.chains_stages
+                and not self._fast_broken and self._thread is not None and not self._halted
+                and self._events.pending == 0 and not self._draining
+                and not any(self._gates.running) and not len(self._waiting)
+                and self._table.alone(live))
+
+    def _idle_for(self, ev: WorkerEvent) -> bool:
+        """Whether ``ev``'s request is all the engine holds; the caller holds the step lock."""
+        live = ev.live
+        # A unit that just ended still counts as running until its event is handled.
+        running = 1 if isinstance(ev, UnitDone) else 0
+        return (self._thread is not None and not self._halted
+                and self._events.pending == 0 and not self._draining
+                and sum(self._gates.running) == running and not len(self._waiting)
+                and all(rid == live.rid for rid in self.policy.requests)
+                and self._table.alone(live))
+
+    def _try_step(self, ev: WorkerEvent) -> list[_Started] | None:
+        """Take the dispatcher's step for ``ev`` on this thread if the engine is idle.
+
+        Never waits for the step lock: a dispatcher that holds it has work of its own,
+        so the engine is not idle.
+
+        Returns:
+            None when the step was not taken (the caller queues ``ev``); else the units
+            and output the step started, for the caller to start or run.
+        """
+        if not self.config.fast_path or not self._step_lock.acquire(blocking=False):
+            return None
+        try:
+            if not self._idle_for(ev):
+                return None
+            _, started = self._step([ev])
+            self._fast_steps += 1
+            if self._needs_tick():  # work waits on a slack check: the dispatcher ticks
+                self._events.put(Wake())
+            return started
+        finally:
+            self._step_lock.release()
+
+    def _chain_task(self, live: LiveRequest) -> None:
+        """The fast lane: ``live`` from preparation to delivery while the engine stays idle."""
+        lane = current_lane()
+        if lane is not None and lane.setup_error is not None:
+            self._fast_broken = True  # the ordinary lanes serve from now on
+            self._prepare_task(live)
+            return
+        try:
+            ev: WorkerEvent | None = self._prepare(live)
+            while ev is not None:
+                started = self._try_step(ev)
+                if started is None:
+                    self._events.put(ev)  # busy: the dispatcher continues the request
+                    return
+                ev = self._run_started(started)
+        except Exception:  # pragma: no cover - a bug; say so instead of dying in the pool
+            self._note("fast path failed for request %d", live.rid, level=logging.ERROR,
+                       exc_info=True)
+
+    def _run_started(self, started: list[_Started]) -> WorkerEvent | None:
+        """Run a step's one unit or output on this thread; returns its event.
+
+        Anything else (several, or nothing) goes to the ordinary lanes: None.
+        """
+        if len(started) != 1:
+            for item in started:
+                self._hand_over(item)
+            return None
+        item = started[0]
+        if item.stage is None:
+            assert item.live is not None
+            return self._output(item.live)
+        done = self._units.execute(item.stage)
+        self._fast_units += len(done)
+        if len(done) == 1:
+            return done[0]
+        for unit in done:  # a batch mate launched by the dispatcher meanwhile
+            self._report(unit)
+        return None
+
+    def _hand_over(self, item: _Started) -> None:
+        """Start a captured unit or output on its own lane."""
+        if item.stage is not None:
+            self._submit_unit(item.stage, item.now)
+        elif item.live is not None:
+            self._cpu.submit(self._output_task, item.live)
 
     # -- results ----------------------------------------------------------------------------------
     def _finish(self, live: LiveRequest, status: Status, reason: str,

@@ -2,13 +2,17 @@
 
 Caller threads (``submit``, ``cancel``, ``set_policy``, ``set_switches``), the CPU pool
 (preparation, output) and the lanes (unit completions) put these on the dispatcher's
-queue; the dispatcher matches them by type. An event about one request carries it in
-``live`` (:class:`RequestEvent`), so an internal error while handling it fails that
-request alone.
+:class:`EventQueue`; the dispatcher matches them by type. An event about one request
+carries it in ``live`` (:class:`RequestEvent`), so an internal error while handling it
+fails that request alone. The queue counts the events not yet handled, so that the
+engine's fast path (a worker thread taking the dispatcher's step itself) can tell an
+idle engine from one with news on its way.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -20,8 +24,8 @@ from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.admission import LiveRequest
 from xinfer_ros.engine.types import EngineConfig, Status
 
-__all__ = ["Cancelled", "Dropped", "Event", "OutputDone", "PolicySwitch", "Prepared",
-           "RequestEvent", "Stop", "SwitchesChange", "UnitDone"]
+__all__ = ["Cancelled", "Dropped", "Event", "EventQueue", "OutputDone", "PolicySwitch",
+           "Prepared", "RequestEvent", "Stop", "SwitchesChange", "UnitDone", "Wake", "WorkerEvent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,61 @@ class Stop:
     """The dispatcher ends (``close``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Decide again: a step taken off the dispatcher left work a tick must revisit."""
+
+
+#: What a worker thread reports about its request (a fast-path step may handle it).
+WorkerEvent: TypeAlias = Prepared | UnitDone | OutputDone
+
 #: Everything the dispatcher's queue carries.
 Event: TypeAlias = (Prepared | UnitDone | OutputDone | Dropped | Cancelled | PolicySwitch
-                    | SwitchesChange | Stop)
+                    | SwitchesChange | Wake | Stop)
+
+
+class EventQueue:
+    """The dispatcher's queue; it counts the events put and not yet handled.
+
+    Thread-safe. The dispatcher calls :meth:`handled` once it has handled what it took,
+    so :attr:`pending` counts an event from :meth:`put` until then, also while the
+    dispatcher holds it between taking and handling.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending = 0
+
+    def put(self, event: Event) -> None:
+        """Queue ``event`` for the dispatcher."""
+        with self._lock:
+            self._pending += 1
+        self._queue.put(event)
+
+    def take(self, timeout: float | None) -> list[Event]:
+        """Wait up to ``timeout`` s (None: forever) for an event; return it and all queued.
+
+        Returns:
+            The events in queue order; empty when the wait timed out.
+        """
+        try:
+            batch = [self._queue.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                return batch
+
+    def handled(self, count: int) -> None:
+        """``count`` events taken earlier have been handled."""
+        with self._lock:
+            self._pending -= count
+
+    @property
+    def pending(self) -> int:
+        """Events put and not yet handled."""
+        with self._lock:
+            return self._pending

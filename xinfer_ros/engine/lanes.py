@@ -9,6 +9,11 @@ paper runs the two groups as separate processes under MPS; here they are threads
 one process, which keeps weights shared without IPC; MPS processes remain an option
 for a deployment that needs separate CUDA contexts.)
 
+A fourth group, *fast*, has one lane: the engine's fast path runs an idle engine's
+lone request there from preparation to output, back to back (see
+:mod:`~xinfer_ros.engine.engine`). It borrows no other group's lane, so a request that
+arrives mid-chain finds every stage's lanes free for it.
+
 :class:`SharedExclusiveGate` implements the "CPU overlap off" ablation: model units
 hold it shared, CPU work holds it exclusively.
 """
@@ -31,6 +36,7 @@ __all__ = [
     "ACTION_GROUP",
     "CONTEXT_GROUP",
     "CPU_GROUP",
+    "FAST_GROUP",
     "LaneGroup",
     "LaneInfo",
     "SharedExclusiveGate",
@@ -41,6 +47,7 @@ __all__ = [
 CONTEXT_GROUP = "context"
 ACTION_GROUP = "action"
 CPU_GROUP = "cpu"
+FAST_GROUP = "fast"
 
 _local = threading.local()
 _LOG = logging.getLogger("xinfer_ros.engine.lanes")
@@ -53,7 +60,7 @@ class LaneInfo:
     """Identity and backend resources of one lane thread.
 
     Attributes:
-        group: lane group name (context, action, cpu).
+        group: lane group name (context, action, cpu, fast).
         index: lane index within the group.
         stream: backend resource bound to the lane (a CUDA stream on CUDA, else None).
         issued_at: engine time the scheduler issued the unit now running on this lane

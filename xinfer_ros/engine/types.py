@@ -111,6 +111,15 @@ class EngineConfig:
             free runs the launched units waiting for it (up to ``max_batch`` of one
             batch key) as one batch; the rate table should then be calibrated with
             the same ``max_batch``. 1: one unit per lane, as in the paper.
+        fast_path: at low load, skip the dispatcher's thread hand-offs. While the
+            engine is idle (one live request, nothing else queued, running or
+            pending, no draining policy), the thread that finishes a step of that
+            request takes the dispatcher's next step itself (the same policy calls,
+            under the dispatcher's lock), and where the backend allows
+            (:attr:`~xinfer_ros.engine.backends.base.Backend.chains_stages`) the
+            request runs from preparation to output on one lane of its own. Work that
+            arrives mid-chain hands the request back to the dispatcher at its next
+            stage boundary. Off: every step goes through the dispatcher thread.
     """
 
     slots: tuple[int, int, int] = DEFAULT_SLOTS
@@ -130,6 +139,7 @@ class EngineConfig:
     phase_spread: bool = False
     phase_spread_margin: float = PHASE_SPREAD_MARGIN
     max_batch: int = 1
+    fast_path: bool = True
 
     def __post_init__(self) -> None:
         if len(self.slots) != 3 or any(int(s) < 1 for s in self.slots):

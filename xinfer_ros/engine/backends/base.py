@@ -72,6 +72,11 @@ class Backend(ABC, Generic[StateT]):
     io: ModelIO | None = None
     #: Whether :meth:`run_batch` stacks states into one forward (``max_batch`` > 1).
     can_batch: bool = False
+    #: Whether one lane thread may run a request's preparation, every stage and its
+    #: output back to back (the engine's fast path at low load). True when a lane's
+    #: :meth:`lane_setup` holds nothing particular to its group: any lane then runs
+    #: any stage as its own lanes would.
+    chains_stages: bool = True
 
     def lane_setup(self, lane: LaneInfo) -> None:
         """Per-lane-thread initialisation (CUDA streams, intra-op thread counts)."""

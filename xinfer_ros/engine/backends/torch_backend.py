@@ -105,6 +105,11 @@ class TorchBackend(Backend[StagedState]):
         inline_idle_action: bool = True,
     ) -> None:
         self.device = str(device)
+        # On CPU a lane is its intra-op thread count only, the same for every group; a
+        # CUDA lane holds a stream of its own, and whole chains on one lane's stream
+        # have not been measured on a GPU: there the fast path only takes the
+        # dispatcher's steps and leaves each unit to its own lane.
+        self.chains_stages = not self.device.startswith("cuda")
         self.inline_idle_action = inline_idle_action
         #: Model units running in this process's lanes now (Action units sent to a
         #: worker included), and Action units run here although workers exist.
