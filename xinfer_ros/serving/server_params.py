@@ -136,6 +136,9 @@ PARAMS = [
               "makes a robot WARN in /diagnostics", 0.0, 1.0),
     ParamSpec("allow_set_policy", False, "serve ~/set_policy (true: any node on the ROS "
               "graph may switch the fleet's scheduling policy; false: fixed at start-up)"),
+    ParamSpec("fast_path", True,
+              "run a request that finds the engine idle through its stages back to back on "
+              "one thread, without the dispatcher's hand-offs (CPU backends)"),
     ParamSpec("phase_spread", False,
               "hold responses later than T_E, within their deadline, so robots' next sends "
               "spread over the period"),
