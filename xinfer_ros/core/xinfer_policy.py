@@ -323,6 +323,9 @@ class XInferPolicy(Policy):
         table's batch dimension at the load of the *other* running units; a member's
         rest is its remaining stages at that load; the guard is the smallest slack of a
         protected request outside the candidates that is not already predicted late.
+        The lead holds for mates only while one may come: past ViT, another live request
+        must still be upstream of ``stage`` or ready for it (ViT mates are arrivals,
+        which may always come).
 
         Args:
             stage: the lane's stage.
@@ -354,7 +357,16 @@ class XInferPolicy(Policy):
         # Protected requests already predicted late cannot be saved by a smaller batch.
         guard = min((sl for rid in self._protected if rid not in members
                      if (sl := self.slack(rid, t)) >= 0.0), default=float("inf"))
-        return form_batch(cands, t, durations, guard=guard, may_wait=cost is not None)
+        plan = form_batch(cands, t, durations, guard=guard, may_wait=cost is not None)
+        if plan.start_by > t and s > 0 and not self._mates_may_come(s, members):
+            return BatchPlan(plan.members, plan.duration, t)
+        return plan
+
+    def _mates_may_come(self, s: int, waiting: set[int]) -> bool:
+        """Whether a live request outside ``waiting`` may still launch a stage-``s`` unit."""
+        ready = self._ready[s]
+        return any(r.cursor < s or rid in ready
+                   for rid, r in self._requests.items() if rid not in waiting)
 
     # -- Algorithm 2 ---------------------------------------------------------------------------
     def refresh_priority(self, t: float) -> tuple[frozenset[int], tuple[int, int, int]]:
