@@ -43,7 +43,7 @@ from xinfer_ros.core.policy import Launch, Policy, SchedulerOutput
 from xinfer_ros.core.prediction_audit import PredictionAudit
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
-from xinfer_ros.core.registry import make_policy
+from xinfer_ros.core.registry import BATCH_FORMING, make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.core.timing import MS_PER_S
@@ -87,10 +87,6 @@ _LOG = logging.getLogger("xinfer_ros.engine")
 #: benchmark resolves fewer: at most 14 running units (the default slots) per sample,
 #: one sample per 20 ms (``sample_period_s``), 42,000.
 _AUDIT_SAMPLES = 50_000
-
-#: Registry name of the policy that forms its lanes' batches (issue 28); built by name,
-#: it forms batches of the engine's ``max_batch``.
-_BATCH_FORMING = "xinfer_batch"
 
 #: The :class:`StageTimings` field of each stage's unit time.
 _STAGE_FIELD = {Stage.VIT: "vit_ms", Stage.PREFILL: "prefill_ms", Stage.ACTION: "action_ms"}
@@ -202,7 +198,7 @@ class StageEngine:
             args = {**self._policy_kwargs, **kwargs}
             args.setdefault("slots", self.config.effective_slots)
             args.setdefault("rate_table", self.rate_table)
-            if policy.strip().lower().replace("-", "_") == _BATCH_FORMING:
+            if policy.strip().lower().replace("-", "_") == BATCH_FORMING:
                 args.setdefault("max_batch", self.config.max_batch)
             policy = make_policy(policy, **args)
         cost = getattr(policy, "batch_cost", None)
