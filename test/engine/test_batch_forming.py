@@ -20,6 +20,7 @@ from xinfer_ros.core.rate_table import load_rate_table
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.xinfer_policy import XInferPolicy
 from xinfer_ros.engine import Clock, EngineConfig, StageEngine
+from xinfer_ros.engine.batching import FormedBatches
 from xinfer_ros.engine.lanes import LaneInfo
 from xinfer_ros.model.inputs import RequestInputs
 
@@ -34,25 +35,25 @@ SLACK_S = 0.012
 class BatchingEmulated(MonitoredBackend):
     """Emulated device that accepts batches and records each one the lanes run.
 
-    ``vit_alone`` robots get a ViT key of their own (so they cannot join another
-    robot's ViT batch), as a robot with other cameras would; a ``slow`` robot's unit of
+    ``alone`` robots get ViT and Prefill keys of their own (so they cannot join another
+    robot's batch there), as a robot with other cameras and prompt would; a ``slow`` robot's unit of
     the given stage takes the given seconds longer than the table says (the predictor
     does not know).
     """
 
     can_batch = True
 
-    def __init__(self, *args: Any, vit_alone: Sequence[str] = (),
+    def __init__(self, *args: Any, alone: Sequence[str] = (),
                  slow: dict[str, tuple[Stage, float]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.vit_alone = set(vit_alone)
+        self.alone = set(alone)
         self.slow = slow or {}
         #: (stage, request ids, engine time the lane started the batch)
         self.batches: list[tuple[Stage, tuple[int, ...], float]] = []
 
     def batch_key(self, stage: Stage, state: Any) -> Hashable | None:
-        if stage is Stage.VIT and state.robot_id in self.vit_alone:
-            return ("vit", state.robot_id)
+        if stage is not Stage.ACTION and state.robot_id in self.alone:
+            return (stage, state.robot_id)
         return "pi0"
 
     def run_batch(self, stage: Stage, states: Sequence[Any], lane: LaneInfo | None) -> None:
@@ -152,10 +153,11 @@ def test_a_tight_request_is_batched_only_within_its_slack_and_never_held() -> No
 
 
 def test_a_held_lead_starts_by_its_start_by_when_no_mate_comes() -> None:
-    # r0 runs ahead; r1 (ViT of its own) runs Prefill when r0 reaches Action and is
-    # predicted to finish it within r0's hold, so r0 waits for it as a mate; but r1's
-    # Prefill takes 80 ms longer than predicted.
-    engine, backend, spy = _engine(vit_alone=["r1"], slow={"r1": (Stage.PREFILL, 0.08)})
+    # r0 runs ahead (its Prefill 30 ms slow, so that r1 is surely launched at Prefill
+    # behind it); r1 (batched alone before Action) is predicted to finish Prefill within
+    # r0's Action hold, so r0 waits for it as a mate; but r1's Prefill takes 80 ms longer.
+    engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03),
+                                                        "r1": (Stage.PREFILL, 0.08)})
     futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
                engine.submit(RequestInputs(seed=1), 2.0, "r1")]
     _wait_prepared(engine, 2)
@@ -176,8 +178,9 @@ def test_a_held_lead_starts_by_its_start_by_when_no_mate_comes() -> None:
 
 
 def test_a_held_lead_starts_early_with_a_mate_that_arrives() -> None:
-    # r1 reaches Action a few milliseconds after r0: r0 waits for it, not for start_by.
-    engine, backend, spy = _engine(vit_alone=["r1"])
+    # r1 reaches Action a few milliseconds after r0 (its Prefill waits for r0's slow
+    # one on the Prefill lane): r0 waits for it, not for start_by.
+    engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03)})
     futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
                engine.submit(RequestInputs(seed=1), 2.0, "r1")]
     _wait_prepared(engine, 2)
@@ -242,3 +245,49 @@ def test_a_plan_that_raises_falls_back_to_launch_order() -> None:
     assert errors and set(errors) == {"xinfer-dispatch"}  # formed on the dispatcher
     both = tuple(r.request_id for r in results)
     assert [(s, ids) for s, ids, _ in backend.batches] == [(s, both) for s in Stage]
+
+
+class _Live:
+    """The fields of a live request that batch formation reads."""
+
+    def __init__(self, rid: int, policy: object) -> None:
+        self.rid, self.policy, self.state = rid, policy, None
+
+
+def test_formation_keeps_the_first_start_by_and_a_lane_for_the_held_lead() -> None:
+    owner, errors = object(), []
+    formed = FormedBatches((1, 1, 2), 4, lambda _s, _live: "k", errors.append)
+    start_by = {0.0: 0.040, 0.010: 0.050}  # a later plan would hold longer
+
+    def plan(stage: Stage, ids: Sequence[int], t: float) -> BatchPlan:
+        return BatchPlan(tuple(ids), 0.046, start_by.get(t, t + 0.046))
+
+    formed.put(Stage.ACTION, _Live(1, owner), 0.0)
+    assert formed.form(Stage.ACTION, 0.0, owner, plan, 0.002) == []
+    assert formed.holding() and formed.free(Stage.ACTION) == 2
+    assert formed.form(Stage.ACTION, 0.010, owner, plan, 0.002) == []
+    # One tick before the first start_by: the hold would end between two ticks.
+    batches = formed.form(Stage.ACTION, 0.0385, owner, plan, 0.002)
+    assert [[w.live.rid for w in b] for b in batches] == [[1]]
+    assert not formed.holding() and formed.free(Stage.ACTION) == 1
+    formed.release(Stage.ACTION)
+    assert formed.free(Stage.ACTION) == 2 and not errors
+
+
+def test_formation_runs_planned_members_only_and_never_past_free_lanes() -> None:
+    owner, other = object(), object()
+    formed = FormedBatches((1, 1, 1), 4, lambda _s, _live: "k", lambda exc: None)
+    for rid in (1, 2, 3):
+        formed.put(Stage.PREFILL, _Live(rid, owner), 0.0)
+    formed.put(Stage.PREFILL, _Live(5, other), 0.0)  # another policy's unit: not ours
+
+    def plan(stage: Stage, ids: Sequence[int], t: float) -> BatchPlan:
+        # A tight last unit leads, with one mate.
+        return BatchPlan(tuple(dict.fromkeys((ids[-1], ids[0]))), 0.007, t)
+
+    batches = formed.form(Stage.PREFILL, 0.0, owner, plan, 0.002)
+    assert [[w.live.rid for w in b] for b in batches] == [[1, 3]]
+    assert formed.form(Stage.PREFILL, 0.0, owner, plan, 0.002) == []  # the one lane is busy
+    formed.release(Stage.PREFILL)
+    batches = formed.form(Stage.PREFILL, 0.001, owner, plan, 0.002)
+    assert [[w.live.rid for w in b] for b in batches] == [[2]] and len(formed) == 1

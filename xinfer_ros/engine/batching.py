@@ -138,6 +138,7 @@ class FormedBatches:
 
     Args:
         lanes: lanes per stage.
+        max_batch: most units of one batch (a plan that raised falls back to this many).
         key: ``key(stage, live)``: the unit's batch key.
         on_plan_error: told of a plan that raised; the lead and its oldest mates then
             run as the lanes would batch them, so that no unit waits forever.
@@ -174,12 +175,6 @@ class FormedBatches:
         """A formed batch of ``stage`` ended: its lane is free (any thread)."""
         with self._lock:
             self._busy[stage] -= 1
-
-    def take_all(self, stage: Stage) -> list[Waiting]:
-        """Remove and return every waiting unit of ``stage`` (the lanes are gone)."""
-        units, self._waiting[stage] = self._waiting[stage], []
-        self._held[stage] = {}
-        return units
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._waiting.values())
