@@ -83,3 +83,15 @@ def test_plan_for_a_unit_not_launched_is_an_error():
         p.plan_batch(Stage.ACTION, ids, 0.0)
     with pytest.raises(SchedulerStateError):
         p.plan_batch(Stage.VIT, [99], 0.0)
+
+
+def test_a_lone_unit_past_vit_waits_for_mates_only_while_one_may_come():
+    p = policy()
+    [a] = launched(p, [2.0])
+    out = p.on_complete(a, Stage.VIT, 0.003)
+    assert [(x.request_id, x.stage) for x in out.launches] == [(a, Stage.PREFILL)]
+    # Nobody upstream of Prefill: waiting could only delay it.
+    assert p.plan_batch(Stage.PREFILL, [a], 0.003).runs_now(0.003)
+    [b] = launched(p, [2.0], t=0.004)  # a mate on its way
+    assert b != a
+    assert not p.plan_batch(Stage.PREFILL, [a], 0.004).runs_now(0.004)

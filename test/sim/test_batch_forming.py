@@ -26,10 +26,10 @@ def test_policy_forms_the_simulated_batches_and_every_request_is_answered():
     assert former is not None
 
     def record(stage, keys, t):
-        members = former(stage, keys, t)
+        members, start_by = former(stage, keys, t)
         assert set(members) <= set(keys)
         sizes.append(len(members))
-        return members
+        return members, start_by
 
     sim.gpu.former = record
     result = sim.run()
@@ -52,3 +52,40 @@ def test_batch_forming_on_a_table_without_batch_dimension_is_refused():
 def test_other_policies_keep_the_lanes_batching():
     sim = Simulation(cfg(policy="fifo"))
     assert sim.gpu.former is None
+
+
+def test_a_held_lead_starts_with_its_mates_or_at_its_start_by():
+    sim = Simulation(cfg())
+    gpu, former = sim.gpu, sim.gpu.former
+    assert former is not None
+    holds: dict[object, float] = {}  # lead -> first start_by
+    started: dict[object, float] = {}  # lead -> start time
+    late: list[tuple[object, float, float]] = []
+
+    def record(stage, keys, t):
+        members, start_by = former(stage, keys, t)
+        lead = members[0]
+        if start_by - t >= gpu.min_hold:
+            holds.setdefault((stage, lead), start_by)
+        return members, start_by
+
+    start = gpu._start
+
+    def record_start(stage, units, t, *, open_):
+        for unit in units:
+            held = (stage, unit.key)
+            if held in holds:
+                started[held] = t
+                if t > holds[held] + 1e-9:
+                    late.append((held, holds[held], t))
+        return start(stage, units, t, open_=open_)
+
+    gpu.former = record
+    gpu._start = record_start
+    result = sim.run()
+    assert result.metrics.responses == result.metrics.requests > 0
+    assert holds and set(started) == set(holds)  # every held lead started
+    assert not late, late[:5]
+    # Some waited until a mate came, some until their start_by.
+    assert any(started[k] < holds[k] - 1e-9 for k in holds)
+    assert any(abs(started[k] - holds[k]) < 1e-9 for k in holds)

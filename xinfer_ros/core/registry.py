@@ -19,7 +19,8 @@ from xinfer_ros.core.errors import UnknownPolicyError
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.xinfer_policy import XInferPolicy
 
-__all__ = ["ABLATIONS", "POLICIES", "SERVED_POLICIES", "make_policy", "policy_names"]
+__all__ = ["ABLATIONS", "BATCH_FORMING", "POLICIES", "SERVED_POLICIES", "make_policy",
+           "policy_names"]
 
 #: Base policies by name.
 POLICIES: Mapping[str, Callable[..., Policy]] = {
@@ -49,9 +50,13 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_spread": {"arrival_projection": True, "slot_aware": False},
     "xinfer_forecast_load": {"forecast_load": True},
     # Issue 28: the policy forms the lanes' batches (needs a table with a batch
-    # dimension; the simulator passes its own max_batch).
+    # dimension; the simulator and the engine pass their own max_batch).
     "xinfer_batch": {"max_batch": 4},
 }
+
+#: The preset that forms its lanes' batches (issue 28): a driver building it by name
+#: passes its own ``max_batch``.
+BATCH_FORMING = "xinfer_batch"
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

@@ -11,16 +11,24 @@ for the stage's ``ceil(slots / max_batch)`` lanes while the policy counts them r
 
 Every task finds either work or an empty queue: there are as many tasks as units, and
 a task never takes fewer than one waiting unit.
+
+A policy that forms its own batches (``plan_batch``, the ``xinfer_batch`` policy of issue
+28) does not go through that queue: its units wait in :class:`FormedBatches`, where the
+dispatcher, which owns the policy, asks it which units a free lane runs and whether the
+lane should hold its lead for mates, and hands the lane the formed batch
+(:meth:`UnitRunner.run_formed`).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xinfer_ros.core.batch_formation import BatchPlan
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.events import UnitDone
@@ -30,7 +38,21 @@ if TYPE_CHECKING:
     from xinfer_ros.engine.admission import LiveRequest
     from xinfer_ros.engine.backends.base import AnyBackend
 
-__all__ = ["BatchQueue", "UnitRunner", "Waiting"]
+__all__ = ["BatchQueue", "FormedBatches", "Planner", "UnitRunner", "Waiting"]
+
+#: ``plan(stage, request ids oldest first, t)``: the batch-forming policy's plan for a
+#: free lane (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`).
+Planner = Callable[[Stage, Sequence[int], float], BatchPlan]
+#: ``key(stage, live)``: a unit's batch key, None when it runs alone.
+BatchKey = Callable[[Stage, "LiveRequest"], Hashable | None]
+
+
+def _batch_key(key: BatchKey, stage: Stage, live: LiveRequest) -> Hashable | None:
+    """``key(stage, live)``; None (run alone, and fail there) for a state it cannot key."""
+    try:
+        return key(stage, live)
+    except Exception:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +78,7 @@ class BatchQueue:
         key: ``key(stage, live)``: the unit's batch key, None when it runs alone.
     """
 
-    def __init__(self, max_batch: int,
-                 key: Callable[[Stage, LiveRequest], Hashable | None]) -> None:
+    def __init__(self, max_batch: int, key: BatchKey) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
         self.max_batch = max_batch
@@ -67,12 +88,7 @@ class BatchQueue:
 
     def put(self, stage: Stage, live: LiveRequest, issued: float) -> None:
         """Queue a launched unit, with its batch key (the caller's thread computes it)."""
-        key = None
-        if self.max_batch > 1:
-            try:
-                key = self._key(stage, live)
-            except Exception:  # a state the backend cannot key runs alone (and fails there)
-                key = None
+        key = _batch_key(self._key, stage, live) if self.max_batch > 1 else None
         with self._lock:
             self._waiting[stage].append(Waiting(live, issued, key))
 
@@ -100,6 +116,152 @@ class BatchQueue:
     def __len__(self) -> int:
         with self._lock:
             return sum(len(q) for q in self._waiting.values())
+
+
+class FormedBatches:
+    """Units of a batch-forming policy, formed into batches by its plan (issue 28).
+
+    Dispatcher-owned, except :meth:`release`, which a lane calls when its batch ends.
+    After every decision the dispatcher calls :meth:`form` for each stage: while a lane
+    of the stage is free, the policy plans the batch of the waiting units of one batch
+    key (oldest unit's key first), and the plan's members leave together for that lane.
+    A plan that holds its lead for mates (``start_by`` after now) keeps a lane free for
+    it, and the units of its key wait with it. A later decision plans again: a mate the
+    policy launched meanwhile joins at once, and the lead starts at the first
+    ``start_by`` it was given at the latest (a re-plan never moves that later, though a
+    plan made later would allow a later start). A hold shorter than ``min_hold`` starts
+    now instead, so that a dispatcher deciding at least every ``min_hold`` while
+    :meth:`holding` keeps that bound.
+
+    Units without a batch key run alone, at once, in their turn. Units of several
+    policies (after a policy switch) share the lanes; each policy forms its own.
+
+    Args:
+        lanes: lanes per stage.
+        max_batch: most units of one batch (a plan that raised falls back to this many).
+        key: ``key(stage, live)``: the unit's batch key.
+        on_plan_error: told of a plan that raised; the lead and its oldest mates then
+            run as the lanes would batch them, so that no unit waits forever.
+    """
+
+    def __init__(self, lanes: Sequence[int], max_batch: int, key: BatchKey,
+                 on_plan_error: Callable[[BaseException], None]) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
+        self.lanes = tuple(lanes)
+        self.max_batch = max_batch
+        self._key = key
+        self._on_plan_error = on_plan_error
+        self._waiting: dict[Stage, list[Waiting]] = {s: [] for s in STAGES}
+        self._lock = threading.Lock()
+        self._busy = [0, 0, 0]
+        #: Held leads per stage: request id -> start_by of the lead's first hold.
+        self._held: dict[Stage, dict[int, float]] = {s: {} for s in STAGES}
+
+    def put(self, stage: Stage, live: LiveRequest, issued: float) -> None:
+        """Queue a launched unit with its batch key."""
+        self._waiting[stage].append(Waiting(live, issued, _batch_key(self._key, stage, live)))
+
+    def holding(self) -> bool:
+        """Whether a lead waits for mates (the dispatcher must decide again soon)."""
+        return any(self._held.values())
+
+    def free(self, stage: Stage) -> int:
+        """Lanes of ``stage`` that run no formed batch."""
+        with self._lock:
+            return self.lanes[stage] - self._busy[stage]
+
+    def release(self, stage: Stage) -> None:
+        """A formed batch of ``stage`` ended: its lane is free (any thread)."""
+        with self._lock:
+            self._busy[stage] -= 1
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
+    def form(self, stage: Stage, now: float, owner: object, plan: Planner,
+             min_hold: float) -> list[list[Waiting]]:
+        """The batches of ``owner``'s units that start now on free lanes of ``stage``.
+
+        The caller must hand each returned batch to a lane (or :meth:`release` its lane).
+
+        Args:
+            stage: the stage.
+            now: decision time.
+            owner: the policy whose units are formed (their ``live.policy``).
+            plan: its :data:`Planner`.
+            min_hold: shortest hold worth keeping (s): the dispatcher's tick.
+        """
+        waiting = self._waiting[stage]
+        held = self._held[stage]
+        if not waiting:
+            held.clear()
+            return []
+        free = self.free(stage)
+        # A lead keeps its first start_by while it waits (a busy lane, a changed plan).
+        holds = {w.live.rid: held[w.live.rid] for w in waiting if w.live.rid in held}
+        batches: list[list[Waiting]] = []
+        for units in _groups(waiting, owner):
+            group = units
+            while group and free > 0:
+                free -= 1  # taken by the batch, or kept free for a held lead
+                if group[0].key is None:
+                    batches.append(group)
+                    break
+                members, start_by = self._plan(stage, group, now, plan)
+                lead = members[0]
+                start_by = min(start_by, held.get(lead, math.inf))
+                if start_by - now >= min_hold:
+                    holds[lead] = start_by
+                    break
+                chosen = set(members)
+                batches.append([w for w in group if w.live.rid in chosen])
+                group = [w for w in group if w.live.rid not in chosen]
+        if batches:
+            started = {w.live.rid for batch in batches for w in batch}
+            self._waiting[stage] = [w for w in waiting if w.live.rid not in started]
+            for rid in started:
+                holds.pop(rid, None)
+            with self._lock:
+                self._busy[stage] += len(batches)
+        self._held[stage] = holds
+        return batches
+
+    def _plan(self, stage: Stage, group: list[Waiting], now: float,
+              plan: Planner) -> tuple[Sequence[int], float]:
+        """The plan's members (lead first, all from ``group``) and its ``start_by``."""
+        ids = [w.live.rid for w in group]
+        try:
+            got = plan(stage, ids, now)
+            members: Sequence[int] = got.members
+            if not members or not set(members) <= set(ids) or len(members) > self.max_batch:
+                raise ValueError(f"plan_batch chose {members!r} from the waiting "
+                                 f"{stage.name} units {ids!r} (max_batch {self.max_batch})")
+            return members, got.start_by
+        except Exception as exc:  # a policy bug must not leave units waiting forever
+            self._on_plan_error(exc)
+            return ids[:self.max_batch], now
+
+
+def _groups(waiting: list[Waiting], owner: object) -> list[list[Waiting]]:
+    """``owner``'s units by batch key, in order of each key's oldest unit.
+
+    A unit without a key is a group of its own.
+    """
+    groups: list[list[Waiting]] = []
+    by_key: dict[Hashable, list[Waiting]] = {}
+    for w in waiting:
+        if w.live.policy is not owner:
+            continue
+        if w.key is None:
+            groups.append([w])
+            continue
+        group = by_key.get(w.key)
+        if group is None:
+            group = by_key[w.key] = []
+            groups.append(group)
+        group.append(w)
+    return groups
 
 
 class UnitRunner:
@@ -137,13 +299,42 @@ class UnitRunner:
         batch = self.waiting.take(stage)
         if not batch:
             return []
+        return self._run_units(stage, batch, batch[0].issued)
+
+    def run_formed(self, stage: Stage, batch: list[Waiting], started: float,
+                   release: Callable[[Stage], None]) -> None:
+        """Run a batch the dispatcher formed at ``started``; ``release`` frees its lane.
+
+        The lane is released before the units report, so that the decision their
+        completions cause sees it free. The issue time the backend sees is ``started``,
+        not the launch: a unit held for mates did no work before its batch started.
+        """
+        released = False
+
+        def release_once(s: Stage) -> None:
+            nonlocal released
+            if not released:
+                released = True
+                release(s)
+
+        try:
+            events = self._run_units(stage, batch, started, release_once)
+        finally:
+            release_once(stage)  # the lane is freed even if the run itself broke
+        for event in events:
+            self.done(event)
+
+    def _run_units(self, stage: Stage, batch: list[Waiting], issued: float,
+                   release: Callable[[Stage], None] | None = None) -> list[UnitDone]:
         lane = current_lane()
         if lane is not None:
-            lane.issued_at = batch[0].issued
+            lane.issued_at = issued
         with self.gate.shared():
             t0 = self.clock.now()
             errors = self._run(stage, [w.live for w in batch], lane)
             t1 = self.clock.now()
+        if release is not None:
+            release(stage)
         return [UnitDone(unit.live, stage, t0, t1, error)
                 for unit, error in zip(batch, errors, strict=True)]
 

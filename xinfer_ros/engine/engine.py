@@ -56,15 +56,15 @@ from xinfer_ros.core.policy import Launch, Policy, SchedulerOutput
 from xinfer_ros.core.prediction_audit import PredictionAudit
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
-from xinfer_ros.core.registry import make_policy
+from xinfer_ros.core.registry import BATCH_FORMING, make_policy
 from xinfer_ros.core.request import Request
-from xinfer_ros.core.stages import Stage
+from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.api import EngineStats
 from xinfer_ros.engine.backends.base import AnyBackend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
-from xinfer_ros.engine.batching import BatchQueue, UnitRunner
+from xinfer_ros.engine.batching import BatchQueue, FormedBatches, Planner, UnitRunner
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.delivery import ResultDelivery
 from xinfer_ros.engine.events import (
@@ -209,6 +209,11 @@ class StageEngine:
                                    lambda stage, live: backend.batch_key(stage, live.state))
         self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
                                  self._report)
+        #: Launched units of a batch-forming policy: batched by its plan on this
+        #: dispatcher, not by the lanes' queue (issue 28).
+        self._formed = FormedBatches(
+            tuple(cfg.lanes(s) for s in range(3)), cfg.max_batch,
+            lambda stage, live: backend.batch_key(stage, live.state), self._plan_failed)
         setup = backend.lane_setup
         # One pool per stage (ViT and Prefill both of the context group): a stage's
         # batches never take the lanes of the other.
@@ -238,7 +243,13 @@ class StageEngine:
             args = {**self._policy_kwargs, **kwargs}
             args.setdefault("slots", self.config.effective_slots)
             args.setdefault("rate_table", self.rate_table)
+            if policy.strip().lower().replace("-", "_") == BATCH_FORMING:
+                args.setdefault("max_batch", self.config.max_batch)
             policy = make_policy(policy, **args)
+        cost = getattr(policy, "batch_cost", None)
+        if cost is not None and cost.max_batch != self.config.max_batch:
+            raise ValueError(f"policy {policy.name!r} forms batches of {cost.max_batch} but "
+                             f"the engine runs max_batch {self.config.max_batch}")
         if self.rate_correction is not None:
             policy.predictor.set_correction(self.rate_correction)
         return policy
@@ -512,6 +523,8 @@ class StageEngine:
             self._capture = None
 
     def _needs_tick(self) -> bool:
+        if self._formed.holding():
+            return True  # a lead held for mates starts at its start_by at the latest
         for policy in (*self._draining, self.policy):
             if not policy.time_dependent:
                 continue
@@ -697,27 +710,53 @@ class StageEngine:
     def _launch_all(self, policy: Policy, out: SchedulerOutput, now: float) -> None:
         opening = self._gates.open_round()
         issued: list[Stage] = []
+        plan = _planner(policy)
         try:
             for launch in out.launches:
                 if self._gates.allows(launch.stage, launch.request_id, opening):
-                    self._issue(launch, now, opening)
+                    self._issue(launch, now, opening, formed=plan is not None)
                     issued.append(launch.stage)
                 else:
                     policy.abort(launch.request_id, now)
         finally:
             # Lane tasks start once the whole decision is queued, so that units launched
             # together can run as one batch; queued units start even if the loop broke.
-            for s in issued:
-                self._start_unit(s, now)
+            if plan is not None:
+                # Every decision, launches or not: a lane came free, a hold expired.
+                self._start_formed(policy, plan, now)
+            else:
+                for s in issued:
+                    self._start_unit(s, now)
 
-    def _issue(self, launch: Launch, now: float, opening: bool) -> None:
+    def _issue(self, launch: Launch, now: float, opening: bool, *,
+               formed: bool = False) -> None:
         live: LiveRequest = launch.request.payload
         s = launch.stage
         live.timings.queue_ms += (now - live.ready_since) * MS_PER_S
         live.running = s
         live.model_started = True
         self._gates.issued(s, live.rid, opening)
-        self._waiting.put(s, live, now)
+        (self._formed if formed else self._waiting).put(s, live, now)
+
+    def _start_formed(self, policy: Policy, plan: Planner, now: float) -> None:
+        """Hand free lanes the batches ``policy`` forms of its waiting units (issue 28)."""
+        formed = self._formed
+        if not len(formed):
+            return
+        tick = self.config.tick_s
+        for s in STAGES:
+            for batch in formed.form(s, now, policy, plan, tick):
+                try:
+                    self._stage_lanes[s].submit(self._units.run_formed, s, batch, now,
+                                                formed.release)
+                except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
+                    formed.release(s)
+                    for unit in batch:
+                        self._events.put(UnitDone(unit.live, s, now, now, exc))
+
+    def _plan_failed(self, exc: BaseException) -> None:
+        self._note("batch plan failed (%s: %s); the lane batches in launch order",
+                   type(exc).__name__, exc, level=logging.ERROR)
 
     def _start_unit(self, s: Stage, now: float) -> None:
         """Hand a lane of ``s`` one task: it runs the oldest waiting unit's batch."""
@@ -753,7 +792,7 @@ class StageEngine:
                 and not self._fast_broken and self._thread is not None and not self._halted
                 and self._events.pending == 0 and not self._draining
                 and not any(self._gates.running) and not len(self._waiting)
-                and self._table.alone(live))
+                and not len(self._formed) and self._table.alone(live))
 
     def _idle_for(self, ev: WorkerEvent) -> bool:
         """Whether ``ev``'s request is all the engine holds; the caller holds the step lock."""
@@ -763,7 +802,7 @@ class StageEngine:
         return (self._thread is not None and not self._halted
                 and self._events.pending == 0 and not self._draining
                 and sum(self._gates.running) == running and not len(self._waiting)
-                and all(rid == live.rid for rid in self.policy.requests)
+                and not len(self._formed) and all(rid == live.rid for rid in self.policy.requests)
                 and self._table.alone(live))
 
     def _try_step(self, ev: WorkerEvent) -> list[_Started] | None:
@@ -840,3 +879,11 @@ class StageEngine:
     def _finish(self, live: LiveRequest, status: Status, reason: str,
                 actions: np.ndarray | None = None) -> None:
         self._delivery.finish(live, status, reason, actions)
+
+
+def _planner(policy: Policy) -> Planner | None:
+    """The policy's batch plan when it forms its lanes' batches (issue 28), else None."""
+    if getattr(policy, "batch_cost", None) is None:
+        return None
+    plan: Planner = policy.plan_batch  # type: ignore[attr-defined]
+    return plan

@@ -109,8 +109,10 @@ class EngineConfig:
         max_batch: most units of one stage that run as one batched forward. Above 1,
             each stage gets ``ceil(slots / max_batch)`` lanes and a lane that comes
             free runs the launched units waiting for it (up to ``max_batch`` of one
-            batch key) as one batch; the rate table should then be calibrated with
-            the same ``max_batch``. 1: one unit per lane, as in the paper.
+            batch key) as one batch, or, under a batch-forming policy
+            (``xinfer_batch``), the units its plan chooses; the rate table should then
+            be calibrated with the same ``max_batch``. 1: one unit per lane, as in the
+            paper.
         fast_path: at low load, skip the dispatcher's thread hand-offs. While the
             engine is idle (one live request, nothing else queued, running or
             pending, no draining policy), the thread that finishes a step of that

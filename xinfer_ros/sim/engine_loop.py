@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from xinfer_ros.core.batch_formation import BatchPlan
 from xinfer_ros.core.clients import Link, Robot
 from xinfer_ros.core.constants import (
     LINK_DELAY,
@@ -62,8 +63,9 @@ __all__ = [
 #: Longest time (s) in-flight requests may take to drain after the last send.
 _DRAIN_LIMIT = 60.0
 
-# Event kinds (ints: cheaper to compare than enums in the hot loop).
-_SEND, _ARRIVE, _READY, _RESPOND = 0, 1, 2, 3
+# Event kinds (ints: cheaper to compare than enums in the hot loop). _WAKE: a lead held
+# for mates reaches its start_by (the policy forms batches, issue 28).
+_SEND, _ARRIVE, _READY, _RESPOND, _WAKE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -195,10 +197,11 @@ class RunResult:
 def make_sim_policy(cfg: SimConfig, table: RateTable) -> Policy:
     """Build the configured policy object through the core's registry."""
     from xinfer_ros.core import make_policy
+    from xinfer_ros.core.registry import BATCH_FORMING
 
     kwargs = dict(cfg.policy_kwargs)
     kwargs.setdefault("rate_table", table)
-    if str(cfg.policy).strip().lower().replace("-", "_") == "xinfer_batch":
+    if str(cfg.policy).strip().lower().replace("-", "_") == BATCH_FORMING:
         kwargs.setdefault("max_batch", cfg.max_batch)  # the policy forms the GPU's batches
     if cfg.slots is not None:
         kwargs.setdefault("slots", cfg.slots)
@@ -244,6 +247,8 @@ class Simulation:
                        noise=cfg.noise, seed=cfg.seed, rate_error=cfg.rate_error,
                        max_batch=cfg.max_batch)
         self._flush = self._batch_former()
+        #: start_by of the latest wake-up pushed for a held lead.
+        self._wake_at = math.inf
         self.audit = PredictionAudit(keep_from=cfg.window[0]) if cfg.audit else None
         self.robots = [Robot(spec, cfg.period) for spec in self.workload.robots]
         # (time, sequence, kind, robot, budget, arrival): the budget rides with a send,
@@ -275,19 +280,25 @@ class Simulation:
         if not isinstance(gpu, BatchedGpuModel) or cost.max_batch != self.cfg.max_batch:
             raise ValueError(f"policy {self.cfg.policy!r} forms batches of {cost.max_batch} "
                              f"but the simulated GPU runs max_batch {self.cfg.max_batch}")
-        plan = self.policy.plan_batch  # type: ignore[attr-defined]
+        plan: Callable[[int, list[object], float], BatchPlan] = \
+            self.policy.plan_batch  # type: ignore[attr-defined]
+        # Holds shorter than a tick start at once, as on the engine's dispatcher.
+        gpu.min_hold = self.cfg.tick
         recorder = self.decisions
         if recorder is None:
-            gpu.former = lambda s, keys, t: plan(s, keys, t).members
+            def former(s: int, keys: list[object], t: float) -> tuple[tuple[int, ...], float]:
+                p = plan(s, keys, t)
+                return p.members, p.start_by
+            gpu.former = former
             return gpu.flush
         clock = recorder.clock
 
-        def timed_plan(s: int, keys: list[object], t: float) -> tuple[int, ...]:
+        def timed_plan(s: int, keys: list[object], t: float) -> tuple[tuple[int, ...], float]:
             # Batch formation is decision work: its cost joins the instant's sample.
             t0 = clock()
-            members: tuple[int, ...] = plan(s, keys, t).members
+            p = plan(s, keys, t)
             recorder.add_to_last(t, clock() - t0)
-            return members
+            return p.members, p.start_by
 
         gpu.former = timed_plan
         return gpu.flush
@@ -310,6 +321,10 @@ class Simulation:
             pending[s] -= 1
         if self._flush is not None:
             self._flush(t)
+            wake = cast(BatchedGpuModel, gpu).next_hold
+            if wake < math.inf and wake != self._wake_at:
+                self._wake_at = wake
+                self._push(wake, _WAKE, -1)
         if self.audit is not None:  # after the launches, as the engine samples
             self.audit.maybe_sample(self.policy, t)
 
@@ -390,13 +405,15 @@ class Simulation:
                     add_request(req, t)
                     pending[0] += 1
                     dirty = True
-                else:  # _RESPOND
+                elif kind == _RESPOND:
                     rb = robots[i]
                     nxt = rb.receive(t, sent_budget)
                     if cfg.send_jitter > 0.0:
                         nxt += float(self._jitter_rng.exponential(cfg.send_jitter))
                     if nxt < end_send and rb.can_send():
                         self._push(nxt, _SEND, i)
+                elif kind == _WAKE:
+                    dirty = True
             else:
                 next_tick = inf
                 dirty = True

@@ -38,8 +38,10 @@ __all__ = ["BatchedGpuModel", "Former", "GpuModel", "RateFn", "Unit"]
 
 #: ``rate(stage, (n_V, n_P, n_A) of the other units) -> ρ`` (dimensionless, > 0).
 RateFn = Callable[[int, tuple[int, int, int]], float]
-#: ``former(stage, waiting keys oldest first, t)``: keys of the batch a free lane runs.
-Former = Callable[[int, list[object], float], Sequence[object]]
+#: ``former(stage, waiting keys oldest first, t)``: the keys of the batch a free lane
+#: runs (lead first) and the latest time it starts (``t``: now; later: the lead waits for
+#: mates until then, keeping the lane free).
+Former = Callable[[int, list[object], float], tuple[Sequence[object], float]]
 
 
 @dataclass(slots=True)
@@ -258,8 +260,16 @@ class BatchedGpuModel(GpuModel):
     def _setup(self) -> None:
         #: Set by the simulator when the policy forms batches (issue 28):
         #: ``former(stage, waiting keys oldest first, t)`` returns the keys of the batch
-        #: a free lane runs. None: lanes batch as the engine's BatchQueue does.
+        #: a free lane runs and its latest start. None: lanes batch as the engine's
+        #: BatchQueue does.
         self.former: Former | None = None
+        #: Shortest hold kept (s): a shorter one starts now, as the engine's dispatcher,
+        #: which decides once per tick while a lead is held, starts it.
+        self.min_hold = 0.0
+        #: Held leads per stage: key -> start_by of the lead's first hold.
+        self._held: list[dict[object, float]] = [{}, {}, {}]
+        #: Earliest start_by of a held lead (the simulator decides again then).
+        self.next_hold = math.inf
         self._batches: list[_Batch] = []
         self._waiting: list[deque[Unit]] = [deque(), deque(), deque()]
         self._running = [0, 0, 0]
@@ -337,9 +347,10 @@ class BatchedGpuModel(GpuModel):
         """Start the policy's batches on the free lanes (with a ``former`` only).
 
         The simulator calls it after every decision, so units launched at one instant
-        and units freed lanes wait for are formed together. The policy's hold for mates
-        (its plan's ``start_by``) is not modelled yet: a formed batch starts now, and a
-        lone waiting unit starts without asking.
+        and units freed lanes wait for are formed together. A plan that holds its lead
+        for mates keeps a lane free until a later flush starts it: when a mate came, or
+        at the first ``start_by`` the lead was given, at the latest (the simulator
+        decides again at :attr:`next_hold`), as the engine's dispatcher forms them.
         """
         former = self.former
         if former is None:
@@ -347,20 +358,32 @@ class BatchedGpuModel(GpuModel):
         started = False
         for stage in range(3):
             waiting = self._waiting[stage]
-            while waiting and sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
-                if len(waiting) == 1:  # no mates to choose (and holds are not modelled)
-                    self._start(stage, [waiting.popleft()], t, open_=False)
-                    started = True
-                    continue
-                chosen = set(former(stage, [u.key for u in waiting], t))
+            held = self._held[stage]
+            holds = {u.key: held[u.key] for u in waiting if u.key in held}
+            free = self.lanes[stage] - sum(b.stage == stage for b in self._batches)
+            while waiting and free > 0:
+                free -= 1
+                members, start_by = former(stage, [u.key for u in waiting], t)
+                if not members:
+                    raise ValueError(f"batch former chose none of the waiting stage-{stage} "
+                                     f"units")
+                start_by = min(start_by, held.get(members[0], math.inf))
+                if start_by - t >= self.min_hold and start_by > t:
+                    holds[members[0]] = start_by
+                    break
+                chosen = set(members)
                 units = [u for u in waiting if u.key in chosen]
                 if not units:
                     raise ValueError(f"batch former chose none of the waiting stage-{stage} "
                                      f"units")
                 self._waiting[stage] = waiting = deque(u for u in waiting
                                                        if u.key not in chosen)
+                for key in chosen:
+                    holds.pop(key, None)
                 self._start(stage, units, t, open_=False)
                 started = True
+            self._held[stage] = holds
+        self.next_hold = min((sb for h in self._held for sb in h.values()), default=math.inf)
         if started:
             self._advance(t)
             self._rerate(t)

@@ -1,0 +1,314 @@
+"""The engine runs the batches a batch-forming policy plans (issue 28), on an emulated device.
+
+The ``xinfer_batch`` policy decides on the dispatcher which launched units a free lane runs
+together and how long a relaxed lead waits for mates; the lanes run exactly that. Real
+time (clock scale 1): the holds are milliseconds long.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import pytest
+
+from xinfer_ros.config_paths import config_dir
+from xinfer_ros.core.batch_formation import BatchPlan
+from xinfer_ros.core.rate_table import load_rate_table
+from xinfer_ros.core.stages import Stage
+from xinfer_ros.core.xinfer_policy import XInferPolicy
+from xinfer_ros.engine import Clock, EngineConfig, StageEngine
+from xinfer_ros.engine.batching import FormedBatches
+from xinfer_ros.engine.lanes import LaneInfo
+from xinfer_ros.model.inputs import RequestInputs
+
+from .helpers import MonitoredBackend
+
+BATCH4 = load_rate_table(config_dir() / "rate_table_cpu_pi0_tiny_batch4.json")
+CONFIG = EngineConfig(slots=(4, 4, 8), max_batch=4, rate_correction=False)
+#: Dispatch and thread hand-off on this shared 2-core machine (engine seconds).
+SLACK_S = 0.012
+
+
+class BatchingEmulated(MonitoredBackend):
+    """Emulated device that accepts batches and records each one the lanes run.
+
+    ``alone`` robots get ViT and Prefill keys of their own (so they cannot join another
+    robot's batch there), as a robot with other cameras and prompt would; a ``slow`` robot's unit of
+    the given stage takes the given seconds longer than the table says (the predictor
+    does not know).
+    """
+
+    can_batch = True
+
+    def __init__(self, *args: Any, alone: Sequence[str] = (),
+                 slow: dict[str, tuple[Stage, float]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.alone = set(alone)
+        self.slow = slow or {}
+        #: (stage, request ids, engine time the lane started the batch)
+        self.batches: list[tuple[Stage, tuple[int, ...], float]] = []
+
+    def batch_key(self, stage: Stage, state: Any) -> Hashable | None:
+        if stage is not Stage.ACTION and state.robot_id in self.alone:
+            return (stage, state.robot_id)
+        return "pi0"
+
+    def run_batch(self, stage: Stage, states: Sequence[Any], lane: LaneInfo | None) -> None:
+        with self._mon:
+            self.batches.append((stage, tuple(s.request_id for s in states), self.clock.now()))
+        super().run_batch(stage, states, lane)
+        for state in states:
+            if self.slow.get(state.robot_id, (None, 0.0))[0] is stage:
+                self.clock.sleep(self.slow[state.robot_id][1])
+
+
+class PlanSpy:
+    """Wraps ``plan_batch``: records each plan and checks it with the policy's predictor.
+
+    The check: no member that the predictor says makes its deadline alone is planned
+    into a batch that, by the same predictor, makes it late.
+    """
+
+    def __init__(self, policy: XInferPolicy) -> None:
+        self.policy = policy
+        self.plan = policy.plan_batch
+        self.plans: list[tuple[Stage, float, tuple[int, ...], BatchPlan]] = []
+        self.violations: list[str] = []
+        self.deadlines: dict[int, float] = {}
+
+    def __call__(self, stage: Stage | int, ids: Sequence[int], t: float) -> BatchPlan:
+        p, s = self.policy, int(stage)
+        counts = p.tracker.counts
+        others = tuple(counts[i] - len(ids) * (i == s) for i in range(3))
+        cost = p.batch_cost
+        assert cost is not None
+        durations = cost.durations(s, others)  # type: ignore[arg-type]
+        rest = p.predictor.suffix_tab[p.predictor.index(others)][s + 1]  # type: ignore[arg-type]
+        plan = self.plan(stage, ids, t)
+        for rid in plan.members:
+            deadline = p.requests[rid].deadline
+            self.deadlines[rid] = deadline
+            alone = t + durations[0] + rest
+            batched = t + durations[len(plan.members) - 1] + rest
+            if alone <= deadline < batched - 1e-9:
+                self.violations.append(f"{Stage(s).name} {plan.members}: {rid} late")
+        self.plans.append((Stage(s), t, tuple(ids), plan))
+        return plan
+
+
+def _engine(**backend_kwargs: Any) -> tuple[StageEngine, BatchingEmulated, PlanSpy]:
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock, **backend_kwargs)
+    engine = StageEngine(backend, "xinfer_batch", CONFIG, rate_table=BATCH4, clock=clock)
+    assert isinstance(engine.policy, XInferPolicy)
+    spy = PlanSpy(engine.policy)
+    engine.policy.plan_batch = spy  # type: ignore[method-assign]
+    return engine, backend, spy
+
+
+def _wait_prepared(engine: StageEngine, n: int) -> None:
+    """Until ``n`` preparations reported: the first decision then sees them all."""
+    until = time.monotonic() + 10.0
+    while engine._events.pending < n and time.monotonic() < until:
+        time.sleep(0.002)
+
+
+def _starts(backend: BatchingEmulated, rid: int) -> dict[Stage, tuple[tuple[int, ...], float]]:
+    return {stage: (ids, t0) for stage, ids, t0 in backend.batches if rid in ids}
+
+
+def _launched(spy: PlanSpy, stage: Stage, rid: int) -> float:
+    """Launch time of ``rid``'s unit of ``stage`` (its first plan as a candidate)."""
+    return min(t for s, t, ids, _ in spy.plans if s is stage and rid in ids)
+
+
+def test_a_tight_request_is_batched_only_within_its_slack_and_never_held() -> None:
+    engine, backend, spy = _engine()
+    # Three relaxed requests and one whose slack alone (about 25 ms) a full Action
+    # batch (24 ms more than one unit on this table) would nearly use up.
+    budgets = [2.0, 2.0, 2.0, BATCH4.isolated_request_s + CONFIG.delta + 0.025]
+    futures = [engine.submit(RequestInputs(seed=i), b, f"r{i}") for i, b in enumerate(budgets)]
+    _wait_prepared(engine, len(budgets))
+    engine.start()
+    try:
+        results = [f.result(10) for f in futures]
+    finally:
+        engine.close()
+    assert all(r.ok for r in results), [r.reason for r in results]
+    assert not spy.violations, spy.violations
+    # The lanes ran exactly the planned batches, none of more than max_batch.
+    planned = {(s, frozenset(p.members)) for s, _, _, p in spy.plans}
+    assert all((s, frozenset(ids)) in planned for s, ids, _ in backend.batches), backend.batches
+    assert max(len(ids) for _, ids, _ in backend.batches) <= CONFIG.max_batch
+    # The four ran ViT as one batch; at Action the tight one left the fourth out.
+    tight = results[3].request_id
+    starts = _starts(backend, tight)
+    assert len(starts[Stage.VIT][0]) == 4
+    assert len(starts[Stage.ACTION][0]) < 4, backend.batches
+    for stage, (_, started) in starts.items():
+        assert started - _launched(spy, stage, tight) < SLACK_S, (stage, backend.batches)
+
+
+def test_a_held_lead_starts_by_its_start_by_when_no_mate_comes() -> None:
+    # r0 runs ahead (its Prefill 30 ms slow, so that r1 is surely launched at Prefill
+    # behind it); r1 (batched alone before Action) is predicted to finish Prefill within
+    # r0's Action hold, so r0 waits for it as a mate; but r1's Prefill takes 80 ms longer.
+    engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03),
+                                                        "r1": (Stage.PREFILL, 0.08)})
+    futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
+               engine.submit(RequestInputs(seed=1), 2.0, "r1")]
+    _wait_prepared(engine, 2)
+    engine.start()
+    try:
+        r0, r1 = (f.result(10) for f in futures)
+    finally:
+        engine.close()
+    assert r0.ok and r1.ok, (r0.reason, r1.reason)
+    first = next(p for s, _, ids, p in spy.plans if s is Stage.ACTION and ids == (r0.request_id,))
+    launched = _launched(spy, Stage.ACTION, r0.request_id)
+    ids, started = _starts(backend, r0.request_id)[Stage.ACTION]
+    assert ids == (r0.request_id,)
+    assert first.start_by - launched > 0.02  # held for mates: this test's premise
+    # Held until its start_by, not until r1's Prefill completion (about 40 ms later).
+    assert first.start_by - CONFIG.tick_s - 1e-3 <= started <= first.start_by + SLACK_S, (
+        launched, first.start_by, started)
+
+
+def test_a_held_lead_starts_early_with_a_mate_that_arrives() -> None:
+    # r1 reaches Action a few milliseconds after r0 (its Prefill waits for r0's slow
+    # one on the Prefill lane): r0 waits for it, not for start_by.
+    engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03)})
+    futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
+               engine.submit(RequestInputs(seed=1), 2.0, "r1")]
+    _wait_prepared(engine, 2)
+    engine.start()
+    try:
+        r0, r1 = (f.result(10) for f in futures)
+    finally:
+        engine.close()
+    assert r0.ok and r1.ok, (r0.reason, r1.reason)
+    first = next(p for s, _, ids, p in spy.plans if s is Stage.ACTION and ids == (r0.request_id,))
+    ids, started = _starts(backend, r0.request_id)[Stage.ACTION]
+    assert set(ids) == {r0.request_id, r1.request_id}, backend.batches
+    assert started < first.start_by - 0.02
+    assert started - _launched(spy, Stage.ACTION, r1.request_id) < SLACK_S
+
+
+def test_a_lone_request_on_the_fast_path_runs_the_planned_batches() -> None:
+    """An idle engine's fast path takes the steps, but the plan still forms every batch."""
+    engine, backend, spy = _engine()
+    engine.start()
+    try:
+        results = []
+        for i in range(3):  # one at a time: each finds the engine idle
+            results.append(engine.submit(RequestInputs(seed=i), 2.0, f"r{i}").result(10))
+        stats = engine.stats()
+    finally:
+        engine.close()
+    assert all(r.ok for r in results), [r.reason for r in results]
+    assert stats["fast_path_steps"] > 0
+    for r in results:  # each stage ran as a batch the plan formed, of this request alone
+        planned = {s for s, _, ids, p in spy.plans if r.request_id in p.members}
+        assert planned == set(Stage), (r.request_id, spy.plans)
+        assert {s: ids for s, (ids, _) in _starts(backend, r.request_id).items()} == \
+            {s: (r.request_id,) for s in Stage}
+    assert not spy.violations
+
+
+def test_lanes_batch_as_before_under_other_policies() -> None:
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock)
+    engine = StageEngine(backend, "xinfer", CONFIG, rate_table=BATCH4, clock=clock)
+    assert engine.policy.batch_cost is None  # type: ignore[attr-defined]
+    futures = [engine.submit(RequestInputs(seed=i), 2.0, f"r{i}") for i in range(4)]
+    _wait_prepared(engine, 4)
+    engine.start()
+    try:
+        assert all(f.result(10).ok for f in futures)
+    finally:
+        engine.close()
+    assert backend.batches[0][0] is Stage.VIT and len(backend.batches[0][1]) == 4
+    assert not len(engine._formed)
+
+
+def test_the_policy_and_the_engine_must_agree_on_max_batch() -> None:
+    clock = Clock(1.0)
+    policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4)
+    with pytest.raises(ValueError, match="max_batch 2"):
+        StageEngine(BatchingEmulated(BATCH4, clock), policy,
+                    EngineConfig(slots=(4, 4, 8), max_batch=2), rate_table=BATCH4, clock=clock)
+    # By name, the policy takes the engine's max_batch: unbatched, it forms nothing.
+    engine = StageEngine(BatchingEmulated(BATCH4, clock), "xinfer_batch",
+                         EngineConfig(slots=(4, 4, 8)), rate_table=BATCH4, clock=clock)
+    assert engine.policy.batch_cost is None  # type: ignore[attr-defined]
+
+
+def test_a_plan_that_raises_falls_back_to_launch_order() -> None:
+    engine, backend, _ = _engine()
+    errors: list[str] = []
+
+    def broken(stage: Stage | int, ids: Sequence[int], t: float) -> BatchPlan:
+        errors.append(threading.current_thread().name)
+        raise RuntimeError("plan bug")
+
+    engine.policy.plan_batch = broken  # type: ignore[method-assign]
+    futures = [engine.submit(RequestInputs(seed=i), 2.0, f"r{i}") for i in range(2)]
+    _wait_prepared(engine, 2)
+    engine.start()
+    try:
+        results = [f.result(10) for f in futures]
+    finally:
+        engine.close()
+    assert all(r.ok for r in results), [r.reason for r in results]
+    assert errors and set(errors) == {"xinfer-dispatch"}  # formed on the dispatcher
+    both = tuple(r.request_id for r in results)
+    assert [(s, ids) for s, ids, _ in backend.batches] == [(s, both) for s in Stage]
+
+
+class _Live:
+    """The fields of a live request that batch formation reads."""
+
+    def __init__(self, rid: int, policy: object) -> None:
+        self.rid, self.policy, self.state = rid, policy, None
+
+
+def test_formation_keeps_the_first_start_by_and_a_lane_for_the_held_lead() -> None:
+    owner, errors = object(), []
+    formed = FormedBatches((1, 1, 2), 4, lambda _s, _live: "k", errors.append)
+    start_by = {0.0: 0.040, 0.010: 0.050}  # a later plan would hold longer
+
+    def plan(stage: Stage, ids: Sequence[int], t: float) -> BatchPlan:
+        return BatchPlan(tuple(ids), 0.046, start_by.get(t, t + 0.046))
+
+    formed.put(Stage.ACTION, _Live(1, owner), 0.0)
+    assert formed.form(Stage.ACTION, 0.0, owner, plan, 0.002) == []
+    assert formed.holding() and formed.free(Stage.ACTION) == 2
+    assert formed.form(Stage.ACTION, 0.010, owner, plan, 0.002) == []
+    # One tick before the first start_by: the hold would end between two ticks.
+    batches = formed.form(Stage.ACTION, 0.0385, owner, plan, 0.002)
+    assert [[w.live.rid for w in b] for b in batches] == [[1]]
+    assert not formed.holding() and formed.free(Stage.ACTION) == 1
+    formed.release(Stage.ACTION)
+    assert formed.free(Stage.ACTION) == 2 and not errors
+
+
+def test_formation_runs_planned_members_only_and_never_past_free_lanes() -> None:
+    owner, other = object(), object()
+    formed = FormedBatches((1, 1, 1), 4, lambda _s, _live: "k", lambda exc: None)
+    for rid in (1, 2, 3):
+        formed.put(Stage.PREFILL, _Live(rid, owner), 0.0)
+    formed.put(Stage.PREFILL, _Live(5, other), 0.0)  # another policy's unit: not ours
+
+    def plan(stage: Stage, ids: Sequence[int], t: float) -> BatchPlan:
+        # A tight last unit leads, with one mate.
+        return BatchPlan(tuple(dict.fromkeys((ids[-1], ids[0]))), 0.007, t)
+
+    batches = formed.form(Stage.PREFILL, 0.0, owner, plan, 0.002)
+    assert [[w.live.rid for w in b] for b in batches] == [[1, 3]]
+    assert formed.form(Stage.PREFILL, 0.0, owner, plan, 0.002) == []  # the one lane is busy
+    formed.release(Stage.PREFILL)
+    batches = formed.form(Stage.PREFILL, 0.001, owner, plan, 0.002)
+    assert [[w.live.rid for w in b] for b in batches] == [[2]] and len(formed) == 1
