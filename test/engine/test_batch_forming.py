@@ -19,7 +19,7 @@ from xinfer_ros.core.batch_formation import BatchPlan
 from xinfer_ros.core.rate_table import load_rate_table
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.xinfer_policy import XInferPolicy
-from xinfer_ros.engine import Clock, EngineConfig, StageEngine
+from xinfer_ros.engine import Clock, EngineConfig, EngineResult, StageEngine
 from xinfer_ros.engine.batching import FormedBatches
 from xinfer_ros.engine.lanes import LaneInfo
 from xinfer_ros.model.inputs import RequestInputs
@@ -116,6 +116,20 @@ def _wait_prepared(engine: StageEngine, n: int) -> None:
         time.sleep(0.002)
 
 
+def _serve_r0_r1(engine: StageEngine) -> tuple[EngineResult, EngineResult]:
+    """r0 and r1 (2 s budgets), both prepared before the engine's first decision."""
+    futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
+               engine.submit(RequestInputs(seed=1), 2.0, "r1")]
+    _wait_prepared(engine, 2)
+    engine.start()
+    try:
+        r0, r1 = (f.result(10) for f in futures)
+    finally:
+        engine.close()
+    assert r0.ok and r1.ok, (r0.reason, r1.reason)
+    return r0, r1
+
+
 def _starts(backend: BatchingEmulated, rid: int) -> dict[Stage, tuple[tuple[int, ...], float]]:
     return {stage: (ids, t0) for stage, ids, t0 in backend.batches if rid in ids}
 
@@ -158,15 +172,7 @@ def test_a_held_lead_starts_by_its_start_by_when_no_mate_comes() -> None:
     # r0's Action hold, so r0 waits for it as a mate; but r1's Prefill takes 80 ms longer.
     engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03),
                                                         "r1": (Stage.PREFILL, 0.08)})
-    futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
-               engine.submit(RequestInputs(seed=1), 2.0, "r1")]
-    _wait_prepared(engine, 2)
-    engine.start()
-    try:
-        r0, r1 = (f.result(10) for f in futures)
-    finally:
-        engine.close()
-    assert r0.ok and r1.ok, (r0.reason, r1.reason)
+    r0, _ = _serve_r0_r1(engine)
     first = next(p for s, _, ids, p in spy.plans if s is Stage.ACTION and ids == (r0.request_id,))
     launched = _launched(spy, Stage.ACTION, r0.request_id)
     ids, started = _starts(backend, r0.request_id)[Stage.ACTION]
@@ -181,15 +187,7 @@ def test_a_held_lead_starts_early_with_a_mate_that_arrives() -> None:
     # r1 reaches Action a few milliseconds after r0 (its Prefill waits for r0's slow
     # one on the Prefill lane): r0 waits for it, not for start_by.
     engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03)})
-    futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
-               engine.submit(RequestInputs(seed=1), 2.0, "r1")]
-    _wait_prepared(engine, 2)
-    engine.start()
-    try:
-        r0, r1 = (f.result(10) for f in futures)
-    finally:
-        engine.close()
-    assert r0.ok and r1.ok, (r0.reason, r1.reason)
+    r0, r1 = _serve_r0_r1(engine)
     first = next(p for s, _, ids, p in spy.plans if s is Stage.ACTION and ids == (r0.request_id,))
     ids, started = _starts(backend, r0.request_id)[Stage.ACTION]
     assert set(ids) == {r0.request_id, r1.request_id}, backend.batches
