@@ -24,7 +24,8 @@ defaults, seconds), ``rate_table`` (ρ table + JSON format), ``predictor`` (Eq. 
 ``baselines`` (fifo, edf, slack_gate), ``xinfer_policy`` (Alg. 1–2 + ablations),
 ``registry`` (make_policy), ``metrics`` (attainment, goodput, percentiles),
 ``phase_spread`` (release times that keep the robots' send phases apart), ``timing``
-(the deadline, Eq. 1 and the ms boundary), ``errors``. The closed-loop drivers live
+(the deadline, Eq. 1 and the ms boundary), ``ring`` (fixed-size stores of float rows for
+statistics a server keeps for days), ``errors``. The closed-loop drivers live
 above core: ``xinfer_ros.sim`` (the simulator, whose ``decision_trace`` times policy
 decisions) and ``xinfer_ros.engine.closed_loop``.
 """
