@@ -116,18 +116,17 @@ def _wait_prepared(engine: StageEngine, n: int) -> None:
         time.sleep(0.002)
 
 
-def _serve_r0_r1(engine: StageEngine) -> tuple[EngineResult, EngineResult]:
-    """r0 and r1 (2 s budgets), both prepared before the engine's first decision."""
-    futures = [engine.submit(RequestInputs(seed=0), 2.0, "r0"),
-               engine.submit(RequestInputs(seed=1), 2.0, "r1")]
-    _wait_prepared(engine, 2)
+def _serve(engine: StageEngine, budgets: Sequence[float]) -> list[EngineResult]:
+    """Request ``r<i>`` per budget (s), all prepared before the engine's first decision."""
+    futures = [engine.submit(RequestInputs(seed=i), b, f"r{i}") for i, b in enumerate(budgets)]
+    _wait_prepared(engine, len(budgets))
     engine.start()
     try:
-        r0, r1 = (f.result(10) for f in futures)
+        results = [f.result(10) for f in futures]
     finally:
         engine.close()
-    assert r0.ok and r1.ok, (r0.reason, r1.reason)
-    return r0, r1
+    assert all(r.ok for r in results), [r.reason for r in results]
+    return results
 
 
 def _starts(backend: BatchingEmulated, rid: int) -> dict[Stage, tuple[tuple[int, ...], float]]:
@@ -144,14 +143,7 @@ def test_a_tight_request_is_batched_only_within_its_slack_and_never_held() -> No
     # Three relaxed requests and one whose slack alone (about 25 ms) a full Action
     # batch (24 ms more than one unit on this table) would nearly use up.
     budgets = [2.0, 2.0, 2.0, BATCH4.isolated_request_s + CONFIG.delta + 0.025]
-    futures = [engine.submit(RequestInputs(seed=i), b, f"r{i}") for i, b in enumerate(budgets)]
-    _wait_prepared(engine, len(budgets))
-    engine.start()
-    try:
-        results = [f.result(10) for f in futures]
-    finally:
-        engine.close()
-    assert all(r.ok for r in results), [r.reason for r in results]
+    results = _serve(engine, budgets)
     assert not spy.violations, spy.violations
     # The lanes ran exactly the planned batches, none of more than max_batch.
     planned = {(s, frozenset(p.members)) for s, _, _, p in spy.plans}
@@ -172,7 +164,7 @@ def test_a_held_lead_starts_by_its_start_by_when_no_mate_comes() -> None:
     # r0's Action hold, so r0 waits for it as a mate; but r1's Prefill takes 80 ms longer.
     engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03),
                                                         "r1": (Stage.PREFILL, 0.08)})
-    r0, _ = _serve_r0_r1(engine)
+    r0, _ = _serve(engine, [2.0, 2.0])
     first = next(p for s, _, ids, p in spy.plans if s is Stage.ACTION and ids == (r0.request_id,))
     launched = _launched(spy, Stage.ACTION, r0.request_id)
     ids, started = _starts(backend, r0.request_id)[Stage.ACTION]
@@ -187,7 +179,7 @@ def test_a_held_lead_starts_early_with_a_mate_that_arrives() -> None:
     # r1 reaches Action a few milliseconds after r0 (its Prefill waits for r0's slow
     # one on the Prefill lane): r0 waits for it, not for start_by.
     engine, backend, spy = _engine(alone=["r1"], slow={"r0": (Stage.PREFILL, 0.03)})
-    r0, r1 = _serve_r0_r1(engine)
+    r0, r1 = _serve(engine, [2.0, 2.0])
     first = next(p for s, _, ids, p in spy.plans if s is Stage.ACTION and ids == (r0.request_id,))
     ids, started = _starts(backend, r0.request_id)[Stage.ACTION]
     assert set(ids) == {r0.request_id, r1.request_id}, backend.batches
@@ -253,14 +245,7 @@ def test_a_plan_that_raises_falls_back_to_launch_order() -> None:
         raise RuntimeError("plan bug")
 
     engine.policy.plan_batch = broken  # type: ignore[method-assign]
-    futures = [engine.submit(RequestInputs(seed=i), 2.0, f"r{i}") for i in range(2)]
-    _wait_prepared(engine, 2)
-    engine.start()
-    try:
-        results = [f.result(10) for f in futures]
-    finally:
-        engine.close()
-    assert all(r.ok for r in results), [r.reason for r in results]
+    results = _serve(engine, [2.0, 2.0])
     assert errors and set(errors) == {"xinfer-dispatch"}  # formed on the dispatcher
     both = tuple(r.request_id for r in results)
     assert [(s, ids) for s, ids, _ in backend.batches] == [(s, both) for s in Stage]
