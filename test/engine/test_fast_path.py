@@ -379,3 +379,28 @@ def test_random_submits_and_cancels_never_hang(seed: int) -> None:
     assert all(p <= s for p, s in zip(backend.peak, (2, 2, 3), strict=True)), backend.peak
     assert stats["fast_path_units"] >= 3  # the lone request at the end chained at least
     assert guard.overlaps == 0
+
+
+def test_a_bug_in_the_chain_hands_its_launched_unit_to_the_ordinary_lanes() -> None:
+    engine, backend, guard = _guarded_engine(True, "fifo")
+    real = engine._run_started
+    broken = {"left": 1}
+
+    def run_started(started: Any) -> Any:
+        if broken["left"]:
+            broken["left"] -= 1
+            raise RuntimeError("injected")
+        return real(started)
+
+    engine._run_started = run_started  # type: ignore[method-assign]
+    with engine:
+        first = engine.submit(RequestInputs(seed=1), 5.0, "r0").result(TIMEOUT)
+        after = engine.submit(RequestInputs(seed=2), 5.0, "r0").result(TIMEOUT)
+        stats = engine.stats()
+    # Served by the ordinary lanes, not left to its 5 s deadline.
+    assert first.ok and after.ok, (first.reason, after.reason)
+    assert first.timings.total_ms < 2_000.0
+    assert isinstance(backend, ThreadedBackend)
+    assert backend.lanes_of("r0")[0] == "context"  # the unit the chain had launched
+    assert stats["live"] == 0 and stats["running"] == [0, 0, 0]
+    assert guard.overlaps == 0

@@ -835,6 +835,7 @@ class StageEngine:
             self._fast_broken = True  # the ordinary lanes serve from now on
             self._prepare_task(live)
             return
+        pending: list[_Started] = []
         try:
             ev: WorkerEvent | None = self._prepare(live)
             while ev is not None:
@@ -842,10 +843,14 @@ class StageEngine:
                 if started is None:
                     self._events.put(ev)  # busy: the dispatcher continues the request
                     return
+                pending = started
                 ev = self._run_started(started)
-        except Exception:  # pragma: no cover - a bug; say so instead of dying in the pool
+                pending = []
+        except Exception:  # a bug in the chain: the ordinary lanes finish the request
             self._note("fast path failed for request %d", live.rid, level=logging.ERROR,
                        exc_info=True)
+            for item in pending:  # launched: never leave them waiting (as _step does)
+                self._hand_over(item)
 
     def _run_started(self, started: list[_Started]) -> WorkerEvent | None:
         """Run a step's one unit or output on this thread; returns its event.
