@@ -50,7 +50,7 @@ class Loop:
             self.commands.append(command)
             if self.follow:
                 self.core.measure(command)
-        req = self.core.poll_send(self.now, STAMP0 + self.now, server_present)
+        req = self.core.poll_send(self.now, STAMP0 + self.now, lambda: server_present)
         if req is not None:
             self.requests.append(req)
         return req
@@ -149,6 +149,25 @@ def test_a_server_that_appears_gets_the_request_at_once() -> None:
     assert len(loop.requests) == 1
     loop.run(0.03, answer=None, server_present=True)
     assert len(loop.requests) == 2 and loop.core.request_timeouts == 0
+
+
+def test_the_graph_is_asked_about_the_server_only_when_a_request_is_due() -> None:
+    loop = Loop()
+    loop.core.activate(0.0)
+    asked: list[float] = []
+
+    def present() -> bool:
+        asked.append(loop.now)
+        return True
+
+    for _ in range(100):  # 100 ticks, never answered: one request, then its resends
+        loop.core.tick(loop.now)
+        req = loop.core.poll_send(loop.now, STAMP0 + loop.now, present)
+        if req is not None:
+            loop.requests.append(req)
+        loop.now += DT
+    # Once per send (heard at once), not once per tick.
+    assert 0 < len(asked) == len(loop.requests) < 100
 
 
 def test_managed_sends_only_when_assigned_and_a_switch_resends() -> None:

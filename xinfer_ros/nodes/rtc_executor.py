@@ -436,7 +436,7 @@ class RtcExecutor(LifecycleNode):
             return
         request = self.core.poll_send(time.monotonic(),
                                       _seconds(self.get_clock().now().to_msg()),
-                                      self._server_present())
+                                      self._server_present)
         if request is not None:
             self.req_pub.publish(self._request_msg(request))
 

@@ -477,13 +477,16 @@ class ExecutorCore:
         return stalled
 
     # -- requests -----------------------------------------------------------------------
-    def poll_send(self, now: float, stamp: float, server_present: bool) -> Request | None:
+    def poll_send(self, now: float, stamp: float,
+                  server_present: Callable[[], bool]) -> Request | None:
         """The request to send now, if one is due (it is then in flight).
 
         Args:
             now: Monotonic time (s).
             stamp: The robot clock now (s): the request's stamp.
-            server_present: A server publishes this robot's chunks.
+            server_present: Whether a server publishes this robot's chunks; asked only
+                when a request is due or one in flight went unheard (a graph query per
+                control tick costs the node more than the tick itself).
         """
         if not self.active:
             return None
@@ -494,7 +497,7 @@ class ExecutorCore:
                 flight.miss_counted = True
             # A server that (re)appeared never saw the request in flight: resend now
             # rather than wait for the timeout.
-            reappeared = flight.unheard and server_present
+            reappeared = flight.unheard and server_present()
             if not self.cycle.expired(now) and not reappeared:
                 return None
             if reappeared:
@@ -509,7 +512,7 @@ class ExecutorCore:
         if self._eq1_due:
             self.send_lag.record(now - self.cycle.next_send)
             self._eq1_due = False
-        return self._send(now, stamp, server_present)
+        return self._send(now, stamp, server_present())
 
     def _send(self, now: float, stamp: float, server_present: bool) -> Request:
         self.seq += 1
