@@ -6,8 +6,11 @@ prepared once, then, alternately, (a) transformers' ``sample_actions`` on its te
 noise, one call) and (b) the torch backend's ViT, Prefill and Action units run back to
 back on a fresh state of the same request (``TorchBackend.run_stage``, as the engine's
 lanes and its fast path call it). The two arms swap order every pair; each pair gives
-the ratio and the difference (b) − (a), whose medians are robust to load from other
-work on the host. Both chunks are checked bit for bit first.
+the ratio and the difference (b) − (a), in wall time and in the thread's CPU time
+(``time.thread_time``: with one torch thread all the work runs on the calling thread,
+and time spent waiting for a core, which other work on a shared host causes, is left
+out). Their medians are the split's cost; the fastest call of each arm, which no
+other work delayed, is printed beside. Both chunks are checked bit for bit first.
 
     python scripts/stage_split_paired.py --pairs 200
 
@@ -76,35 +79,36 @@ def main() -> None:
             call()
     for s in _STAGES:
         per_stage[s].clear()
-    times: dict[str, list[float]] = {k: [] for k in arms}
+    wall: dict[str, list[float]] = {k: [] for k in arms}
+    cpu: dict[str, list[float]] = {k: [] for k in arms}
     names = list(arms)
     for i in range(args.pairs):
         for name in (names if i % 2 == 0 else names[::-1]):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             arms[name]()
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    _report(times, per_stage, load0)
-
-
-def _report(times: dict[str, list[float]], per_stage: dict[Stage, list[float]],
-            load0: tuple[float, float, float]) -> None:
-    """Medians per arm and stage, the paired ratio and difference with their quartiles."""
-    ratio = [b / a for a, b in zip(times["sample_actions"], times["stages"], strict=True)]
-    delta = [b - a for a, b in zip(times["sample_actions"], times["stages"], strict=True)]
-    for name, ms in times.items():
-        print(f"{name:15} median {statistics.median(ms):7.2f} ms")
-    print("  stage units: " + " + ".join(
+            cpu[name].append((time.thread_time() - c0) * 1e3)
+            wall[name].append((time.perf_counter() - t0) * 1e3)
+    print("  stage units (wall): " + " + ".join(
         f"{s.name} {statistics.median(ms):.2f}" for s, ms in per_stage.items()) + " ms")
-    q = statistics.quantiles(ratio, n=4)
-    d = statistics.quantiles(delta, n=4)
-    print(f"paired ratio stages / sample_actions: median {statistics.median(ratio):.4f} "
-          f"(quartiles {q[0]:.4f} / {q[2]:.4f}), {len(ratio)} pairs")
-    print(f"paired difference: median {statistics.median(delta):+.2f} ms "
-          f"(quartiles {d[0]:+.2f} / {d[2]:+.2f})")
+    for label, times in (("wall", wall), ("CPU", cpu)):
+        _report(label, times)
     print("load average (1, 5, 15 min): before " + " ".join(f"{x:.2f}" for x in load0)
           + ", after " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"numpy {np.__version__}")
+
+
+def _report(label: str, times: dict[str, list[float]]) -> None:
+    """Medians per arm, the paired ratio and difference with their quartiles."""
+    ratio = [b / a for a, b in zip(times["sample_actions"], times["stages"], strict=True)]
+    delta = [b - a for a, b in zip(times["sample_actions"], times["stages"], strict=True)]
+    q, d = statistics.quantiles(ratio, n=4), statistics.quantiles(delta, n=4)
+    print(f"{label}: sample_actions {statistics.median(times['sample_actions']):.2f} ms, "
+          f"stages {statistics.median(times['stages']):.2f} ms (medians; fastest "
+          f"{min(times['sample_actions']):.2f} / {min(times['stages']):.2f}); paired ratio "
+          f"{statistics.median(ratio):.4f} (quartiles {q[0]:.4f} / {q[2]:.4f}), "
+          f"difference {statistics.median(delta):+.2f} ms ({d[0]:+.2f} / {d[2]:+.2f}), "
+          f"{len(ratio)} pairs")
 
 
 if __name__ == "__main__":
