@@ -67,3 +67,16 @@ def test_shared_prefix_gives_the_chunks_of_copied_caches(
         for (k, v), (k0, v0) in zip(state.prefix_kv, kv, strict=True):
             assert torch.equal(k, k0) and torch.equal(v, v0)
 
+
+
+def test_step_cache_is_what_update_builds_but_for_the_copy(pi0_tiny: Any) -> None:
+    """A transformers release that gives ``DynamicLayer`` more state fails here first."""
+    state = _prefilled(pi0_tiny, 3, 0)
+    ours, theirs = stages.prefix_cache(state.prefix_kv), _copied_cache(state.prefix_kv)
+    length = int(state.prepared.input_ids.shape[0])
+    assert ours.get_seq_length() == theirs.get_seq_length() == length
+    assert ours.get_mask_sizes(50, 0) == theirs.get_mask_sizes(50, 0)
+    for mine, filled, (keys, _) in zip(ours.layers, theirs.layers, state.prefix_kv,
+                                       strict=True):
+        assert type(mine) is type(filled) and vars(mine).keys() == vars(filled).keys()
+        assert mine.keys is keys  # shared, not copied
