@@ -29,7 +29,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from transformers import DynamicCache, PI0ForConditionalGeneration
+from transformers import DynamicCache, PI0Config, PI0ForConditionalGeneration
+from transformers.cache_utils import DynamicLayer
 
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.model.io import COMPILE_MODES
@@ -134,6 +135,14 @@ def _stack(arrays: list[np.ndarray], device: torch.device, dtype: torch.dtype | 
     return to_device(np.stack(arrays), device, dtype)
 
 
+def _rows(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The requests' rows as one batch; a lone request's own tensor, not a copy of it.
+
+    The stages read these tensors and never write into them.
+    """
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
 def vit(model: PI0ForConditionalGeneration, req: Pi0State) -> None:
     """ViT stage of one request (:func:`vit_batch` of one)."""
     vit_batch(model, [req])
@@ -174,8 +183,8 @@ def prefill_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> N
     _check_batch(reqs, Stage.PREFILL)
     if any(r.prefix_embeds is None for r in reqs):
         raise RuntimeError("prefix embeddings were released before prefill")
-    mask = _stack([r.prepared.attention_mask for r in reqs], model.device)
-    embeds = torch.cat([r.prefix_embeds for r in reqs if r.prefix_embeds is not None])
+    embeds = _rows([r.prefix_embeds for r in reqs if r.prefix_embeds is not None])
+    mask = _stack([r.prepared.attention_mask for r in reqs], embeds.device)
     cache = model.model.vlm(
         inputs_embeds=embeds,
         attention_mask=mask,
@@ -191,11 +200,27 @@ def prefill_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State]) -> N
 
 
 def prefix_cache(prefix_kv: PrefixKV) -> DynamicCache:
-    """A fresh cache holding ``prefix_kv``: one denoising step appends to it."""
+    """A fresh cache over ``prefix_kv``, holding its tensors: one denoising step appends to it.
+
+    A ``DynamicLayer`` never writes into the tensors it holds (``update`` concatenates
+    into new ones, ``crop`` slices), so every step's cache shares the prefix tensors,
+    as ``sample_actions``' one cache does. Filling the cache through ``update`` would
+    copy every layer's keys and values, and allocate two empty tensors per layer, at
+    every step: 0.1 ms a step on ``pi0-tiny``, a third of the stage split's cost
+    against one ``sample_actions`` call (docs/BENCHMARKS.md, section 4.3).
+    """
     cache = DynamicCache()
-    for index, (keys, values) in enumerate(prefix_kv):
-        cache.update(keys, values, index)
+    cache.layers.extend(_prefix_layer(keys, values) for keys, values in prefix_kv)
     return cache
+
+
+def _prefix_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
+    """A layer in the state ``lazy_initialization`` and a first ``update`` leave, uncopied."""
+    layer = DynamicLayer()  # type: ignore[no-untyped-call]  # transformers leaves it untyped
+    layer.device = keys.device
+    layer.keys, layer.values = keys, values
+    layer.is_initialized = True
+    return layer
 
 
 def sample_noise(model: PI0ForConditionalGeneration, seed: int) -> torch.Tensor:
@@ -205,11 +230,15 @@ def sample_noise(model: PI0ForConditionalGeneration, seed: int) -> torch.Tensor:
     time embedding (transformers' own) stay float32 whatever the parameters' dtype;
     only the expert's forward runs in it.
     """
-    config = model.config
+    return _noise(model.config, seed, model.device)
+
+
+def _noise(config: PI0Config, seed: int, device: torch.device) -> torch.Tensor:
+    """:func:`sample_noise` on ``device``."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     noise = torch.randn((1, config.chunk_size, config.max_action_dim), generator=gen,
                         dtype=torch.float32)
-    return noise.to(device=model.device)
+    return noise.to(device=device)
 
 
 def expert_velocity(model: PI0ForConditionalGeneration, x: torch.Tensor,
@@ -279,7 +308,9 @@ class _Denoiser:
     def velocity(self, x: torch.Tensor, time: float) -> torch.Tensor:
         """``v(x, t)`` of the float32 state ``x``, as float32."""
         timestep = torch.full((x.shape[0],), time, dtype=torch.float32, device=x.device)
-        return self.step(x.to(self.state.dtype), timestep, self.state, self.mask, *self.prefix)
+        if x.dtype != self.state.dtype:
+            x = x.to(self.state.dtype)
+        return self.step(x, timestep, self.state, self.mask, *self.prefix)
 
     def guided(self, x: torch.Tensor, time: float, *, target: torch.Tensor,
                weights: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -369,14 +400,16 @@ def action_batch(model: PI0ForConditionalGeneration, reqs: list[Pi0State],
     kvs = [r.prefix_kv for r in reqs if r.prefix_kv is not None]
     if len(kvs) != len(reqs):
         raise RuntimeError("prefix cache was released before action")
-    device, dtype = model.device, model.dtype
-    prefix = tuple(torch.cat([kv[layer][part] for kv in kvs])
+    prefix = tuple(_rows([kv[layer][part] for kv in kvs])
                    for layer in range(len(kvs[0])) for part in (0, 1))
+    # The prefix K/V live on the model's device in its dtype; ``model.device`` and
+    # ``model.dtype`` walk every parameter (0.03-0.05 ms each on pi0-tiny).
+    device, dtype = prefix[0].device, prefix[0].dtype
     denoiser = _Denoiser(
         velocity_function(model, compile_mode), prefix,
         state=_stack([r.prepared.state for r in reqs], device, dtype),
         mask=_stack([r.prepared.attention_mask for r in reqs], device))
-    noise = torch.cat([sample_noise(model, r.prepared.seed) for r in reqs])
+    noise = _rows([_noise(model.config, r.prepared.seed, device) for r in reqs])
     steps = model.config.num_inference_steps
     rtc = _Guidance.of(reqs, noise, steps)
     dt = -1.0 / steps
