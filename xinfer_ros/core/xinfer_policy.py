@@ -31,11 +31,12 @@ import heapq
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from xinfer_ros.core.batch_cost import BatchCost
-from xinfer_ros.core.batch_formation import BatchPlan, Candidate, form_batch
+from xinfer_ros.core.batch_formation import BatchPlan, form_batch_of
 from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
 from xinfer_ros.core.errors import SchedulerStateError
 from xinfer_ros.core.policy import Launch, Policy, PolicyOptions
@@ -125,12 +126,13 @@ class _SlotContext:
         return True
 
 
-@dataclass(slots=True)
 class _StageScan:
     """What the ordinary candidates of one stage share until the next launch.
 
     CURRENTFEASIBLE, the slot context and the forecasts depend on H and n_f, which
-    change only with a launch, so one scan is built per (stage, launch).
+    change only with a launch, so one scan is built per (stage, launch). A plain slotted
+    class, not a dataclass: one is built per stage visit and per launch of every
+    decision, and the generated ``__init__`` with its default factories cost µs there.
 
     Attributes:
         stage: The stage being dispatched.
@@ -144,25 +146,44 @@ class _StageScan:
         forecast_memo: FORECASTFEASIBLE by the number of retained forecasts.
     """
 
-    stage: Stage
-    nf: tuple[int, int, int]
-    plus: tuple[int, int, int] = (0, 0, 0)
-    current_ok: bool | None = None
-    slot_ctx: _SlotContext | None = None
-    forecasts: list[tuple[float, float]] | None = None
-    projected: list[tuple[int, int, int]] | None = None
-    forecast_ells: list[float] = field(default_factory=list)
-    forecast_memo: dict[int, bool] = field(default_factory=dict)
+    __slots__ = ("current_ok", "forecast_ells", "forecast_memo", "forecasts", "nf", "plus",
+                 "projected", "slot_ctx", "stage")
 
-    def __post_init__(self) -> None:
-        s, (nv, np_, na) = self.stage, self.nf
-        self.plus = (nv + (s == 0), np_ + (s == 1), na + (s == 2))
+    def __init__(self, stage: Stage, nf: tuple[int, int, int]) -> None:
+        self.stage = stage
+        self.nf = nf
+        nv, np_, na = nf
+        self.plus = (nv + (stage == 0), np_ + (stage == 1), na + (stage == 2))
+        self.current_ok: bool | None = None
+        self.slot_ctx: _SlotContext | None = None
+        self.forecasts: list[tuple[float, float]] | None = None
+        self.projected: list[tuple[int, int, int]] | None = None
+        self.forecast_ells: list[float] = []
+        self.forecast_memo: dict[int, bool] = {}
+
+    def refuses_all(self, strict_priority: bool, protected: set[int]) -> bool:
+        """Whether :meth:`XInferPolicy._admits` refuses every ordinary candidate now.
+
+        True once CURRENTFEASIBLE (or the slot check) failed, or under strict priority
+        while anything is protected: both answers hold for the whole scan.
+        """
+        return (bool(protected) if strict_priority else self.current_ok is False)
+
+
+#: Sort key of ready requests within a priority class: deadline, then id.
+_BY_DEADLINE = attrgetter("deadline", "request_id")
 
 
 def _by_priority(ready: Iterable[Request], protected: set[int]) -> list[Request]:
     """Ready requests in Alg. 1's order: protected first, then by deadline, then id."""
-    return sorted(ready, key=lambda r: (r.request_id not in protected, r.deadline,
-                                        r.request_id))
+    first: list[Request] = []
+    rest: list[Request] = []
+    for r in ready:
+        (first if r.request_id in protected else rest).append(r)
+    first.sort(key=_BY_DEADLINE)
+    rest.sort(key=_BY_DEADLINE)
+    first += rest
+    return first
 
 
 class XInferPolicy(Policy):
@@ -340,10 +361,12 @@ class XInferPolicy(Policy):
         """
         s = int(stage)
         reqs = self._requests
+        deadlines: list[float] = []
         for rid in request_ids:
             r = reqs.get(rid)
             if r is None or r.cursor != s:
                 raise SchedulerStateError(f"request {rid} has no launched {Stage(s).name} unit")
+            deadlines.append(r.deadline)
         if not request_ids:
             raise SchedulerStateError("plan_batch needs at least one launched unit")
         pred, counts = self.predictor, self.tracker.counts
@@ -354,15 +377,30 @@ class XInferPolicy(Policy):
         durations = (cost.durations(s, others) if cost is not None
                      else (pred.q_tab[pred.index(others)][s],))
         rest = pred.suffix_tab[pred.index(others)][s + 1]
-        cands = [Candidate(rid, reqs[rid].deadline, rest) for rid in request_ids]
         members = set(request_ids)
-        # Protected requests already predicted late cannot be saved by a smaller batch.
-        guard = min((sl for rid in self._protected if rid not in members
-                     if (sl := self.slack(rid, t)) >= 0.0), default=float("inf"))
-        plan = form_batch(cands, t, durations, guard=guard, may_wait=cost is not None)
+        plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
+                             guard=self._batch_guard(members, t), may_wait=cost is not None)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
+
+    def _batch_guard(self, members: set[int], t: float) -> float:
+        """Smallest slack σ_h(n_f) >= 0 of a protected request outside ``members``.
+
+        Protected requests already predicted late cannot be saved by a smaller batch, so
+        they do not count; infinity when none is left.
+        """
+        reqs, remaining = self._requests, self.tracker.remaining_at
+        i = self.predictor.index(self._nf)
+        guard = float("inf")
+        for rid in self._protected:
+            if rid in members:
+                continue
+            r = reqs[rid]
+            sl = r.deadline - t - remaining(r, t, i)  # σ_h(n_f), as slack() computes it
+            if 0.0 <= sl < guard:
+                guard = sl
+        return guard
 
     def _mate_due(self, s: int, waiting: set[int], within: float, t: float) -> bool:
         """Whether a request outside ``waiting`` may launch a stage-``s`` unit ``within``.
@@ -523,8 +561,10 @@ class XInferPolicy(Policy):
                           units: dict[int, tuple[float, float, int]]) -> bool:
         # Δ_h(u) ≤ σ_h(n_f)  ⟺  R_h(n+) ≤ ℓ_h − t: the same inequality with R_h(n_f)
         # cancelled, which saves one prediction per protected request.
-        return all(spare >= 0.0 for _, spare, _ in
-                   self._protected_remaining(protected, t, plus_index, units))
+        for _, spare, _ in self._protected_remaining(protected, t, plus_index, units):
+            if not spare >= 0.0:  # not `<`: a NaN spare fails, as all(spare >= 0) did
+                return False
+        return True
 
     def _forecasts(self, t: float, stage: int,
                    nf: tuple[int, int, int]) -> list[tuple[float, float]]:
@@ -671,9 +711,11 @@ class XInferPolicy(Policy):
         units = self.tracker.snapshot(t)
         protected, nf = self._refresh(t, units)
         self._rem_cache.clear()
+        ready, counts, slots = self._ready, self.tracker.counts, self.slots
         for s in (Stage.ACTION, Stage.PREFILL, Stage.VIT):
-            protected, nf = self._dispatch_stage(s, t, units, protected=protected, nf=nf,
-                                                 launches=launches)
+            if ready[s] and counts[s] < slots[s]:  # else nothing to launch: skip the call
+                protected, nf = self._dispatch_stage(s, t, units, protected=protected,
+                                                     nf=nf, launches=launches)
         return launches
 
     def _dispatch_stage(self, s: Stage, t: float, units: dict[int, tuple[float, float, int]],
@@ -687,14 +729,19 @@ class XInferPolicy(Policy):
         order = _by_priority(ready.values(), protected)
         deferred: set[int] = set()
         scan = _StageScan(s, nf)
+        # The scan refuses every ordinary candidate (until the next launch): the rest
+        # are deferred without asking _admits, which would give the same answer.
+        refused = False
         i = 0
         while i < len(order) and counts[s] < slots[s]:
             r = order[i]
             i += 1
             rid = r.request_id
             is_prot = rid in protected
-            if not is_prot and checks and not self._admits(r, scan, t, protected, units):
+            if not is_prot and checks and (
+                    refused or not self._admits(r, scan, t, protected, units)):
                 deferred.add(rid)
+                refused = refused or scan.refuses_all(self.strict_priority, protected)
                 continue
             if self.record_admissions and not is_prot:
                 self.admissions.append(AdmissionRecord(
@@ -705,6 +752,7 @@ class XInferPolicy(Policy):
             protected, nf = self._refresh(t, units)
             self._rem_cache.clear()
             scan = _StageScan(s, nf)
+            refused = False
             if s != Stage.ACTION and ready:
                 # Prefill and ViT rebuild their order after a launch; work deferred in
                 # this scan stays deferred unless it has become protected.
@@ -771,7 +819,7 @@ class XInferPolicy(Policy):
         if scan.forecasts and self.arrival_projection:
             scan.projected = self._project_loads(t, scan.stage, scan.nf, units=units,
                                                  protected=protected, forecasts=scan.forecasts)
-        scan.forecast_ells = sorted(ell for ell, _ in scan.forecasts)
+        scan.forecast_ells = sorted([ell for ell, _ in scan.forecasts])
 
     def _forecast_admits(self, scan: _StageScan, t: float, r: Request, k: int) -> bool:
         """FORECASTFEASIBLE for a candidate retaining ``k`` forecasts.
