@@ -112,7 +112,7 @@ class ReferencePolicy(XInferPolicy):
         checks = not (self.entry_only and s != Stage.VIT)
         order = _ordered(ready.values(), protected)
         deferred: set[int] = set()
-        scan = _StageScan(s, nf)
+        scan = _StageScan(s, nf, self.predictor.index(nf))
         i = 0
         while i < len(order) and counts[s] < slots[s]:
             r = order[i]
@@ -130,7 +130,7 @@ class ReferencePolicy(XInferPolicy):
             units[rid] = (self.predictor.h[s], self.predictor.work[s], s)
             protected, nf = self._refresh(t, units)
             self._rem_cache.clear()
-            scan = _StageScan(s, nf)
+            scan = _StageScan(s, nf, self.predictor.index(nf))
             if s != Stage.ACTION and ready:
                 order = _ordered((x for x in ready.values() if x.request_id not in deferred
                                   or x.request_id in protected), protected)

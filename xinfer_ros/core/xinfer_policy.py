@@ -137,6 +137,7 @@ class _StageScan:
     Attributes:
         stage: The stage being dispatched.
         nf: n_f: the load the scheduler observes.
+        nf_index: ``Predictor.index(nf)`` (the refresh looked it up already).
         plus: n+ = n_f + e_stage: the load with the candidate's unit.
         current_ok: CURRENTFEASIBLE's (and the slot check's) answer, once evaluated.
         slot_ctx: The stage's slot state (slot-aware only).
@@ -146,12 +147,13 @@ class _StageScan:
         forecast_memo: FORECASTFEASIBLE by the number of retained forecasts.
     """
 
-    __slots__ = ("current_ok", "forecast_ells", "forecast_memo", "forecasts", "nf", "plus",
-                 "projected", "slot_ctx", "stage")
+    __slots__ = ("current_ok", "forecast_ells", "forecast_memo", "forecasts", "nf", "nf_index",
+                 "plus", "projected", "slot_ctx", "stage")
 
-    def __init__(self, stage: Stage, nf: tuple[int, int, int]) -> None:
+    def __init__(self, stage: Stage, nf: tuple[int, int, int], nf_index: int) -> None:
         self.stage = stage
         self.nf = nf
+        self.nf_index = nf_index
         nv, np_, na = nf
         self.plus = (nv + (stage == 0), np_ + (stage == 1), na + (stage == 2))
         self.current_ok: bool | None = None
@@ -283,6 +285,8 @@ class XInferPolicy(Policy):
         #: H after the latest refresh.
         self._protected: set[int] = set()
         self._nf: tuple[int, int, int] = (0, 0, 0)
+        #: Predictor.index(_nf), set with it by _refresh (lookups at n_f reuse it).
+        self._nf_index = self.predictor.index(self._nf)
         #: L ∩ P: promoted ids with ℓ_j − t < R_j(0), valid during one decision at _late_t.
         self._late_set_cache: set[int] = set()
         self._late_t = float("nan")
@@ -386,7 +390,7 @@ class XInferPolicy(Policy):
         they do not count; infinity when none is left.
         """
         reqs, remaining = self._requests, self.tracker.remaining_at
-        i = self.predictor.index(self._nf)
+        i = self._nf_index
         guard = float("inf")
         for rid in self._protected:
             if rid in members:
@@ -518,6 +522,7 @@ class XInferPolicy(Policy):
         self.last_refresh_iterations = iterations
         self._protected = protected
         self._nf = nf
+        self._nf_index = i
         return protected, nf
 
     # -- Algorithm 1 -----------------------------------------------------------------------------
@@ -561,15 +566,14 @@ class XInferPolicy(Policy):
                 return False
         return True
 
-    def _forecasts(self, t: float, stage: int,
-                   nf: tuple[int, int, int]) -> list[tuple[float, float]]:
+    def _forecasts(self, t: float, stage: int, nf_index: int) -> list[tuple[float, float]]:
         """Forecasts during a stage-``stage`` unit's estimated execution.
 
         Returns ``(forecast deadline ℓ_e, budget b_e)`` pairs in arrival order.
         """
         pred = self.predictor
         # u's estimated execution: its stage time at the others' load n_f.
-        end = t + pred.q_tab[pred.index(nf)][stage]
+        end = t + pred.q_tab[nf_index][stage]
         fc = self.forecaster.between(t, end, self.delta)
         if len(fc) > 1:
             fc.sort()
@@ -633,9 +637,10 @@ class XInferPolicy(Policy):
                            projected: list[tuple[int, int, int]] | None = None) -> bool:
         ell_u = req.deadline
         pred = self.predictor
-        suffix_tab, index = pred.suffix_tab, pred.index
+        suffix_tab, index, plus_tab = pred.suffix_tab, pred.index, pred.plus
         reserve = self.delta + self.frontend_reserve
         nv, np_, na = n_plus
+        i = -1  # index((nv, np_, na)), looked up at the first retained forecast
         extra = 0
         demands: list[tuple[float, float]] | None = [] if slot_ctx is not None else None
         for j, (ell_e, b) in enumerate(forecasts):
@@ -648,7 +653,9 @@ class XInferPolicy(Policy):
                 suf = suffix_tab[index((pv + extra, pp, pa))]
                 extra += 1
             else:
-                suf = suffix_tab[index((nv, np_, na))]
+                if i < 0:
+                    i = index((nv, np_, na))
+                suf = suffix_tab[i]
             spare = b - reserve - suf[0]
             if spare < 0.0:
                 return False
@@ -658,6 +665,10 @@ class XInferPolicy(Policy):
                 s = slot_ctx.stage  # type: ignore[union-attr]
                 demands.append((ell_e - b + reserve - t + suf[0] - suf[s], spare))
             nv += 1
+            if i >= 0:
+                # index((nv, np_, na)) one ViT unit up, from the table (n+ is never
+                # negative, where stepping and clipping would differ).
+                i = plus_tab[i][0]
         if demands:
             return slot_ctx.feasible(demands)  # type: ignore[union-attr]
         return True
@@ -723,7 +734,8 @@ class XInferPolicy(Policy):
         checks = not (self.entry_only and s != Stage.VIT)
         order = _by_priority(ready.values(), protected)
         deferred: set[int] = set()
-        scan = _StageScan(s, nf)
+        scan = _StageScan(s, nf, self._nf_index if nf == self._nf else
+                          self.predictor.index(nf))
         strict = self.strict_priority
         # The scan refuses every ordinary candidate (until the next launch): the rest
         # are deferred without asking _admits, which would give the same answer.
@@ -753,7 +765,7 @@ class XInferPolicy(Policy):
             units[rid] = (self.predictor.h[s], self.predictor.work[s], s)  # nothing done yet
             protected, nf = self._refresh(t, units)
             self._rem_cache.clear()
-            scan = _StageScan(s, nf)
+            scan = _StageScan(s, nf, self._nf_index)
             refused = False
             if s != Stage.ACTION and ready:
                 # Prefill and ViT rebuild their order after a launch; work deferred in
@@ -805,7 +817,7 @@ class XInferPolicy(Policy):
         """
         if scan.current_ok is None:
             s = scan.stage
-            plus_index = self.predictor.plus[self.predictor.index(scan.nf)][s]
+            plus_index = self.predictor.plus[scan.nf_index][s]
             ok = not protected or self._current_feasible(protected, t, plus_index, units)
             if ok and self.slot_aware:
                 scan.slot_ctx = self._slot_context(protected, t, s, plus_index,
@@ -817,7 +829,7 @@ class XInferPolicy(Policy):
     def _generate_forecasts(self, scan: _StageScan, t: float, protected: set[int],
                             units: dict[int, tuple[float, float, int]]) -> None:
         """Forecasts during the scan's unit, their sorted deadlines and projected loads."""
-        scan.forecasts = self._forecasts(t, scan.stage, scan.nf)
+        scan.forecasts = self._forecasts(t, scan.stage, scan.nf_index)
         if scan.forecasts and self.arrival_projection:
             scan.projected = self._project_loads(t, scan.stage, scan.nf, units=units,
                                                  protected=protected, forecasts=scan.forecasts)
