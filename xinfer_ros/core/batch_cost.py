@@ -32,6 +32,10 @@ from xinfer_ros.core.rate_table import RateTable
 
 __all__ = ["BatchCost", "check_batch_table", "table_batch_bound"]
 
+#: Most loads :meth:`BatchCost.durations` keeps (loads are bounded by the slots, so a
+#: live policy stays far below; the bound only keeps a misuse from growing memory).
+_MEMO_LIMIT = 4096
+
 
 def _calibrated_max_batch(table: RateTable) -> int:
     """``model.settings.max_batch`` of the table; 1 when absent.
@@ -90,13 +94,17 @@ class BatchCost:
         RateTableError: when the table cannot cost batches of ``max_batch``.
     """
 
-    __slots__ = ("max_batch", "predictor")
+    __slots__ = ("_durations", "_q_tab", "max_batch", "predictor")
 
     def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table",
                  table: RateTable | None = None) -> None:
         check_batch_table(predictor.table if table is None else table, max_batch, source)
         self.predictor = predictor
         self.max_batch = max_batch
+        #: :meth:`durations` by ``(stage, n)``, valid while the predictor's ``q`` table is
+        #: the object in ``_q_tab`` (an online correction swaps in a new table).
+        self._durations: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
+        self._q_tab: object = predictor.q_tab
 
     def duration(self, stage: int, k: int, n: tuple[int, int, int]) -> float:
         """d_s(k, n): ``k`` units as one batch among ``n`` other running units (s).
@@ -112,9 +120,23 @@ class BatchCost:
         return pred.q_tab[pred.index(mates)][stage]
 
     def durations(self, stage: int, n: tuple[int, int, int]) -> tuple[float, ...]:
-        """``(d_s(1, n), ..., d_s(max_batch, n))``: one lookup per size, for formation."""
+        """``(d_s(1, n), ..., d_s(max_batch, n))``: one lookup per size, for formation.
+
+        Memoised: the policy asks at every decision with waiting units, for a handful of
+        loads; the memo is dropped whenever the predictor's ``q`` table is replaced.
+        """
         pred = self.predictor
-        q, index = pred.q_tab, pred.index
-        return tuple(q[index((n[0] + k * (stage == 0), n[1] + k * (stage == 1),
-                              n[2] + k * (stage == 2)))][stage]
-                     for k in range(self.max_batch))
+        q = pred.q_tab
+        memo = self._durations
+        if q is not self._q_tab or len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+            self._q_tab = q
+        key = (stage, n[0], n[1], n[2])
+        out = memo.get(key)
+        if out is None:
+            index = pred.index
+            out = tuple(q[index((n[0] + k * (stage == 0), n[1] + k * (stage == 1),
+                                 n[2] + k * (stage == 2)))][stage]
+                        for k in range(self.max_batch))
+            memo[key] = out
+        return out

@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["BatchPlan", "Candidate", "form_batch", "is_tight"]
+__all__ = ["BatchPlan", "Candidate", "form_batch", "form_batch_of", "is_tight"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,28 +100,56 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
     Raises:
         ValueError: no candidates, or no durations.
     """
-    if not candidates:
+    return form_batch_of([c.request_id for c in candidates], [c.deadline for c in candidates],
+                         [c.rest for c in candidates], t, durations, guard=guard,
+                         may_wait=may_wait)
+
+
+def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequence[float],
+                  t: float, durations: Sequence[float], *, guard: float = float("inf"),
+                  may_wait: bool = True) -> BatchPlan:
+    """:func:`form_batch` on the candidates' fields as parallel sequences.
+
+    The policy's hot path (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`
+    runs at every decision with waiting units) calls this directly: it builds no
+    :class:`Candidate` per waiting unit. Same arguments and plan as :func:`form_batch`,
+    candidate ``i`` being ``(ids[i], deadlines[i], rests[i])``.
+
+    Raises:
+        ValueError: no candidates, or no durations.
+    """
+    n = len(ids)
+    if not n:
         raise ValueError("form_batch needs at least one candidate")
     if not durations:
         raise ValueError("form_batch needs the duration of a batch of one")
     n_max = len(durations)
     d1 = durations[0]
     spread = durations[-1] - d1
+    if n == 1:
+        # One waiting unit (most plans): the greedy scan below has no mate to consider.
+        alone0 = deadlines[0] - t - d1 - rests[0]
+        start_by = t
+        if (may_wait and n_max > 1 and not (alone0 < 0.0 or alone0 < spread)
+                and spread <= guard):
+            latest = deadlines[0] - rests[0] - durations[-1]
+            start_by = max(t, min(latest, t + d1))
+        return BatchPlan((ids[0],), d1, start_by)
     # Each candidate's slack alone, computed once: tightness and floors derive from it.
-    alone = [c.deadline - t - d1 - c.rest for c in candidates]
+    alone = [dl - t - d1 - rest for dl, rest in zip(deadlines, rests, strict=True)]
     tight = [sl < 0.0 or sl < spread for sl in alone]
     # The oldest tight unit leads when there is one: it must not queue behind a relaxed
     # lead's batch (nor behind a lead that waits for mates).
-    first = tight.index(True) if any(tight) else 0
-    order = [first, *(i for i in range(len(candidates)) if i != first)]
+    first = tight.index(True) if True in tight else 0
     members = [first]
     floors = [_floor_of(alone[first], spread)]
-    for i in order[1:]:
+    for i in range(n):
+        if i == first:
+            continue
         k = len(members)
         if k == n_max:
             break
-        d = durations[k]
-        extra = d - d1
+        extra = durations[k] - d1
         if extra > guard:
             break  # larger batches only cost more lane time
         floor = _floor_of(alone[i], spread)
@@ -135,11 +163,9 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
     start_by = t
     if may_wait and k < n_max and not any(tight[m] for m in members) and spread <= guard:
         # Nobody tight: wait while a full batch started then keeps everyone feasible.
-        latest = min(candidates[m].deadline - candidates[m].rest for m in members) \
-            - durations[-1]
+        latest = min(deadlines[m] - rests[m] for m in members) - durations[-1]
         start_by = max(t, min(latest, t + d1))
-    return BatchPlan(tuple(candidates[m].request_id for m in members), durations[k - 1],
-                     start_by)
+    return BatchPlan(tuple(ids[m] for m in members), durations[k - 1], start_by)
 
 
 def _floor_of(alone: float, spread: float) -> float:

@@ -304,21 +304,32 @@ class ProgressTracker:
 
         ``n`` is the supplied load *including* this unit; its own count is removed.
         """
+        return self.residual_at(unit, t, self.predictor.index(n))
+
+    def residual_at(self, unit: RunningUnit, t: float, i: int) -> float:
+        """:meth:`residual` at the flat table index ``i`` of the load (``Predictor.index``).
+
+        For callers that predict many units at one load: the index is looked up once.
+        """
         s = unit.stage
         pred = self.predictor
         wait = unit.compute_start - t
         left = pred.work[s] - self.work_done(unit, t)
         if left <= 0.0:
             return wait if wait > 0.0 else 0.0
-        return (wait if wait > 0.0 else 0.0) + left * pred.inv_own[pred.index(n)][s]
+        return (wait if wait > 0.0 else 0.0) + left * pred.inv_own[i][s]
 
     def remaining(self, request: Request, t: float, n: Sequence[int]) -> float:
         """R_j(n) (Eq. 10) at time ``t`` for a live request: 0 for a finished one."""
+        return self.remaining_at(request, t, self.predictor.index(n))
+
+    def remaining_at(self, request: Request, t: float, i: int) -> float:
+        """:meth:`remaining` at the flat table index ``i`` of the load."""
         s = request.cursor
         if s >= NUM_STAGES:
             return 0.0
         unit = self.units.get(request.request_id)
-        suf = self.predictor.suffix_tab[self.predictor.index(n)]
+        suf = self.predictor.suffix_tab[i]
         if unit is None:
             return suf[s]
-        return self.residual(unit, t, n) + suf[s + 1]
+        return self.residual_at(unit, t, i) + suf[s + 1]

@@ -31,11 +31,12 @@ import heapq
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from xinfer_ros.core.batch_cost import BatchCost
-from xinfer_ros.core.batch_formation import BatchPlan, Candidate, form_batch
+from xinfer_ros.core.batch_formation import BatchPlan, form_batch_of
 from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
 from xinfer_ros.core.errors import SchedulerStateError
 from xinfer_ros.core.policy import Launch, Policy, PolicyOptions
@@ -125,16 +126,18 @@ class _SlotContext:
         return True
 
 
-@dataclass(slots=True)
 class _StageScan:
     """What the ordinary candidates of one stage share until the next launch.
 
     CURRENTFEASIBLE, the slot context and the forecasts depend on H and n_f, which
-    change only with a launch, so one scan is built per (stage, launch).
+    change only with a launch, so one scan is built per (stage, launch). A plain slotted
+    class, not a dataclass: one is built per stage visit and per launch of every
+    decision, and the generated ``__init__`` with its default factories cost µs there.
 
     Attributes:
         stage: The stage being dispatched.
         nf: n_f: the load the scheduler observes.
+        nf_index: ``Predictor.index(nf)`` (the refresh looked it up already).
         plus: n+ = n_f + e_stage: the load with the candidate's unit.
         current_ok: CURRENTFEASIBLE's (and the slot check's) answer, once evaluated.
         slot_ctx: The stage's slot state (slot-aware only).
@@ -144,25 +147,40 @@ class _StageScan:
         forecast_memo: FORECASTFEASIBLE by the number of retained forecasts.
     """
 
-    stage: Stage
-    nf: tuple[int, int, int]
-    plus: tuple[int, int, int] = (0, 0, 0)
-    current_ok: bool | None = None
-    slot_ctx: _SlotContext | None = None
-    forecasts: list[tuple[float, float]] | None = None
-    projected: list[tuple[int, int, int]] | None = None
-    forecast_ells: list[float] = field(default_factory=list)
-    forecast_memo: dict[int, bool] = field(default_factory=dict)
+    __slots__ = ("current_ok", "forecast_ells", "forecast_memo", "forecasts", "nf", "nf_index",
+                 "plus", "projected", "slot_ctx", "stage")
 
-    def __post_init__(self) -> None:
-        s, (nv, np_, na) = self.stage, self.nf
-        self.plus = (nv + (s == 0), np_ + (s == 1), na + (s == 2))
+    def __init__(self, stage: Stage, nf: tuple[int, int, int], nf_index: int) -> None:
+        self.stage = stage
+        self.nf = nf
+        self.nf_index = nf_index
+        nv, np_, na = nf
+        self.plus = (nv + (stage == 0), np_ + (stage == 1), na + (stage == 2))
+        self.current_ok: bool | None = None
+        self.slot_ctx: _SlotContext | None = None
+        self.forecasts: list[tuple[float, float]] | None = None
+        self.projected: list[tuple[int, int, int]] | None = None
+        self.forecast_ells: list[float] = []
+        self.forecast_memo: dict[int, bool] = {}
+
+
+#: Sort key of ready requests within a priority class: deadline, then id.
+_BY_DEADLINE = attrgetter("deadline", "request_id")
 
 
 def _by_priority(ready: Iterable[Request], protected: set[int]) -> list[Request]:
-    """Ready requests in Alg. 1's order: protected first, then by deadline, then id."""
-    return sorted(ready, key=lambda r: (r.request_id not in protected, r.deadline,
-                                        r.request_id))
+    """Ready requests in Alg. 1's order: protected first, then by deadline, then id.
+
+    One sort by (deadline, id), then a stable split: cheaper than a Python key per
+    request on every stage visit of every decision.
+    """
+    order = sorted(ready, key=_BY_DEADLINE)
+    if protected:
+        first = [r for r in order if r.request_id in protected]
+        if first:
+            first += [r for r in order if r.request_id not in protected]
+            return first
+    return order
 
 
 class XInferPolicy(Policy):
@@ -267,6 +285,8 @@ class XInferPolicy(Policy):
         #: H after the latest refresh.
         self._protected: set[int] = set()
         self._nf: tuple[int, int, int] = (0, 0, 0)
+        #: Predictor.index(_nf), set with it by _refresh (lookups at n_f reuse it).
+        self._nf_index = self.predictor.index(self._nf)
         #: L ∩ P: promoted ids with ℓ_j − t < R_j(0), valid during one decision at _late_t.
         self._late_set_cache: set[int] = set()
         self._late_t = float("nan")
@@ -340,10 +360,12 @@ class XInferPolicy(Policy):
         """
         s = int(stage)
         reqs = self._requests
+        deadlines: list[float] = []
         for rid in request_ids:
             r = reqs.get(rid)
             if r is None or r.cursor != s:
                 raise SchedulerStateError(f"request {rid} has no launched {Stage(s).name} unit")
+            deadlines.append(r.deadline)
         if not request_ids:
             raise SchedulerStateError("plan_batch needs at least one launched unit")
         pred, counts = self.predictor, self.tracker.counts
@@ -354,15 +376,30 @@ class XInferPolicy(Policy):
         durations = (cost.durations(s, others) if cost is not None
                      else (pred.q_tab[pred.index(others)][s],))
         rest = pred.suffix_tab[pred.index(others)][s + 1]
-        cands = [Candidate(rid, reqs[rid].deadline, rest) for rid in request_ids]
         members = set(request_ids)
-        # Protected requests already predicted late cannot be saved by a smaller batch.
-        guard = min((sl for rid in self._protected if rid not in members
-                     if (sl := self.slack(rid, t)) >= 0.0), default=float("inf"))
-        plan = form_batch(cands, t, durations, guard=guard, may_wait=cost is not None)
+        plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
+                             guard=self._batch_guard(members, t), may_wait=cost is not None)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
+
+    def _batch_guard(self, members: set[int], t: float) -> float:
+        """Smallest slack σ_h(n_f) >= 0 of a protected request outside ``members``.
+
+        Protected requests already predicted late cannot be saved by a smaller batch, so
+        they do not count; infinity when none is left.
+        """
+        reqs, remaining = self._requests, self.tracker.remaining_at
+        i = self._nf_index
+        guard = float("inf")
+        for rid in self._protected:
+            if rid in members:
+                continue
+            r = reqs[rid]
+            sl = r.deadline - t - remaining(r, t, i)  # σ_h(n_f), as slack() computes it
+            if 0.0 <= sl < guard:
+                guard = sl
+        return guard
 
     def _mate_due(self, s: int, waiting: set[int], within: float, t: float) -> bool:
         """Whether a request outside ``waiting`` may launch a stage-``s`` unit ``within``.
@@ -485,6 +522,7 @@ class XInferPolicy(Policy):
         self.last_refresh_iterations = iterations
         self._protected = protected
         self._nf = nf
+        self._nf_index = i
         return protected, nf
 
     # -- Algorithm 1 -----------------------------------------------------------------------------
@@ -523,18 +561,19 @@ class XInferPolicy(Policy):
                           units: dict[int, tuple[float, float, int]]) -> bool:
         # Δ_h(u) ≤ σ_h(n_f)  ⟺  R_h(n+) ≤ ℓ_h − t: the same inequality with R_h(n_f)
         # cancelled, which saves one prediction per protected request.
-        return all(spare >= 0.0 for _, spare, _ in
-                   self._protected_remaining(protected, t, plus_index, units))
+        for _, spare, _ in self._protected_remaining(protected, t, plus_index, units):
+            if not spare >= 0.0:  # not `<`: a NaN spare fails, as all(spare >= 0) did
+                return False
+        return True
 
-    def _forecasts(self, t: float, stage: int,
-                   nf: tuple[int, int, int]) -> list[tuple[float, float]]:
+    def _forecasts(self, t: float, stage: int, nf_index: int) -> list[tuple[float, float]]:
         """Forecasts during a stage-``stage`` unit's estimated execution.
 
         Returns ``(forecast deadline ℓ_e, budget b_e)`` pairs in arrival order.
         """
         pred = self.predictor
         # u's estimated execution: its stage time at the others' load n_f.
-        end = t + pred.q_tab[pred.index(nf)][stage]
+        end = t + pred.q_tab[nf_index][stage]
         fc = self.forecaster.between(t, end, self.delta)
         if len(fc) > 1:
             fc.sort()
@@ -598,9 +637,10 @@ class XInferPolicy(Policy):
                            projected: list[tuple[int, int, int]] | None = None) -> bool:
         ell_u = req.deadline
         pred = self.predictor
-        suffix_tab, index = pred.suffix_tab, pred.index
+        suffix_tab, index, plus_tab = pred.suffix_tab, pred.index, pred.plus
         reserve = self.delta + self.frontend_reserve
         nv, np_, na = n_plus
+        i = -1  # index((nv, np_, na)), looked up at the first retained forecast
         extra = 0
         demands: list[tuple[float, float]] | None = [] if slot_ctx is not None else None
         for j, (ell_e, b) in enumerate(forecasts):
@@ -613,7 +653,9 @@ class XInferPolicy(Policy):
                 suf = suffix_tab[index((pv + extra, pp, pa))]
                 extra += 1
             else:
-                suf = suffix_tab[index((nv, np_, na))]
+                if i < 0:
+                    i = index((nv, np_, na))
+                suf = suffix_tab[i]
             spare = b - reserve - suf[0]
             if spare < 0.0:
                 return False
@@ -623,6 +665,10 @@ class XInferPolicy(Policy):
                 s = slot_ctx.stage  # type: ignore[union-attr]
                 demands.append((ell_e - b + reserve - t + suf[0] - suf[s], spare))
             nv += 1
+            if i >= 0:
+                # index((nv, np_, na)) one ViT unit up, from the table (n+ is never
+                # negative, where stepping and clipping would differ).
+                i = plus_tab[i][0]
         if demands:
             return slot_ctx.feasible(demands)  # type: ignore[union-attr]
         return True
@@ -671,9 +717,11 @@ class XInferPolicy(Policy):
         units = self.tracker.snapshot(t)
         protected, nf = self._refresh(t, units)
         self._rem_cache.clear()
+        ready, counts, slots = self._ready, self.tracker.counts, self.slots
         for s in (Stage.ACTION, Stage.PREFILL, Stage.VIT):
-            protected, nf = self._dispatch_stage(s, t, units, protected=protected, nf=nf,
-                                                 launches=launches)
+            if ready[s] and counts[s] < slots[s]:  # else nothing to launch: skip the call
+                protected, nf = self._dispatch_stage(s, t, units, protected=protected,
+                                                     nf=nf, launches=launches)
         return launches
 
     def _dispatch_stage(self, s: Stage, t: float, units: dict[int, tuple[float, float, int]],
@@ -686,16 +734,29 @@ class XInferPolicy(Policy):
         checks = not (self.entry_only and s != Stage.VIT)
         order = _by_priority(ready.values(), protected)
         deferred: set[int] = set()
-        scan = _StageScan(s, nf)
+        scan = _StageScan(s, nf, self._nf_index if nf == self._nf else
+                          self.predictor.index(nf))
+        strict = self.strict_priority
+        # The scan refuses every ordinary candidate (until the next launch): the rest
+        # are deferred without asking _admits, which would give the same answer.
+        refused = False
         i = 0
         while i < len(order) and counts[s] < slots[s]:
             r = order[i]
             i += 1
             rid = r.request_id
             is_prot = rid in protected
-            if not is_prot and checks and not self._admits(r, scan, t, protected, units):
-                deferred.add(rid)
-                continue
+            if not is_prot and checks:
+                if refused:
+                    deferred.add(rid)
+                    continue
+                if not self._admits(r, scan, t, protected, units):
+                    deferred.add(rid)
+                    # Scan-wide answers: CURRENTFEASIBLE (or the slot check) failed, or
+                    # strict priority while anything is protected. A forecast refusal
+                    # depends on the candidate's deadline: the next one is asked.
+                    refused = bool(protected) if strict else scan.current_ok is False
+                    continue
             if self.record_admissions and not is_prot:
                 self.admissions.append(AdmissionRecord(
                     t, rid, s, frozenset(protected), nf, scan.plus,
@@ -704,7 +765,8 @@ class XInferPolicy(Policy):
             units[rid] = (self.predictor.h[s], self.predictor.work[s], s)  # nothing done yet
             protected, nf = self._refresh(t, units)
             self._rem_cache.clear()
-            scan = _StageScan(s, nf)
+            scan = _StageScan(s, nf, self._nf_index)
+            refused = False
             if s != Stage.ACTION and ready:
                 # Prefill and ViT rebuild their order after a launch; work deferred in
                 # this scan stays deferred unless it has become protected.
@@ -755,7 +817,7 @@ class XInferPolicy(Policy):
         """
         if scan.current_ok is None:
             s = scan.stage
-            plus_index = self.predictor.plus[self.predictor.index(scan.nf)][s]
+            plus_index = self.predictor.plus[scan.nf_index][s]
             ok = not protected or self._current_feasible(protected, t, plus_index, units)
             if ok and self.slot_aware:
                 scan.slot_ctx = self._slot_context(protected, t, s, plus_index,
@@ -767,11 +829,11 @@ class XInferPolicy(Policy):
     def _generate_forecasts(self, scan: _StageScan, t: float, protected: set[int],
                             units: dict[int, tuple[float, float, int]]) -> None:
         """Forecasts during the scan's unit, their sorted deadlines and projected loads."""
-        scan.forecasts = self._forecasts(t, scan.stage, scan.nf)
+        scan.forecasts = self._forecasts(t, scan.stage, scan.nf_index)
         if scan.forecasts and self.arrival_projection:
             scan.projected = self._project_loads(t, scan.stage, scan.nf, units=units,
                                                  protected=protected, forecasts=scan.forecasts)
-        scan.forecast_ells = sorted(ell for ell, _ in scan.forecasts)
+        scan.forecast_ells = sorted([ell for ell, _ in scan.forecasts])
 
     def _forecast_admits(self, scan: _StageScan, t: float, r: Request, k: int) -> bool:
         """FORECASTFEASIBLE for a candidate retaining ``k`` forecasts.
