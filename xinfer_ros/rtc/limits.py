@@ -29,6 +29,7 @@ from xinfer_ros.errors import XInferRosError
 
 __all__ = [
     "LIMIT_KINDS",
+    "LIMIT_RTOL",
     "CommandLimits",
     "LimitsError",
     "limits_from_yaml",
@@ -39,8 +40,9 @@ FloatArray = npt.NDArray[np.float64]
 #: The limits a command can break, in the order :meth:`CommandLimits.violations` names
 #: them.
 LIMIT_KINDS = ("position", "velocity", "acceleration", "jerk")
-#: Relative slack for comparisons of finite differences (rounding, not policy).
-_RTOL = 1e-9
+#: Slack of every limit check, relative and absolute (rounding of the finite
+#: differences, not policy): a value passes up to ``limit * (1 + LIMIT_RTOL) + LIMIT_RTOL``.
+LIMIT_RTOL = 1e-9
 
 
 class LimitsError(XInferRosError, ValueError):
@@ -192,7 +194,7 @@ class CommandLimits:
 
 
 def _exceeds(value: FloatArray, limit: FloatArray) -> bool:
-    return bool(np.any(np.abs(value) > limit * (1.0 + _RTOL) + _RTOL))
+    return bool(np.any(np.abs(value) > limit * (1.0 + LIMIT_RTOL) + LIMIT_RTOL))
 
 
 def _joint_entry(path: str, joint: str, entry: object) -> dict[str, float]:
