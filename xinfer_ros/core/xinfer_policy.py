@@ -322,7 +322,9 @@ class XInferPolicy(Policy):
     def slack(self, request_id: int, t: float, n: tuple[int, int, int] | None = None) -> float:
         """σ_j(n) = ℓ_j − t − R_j(n) (default n: the latest foreseeable load)."""
         r = self._requests[request_id]
-        return r.deadline - t - self.tracker.remaining(r, t, self._nf if n is None else n)
+        if n is None:  # the refresh looked up n_f's table index already
+            return r.deadline - t - self.tracker.remaining_at(r, t, self._nf_index)
+        return r.deadline - t - self.tracker.remaining(r, t, n)
 
     def blocking_term(self, request_id: int, t: float,
                       n: tuple[int, int, int] | None = None) -> float:
@@ -389,14 +391,11 @@ class XInferPolicy(Policy):
         Protected requests already predicted late cannot be saved by a smaller batch, so
         they do not count; infinity when none is left.
         """
-        reqs, remaining = self._requests, self.tracker.remaining_at
-        i = self._nf_index
         guard = float("inf")
         for rid in self._protected:
             if rid in members:
                 continue
-            r = reqs[rid]
-            sl = r.deadline - t - remaining(r, t, i)  # σ_h(n_f), as slack() computes it
+            sl = self.slack(rid, t)
             if 0.0 <= sl < guard:
                 guard = sl
         return guard
@@ -717,11 +716,9 @@ class XInferPolicy(Policy):
         units = self.tracker.snapshot(t)
         protected, nf = self._refresh(t, units)
         self._rem_cache.clear()
-        ready, counts, slots = self._ready, self.tracker.counts, self.slots
         for s in (Stage.ACTION, Stage.PREFILL, Stage.VIT):
-            if ready[s] and counts[s] < slots[s]:  # else nothing to launch: skip the call
-                protected, nf = self._dispatch_stage(s, t, units, protected=protected,
-                                                     nf=nf, launches=launches)
+            protected, nf = self._dispatch_stage(s, t, units, protected=protected, nf=nf,
+                                                 launches=launches)
         return launches
 
     def _dispatch_stage(self, s: Stage, t: float, units: dict[int, tuple[float, float, int]],
