@@ -789,21 +789,21 @@ class StageEngine:
         ``live``; the step after preparation checks again under the lock.
         """
         return (self.config.fast_path and self.backend.chains_stages
-                and not self._fast_broken and self._thread is not None and not self._halted
-                and self._events.pending == 0 and not self._draining
-                and not any(self._gates.running) and not len(self._waiting)
-                and not len(self._formed) and self._table.alone(live))
+                and not self._fast_broken and self._holds_only(live, running=0))
 
     def _idle_for(self, ev: WorkerEvent) -> bool:
         """Whether ``ev``'s request is all the engine holds; the caller holds the step lock."""
         live = ev.live
         # A unit that just ended still counts as running until its event is handled.
-        running = 1 if isinstance(ev, UnitDone) else 0
+        return (self._holds_only(live, running=1 if isinstance(ev, UnitDone) else 0)
+                and all(rid == live.rid for rid in self.policy.requests))
+
+    def _holds_only(self, live: LiveRequest, running: int) -> bool:
+        """Whether a started engine holds nothing but ``live`` and ``running`` units."""
         return (self._thread is not None and not self._halted
                 and self._events.pending == 0 and not self._draining
                 and sum(self._gates.running) == running and not len(self._waiting)
-                and not len(self._formed) and all(rid == live.rid for rid in self.policy.requests)
-                and self._table.alone(live))
+                and not len(self._formed) and self._table.alone(live))
 
     def _try_step(self, ev: WorkerEvent) -> list[_Started] | None:
         """Take the dispatcher's step for ``ev`` on this thread if the engine is idle.
