@@ -153,3 +153,84 @@ def test_phase_budget_schedules_wide_requests_against_it_and_leaves_tight_ones()
     assert untouched.budget == 0.400
     with pytest.raises(ValueError, match="phase_budget"):
         XInferPolicy(phase_budget=0.0)
+
+
+# -- lazy_slots (issue 27): spare slots serve protected requests only ------------------------
+def _action_meeting(budget_b: float, **kwargs):
+    """Slots (1, 1, 2), no interference; W (V 10, P 20, A 10 ms).
+
+    A's Action runs (started at t − 2 ms, 8 ms left) when B's Prefill completes at t, so
+    B's Action is ready and the second Action slot is free. B's budget sets its slack:
+    BIG leaves it ordinary; a window of 12 ms at t leaves 2 ms of slack, below the
+    8 ms A's Action could block it, so B is promoted and protected.
+    """
+    table = additive_table((10, 20, 10), ((0, 0, 0),) * 3)
+    p = XInferPolicy(slots=(1, 1, 2), rate_table=table, **kwargs)
+    t = 1.0
+    a, b = 1, 2
+    p.on_arrival(Request(a, "a", arrival=t - 0.040, budget=BIG), t - 0.040)
+    p.on_complete(a, Stage.VIT, t - 0.030)
+    p.on_arrival(Request(b, "b", arrival=t - 0.030, budget=budget_b), t - 0.030)
+    p.on_complete(b, Stage.VIT, t - 0.020)
+    p.on_complete(a, Stage.PREFILL, t - 0.002)         # A's Action runs from t − 2 ms
+    assert {r: u.stage for r, u in p.tracker.units.items()} == {a: Stage.ACTION,
+                                                                 b: Stage.PREFILL}
+    out = p.on_complete(b, Stage.PREFILL, t)
+    return p, out, t, a, b
+
+
+def test_lazy_slots_keeps_an_ordinary_unit_off_a_busy_stage_until_it_frees():
+    p, out, t, a, b = _action_meeting(BIG, lazy_slots="stage")
+    assert launched(out) == []
+    assert [r.request_id for r in p.ready_queue(Stage.ACTION)] == [b]
+    out = p.on_complete(a, Stage.ACTION, t + 0.008)
+    assert launched(out) == [(b, Stage.ACTION)]
+
+
+def test_without_lazy_slots_the_ordinary_unit_takes_the_spare_slot():
+    _, out, _, _, b = _action_meeting(BIG)
+    assert launched(out) == [(b, Stage.ACTION)]
+
+
+def test_lazy_slots_gives_the_spare_slot_to_a_request_that_cannot_wait():
+    p, out, t, _, b = _action_meeting(0.030 + 0.012 + DELTA, lazy_slots="stage")
+    assert b in out.protected
+    assert p.slack(b, t) < 0.008                       # cannot wait for A's 8 ms
+    assert launched(out) == [(b, Stage.ACTION)]
+    assert p.running_counts[Stage.ACTION] == 2
+
+
+@pytest.mark.parametrize("lazy", ["stage", "device"])
+def test_lazy_slots_never_exceeds_slots_and_keeps_the_local_property(lazy):
+    p = CheckedXInfer(lazy_slots=lazy, slots=(2, 2, 3))
+    orig = p.schedule
+
+    def checked(t):
+        out = orig(t)
+        assert all(p.running_counts[s] <= p.slots[s] for s in range(3))
+        return out
+
+    p.schedule = checked
+    trace_decisions(p, 12, 3.0, budgets=(0.070, 0.400), phase_len=10)
+    assert p.checked_admissions > 50
+    assert make_policy("xinfer_lazy").lazy_slots == "stage"
+    assert make_policy("xinfer").lazy_slots == "off"
+
+
+def test_device_lazy_slots_keeps_an_ordinary_unit_off_an_idle_stage_of_a_busy_device():
+    # B's Prefill could start (its slot is free) but A's Action runs: B waits.
+    table = additive_table((10, 20, 10), ((0, 0, 0),) * 3)
+    p = XInferPolicy(slots=(1, 1, 2), rate_table=table, lazy_slots="device")
+    t = 1.0
+    p.on_arrival(Request(1, "a", arrival=t - 0.040, budget=BIG), t - 0.040)
+    p.on_complete(1, Stage.VIT, t - 0.030)
+    p.on_complete(1, Stage.PREFILL, t - 0.005)        # A's Action runs
+    out = p.on_arrival(Request(2, "b", arrival=t, budget=BIG), t)
+    assert launched(out) == []
+    out = p.on_complete(1, Stage.ACTION, t + 0.005)
+    assert launched(out) == [(2, Stage.VIT)]
+
+
+def test_an_unknown_lazy_slots_setting_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="lazy_slots must be one of off, stage, device"):
+        XInferPolicy(lazy_slots="yes")

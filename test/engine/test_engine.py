@@ -359,3 +359,33 @@ def test_phase_spreading_holds_only_late_ok_results_and_within_their_deadline() 
     assert fresh.ok and fresh.hold_s == 0.0  # within T_E of its arrival: phase kept
     assert not failed.ok and failed.hold_s == 0.0
     assert engine.stats()["held"] == 2
+
+
+@pytest.mark.parametrize(("lazy", "peak", "peak_total"), [("stage", [1, 1, 1], 3),
+                                                          ("device", [1, 1, 1], 1)])
+def test_lazy_slots_runs_requests_with_slack_one_unit_per_stage_or_device(
+        lazy: str, peak: list[int], peak_total: int) -> None:
+    # Six requests with ample budgets: none is ever protected, so each stage (the
+    # whole device) runs one unit at a time; eagerly they fill the spare slots.
+    for mode in ("off", lazy):
+        cfg = EngineConfig(slots=(2, 2, 3), lazy_slots=mode, fast_path=False)
+        engine, backend = make_engine("xinfer", cfg)
+        with engine:
+            assert engine.policy.lazy_slots == mode  # type: ignore[attr-defined]
+            futs = [engine.submit(RequestInputs(), 5.0, f"r{i}") for i in range(6)]
+            assert all(f.result(TIMEOUT).ok for f in futs)
+        if mode == "off":
+            assert max(backend.peak) > 1, backend.peak
+        else:
+            assert backend.peak == peak and backend.peak_total <= peak_total, backend.peak
+
+
+def test_lazy_slots_warns_for_a_policy_without_slack_and_it_fills_every_slot(
+        caplog: pytest.LogCaptureFixture) -> None:
+    engine, backend = make_engine("fifo", EngineConfig(slots=(2, 2, 3), lazy_slots="stage",
+                                                       fast_path=False))
+    with engine:
+        futs = [engine.submit(RequestInputs(), 5.0, f"r{i}") for i in range(6)]
+        assert all(f.result(TIMEOUT).ok for f in futs)
+    assert "lazy_slots applies to XInfer policies: fifo" in caplog.text
+    assert max(backend.peak) > 1

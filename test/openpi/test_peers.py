@@ -54,15 +54,22 @@ def test_bench_peers_refuses_a_window_it_cannot_measure(capsys: pytest.CaptureFi
     assert "--duration > --warmup" in capsys.readouterr().err
 
 
-def test_serial_arm_runs_the_shipped_file_with_one_unit_per_stage(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("arm", "changed"), [
+    ("xinfer-serial", {"torch.slots": [1, 1, 1], "torch.action_processes": 0}),
+    ("xinfer-lazy", {"torch.lazy_slots": "stage"}),
+    ("xinfer-lazy-device", {"torch.lazy_slots": "device"}),
+])
+def test_variant_arms_run_the_shipped_file_with_their_torch_changes(
+        tmp_path: Path, arm: str, changed: dict[str, object]) -> None:
     from xinfer_ros.cli.serve import build_parser, server_params
 
-    path = bench_peers.serial_params_file(None, tmp_path)
+    path = bench_peers.arm_params_file(arm, None, tmp_path)
     p = server_params(build_parser().parse_args(["--openpi", "--params-file", path]))
     shipped = server_params(build_parser().parse_args(["--openpi"]))
-    assert p["torch.slots"] == [1, 1, 1] and p["torch.action_processes"] == 0
-    assert {k: v for k, v in p.items() if not k.startswith("torch.")} == \
-        {k: v for k, v in shipped.items() if not k.startswith("torch.")}
+    assert shipped["torch.lazy_slots"] == "off"
+    assert {k: p[k] for k in changed} == changed
+    assert {k: v for k, v in p.items() if k not in changed} == \
+        {k: v for k, v in shipped.items() if k not in changed}
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +182,8 @@ def test_bench_peers_smoke_runs_every_arm(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     out, figure = tmp_path / "peers.json", tmp_path / "peers.png"
     rc = bench_main(["peers", "--robots", "1", "--rounds", "1", "--duration", "2.0",
-                     "--warmup", "0.3", "--json", str(out), "--figure", str(figure)])
+                     "--warmup", "0.3", "--paired", "3", "--json", str(out),
+                     "--figure", str(figure)])
     assert rc == 0
     data = json.loads(out.read_text())
     assert set(data["table"]) == {"openpi", "lerobot", "xinfer"}
@@ -187,3 +195,18 @@ def test_bench_peers_smoke_runs_every_arm(tmp_path: Path,
     assert figure.stat().st_size > 10_000
     printed = capsys.readouterr().out
     assert "median of 1 interleaved round" in printed and "xinfer" in printed
+    paired = data["paired"]
+    assert [len(v) for v in paired["latency_ms"].values()] == [3, 3, 3]
+    assert paired["table"]["openpi"]["ratio_median"] == 1.0
+    assert all(row["p50_ms"] > 0 for row in paired["table"].values())
+    assert "3 paired rounds" in printed
+
+
+def test_paired_ratios_are_taken_round_by_round_against_the_first_arm() -> None:
+    # The machine slows in round 2 for both arms: the per-round ratio cancels it, where
+    # the ratio of medians would not.
+    table = bench_peers.paired_table({"openpi": [60.0, 120.0, 62.0],
+                                      "xinfer": [63.0, 126.0, 65.1]})
+    assert table["openpi"]["ratio_median"] == 1.0
+    assert table["xinfer"]["ratio_median"] == pytest.approx(1.05)
+    assert table["xinfer"]["p50_ms"] == 65.1

@@ -84,7 +84,7 @@ def test_plan_calibrates_the_prediction_error_on_the_counts_it_walks(tmp_path: P
 
     out = tmp_path / "plan.json"
     main(["plan", "--robots", "60", "--workload", "phases", "--search", "16-18",
-          "--rounds", "1", "--duration", "30", "--warmup", "10", "--quiet",
+          "--rounds", "1", "--duration", "20", "--warmup", "5", "--quiet",
           "--predictor-error-ms", "2", "--json", str(out)])
     data = json.loads(out.read_text())
     # Calibrated on one server at the middle of 16-18, not at the fleet's 60 robots.

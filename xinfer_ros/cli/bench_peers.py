@@ -59,11 +59,18 @@ __all__ = ["ARMS", "ArmServer", "BlockResult", "add_arguments", "block_metrics",
            "run_block"]
 
 #: Arm names, in the order of the tables (the default runs the first three).
-ARMS: tuple[str, ...] = ("openpi", "lerobot", "xinfer", "xinfer-serial")
-#: ``xinfer-serial``: the shipped parameters with one unit per stage and no Action
-#: worker processes: xinfer's scheduler on a serial pipeline, the lower bound of its
-#: overhead on this CPU.
-SERIAL_TORCH = {"slots": [1, 1, 1], "action_processes": 0}
+ARMS: tuple[str, ...] = ("openpi", "lerobot", "xinfer", "xinfer-serial", "xinfer-lazy",
+                         "xinfer-lazy-device")
+#: xinfer arms that run the shipped parameters with these ``torch`` ones changed.
+#: ``xinfer-serial``: one unit per stage and no Action worker processes, xinfer's
+#: scheduler on a serial pipeline, the lower bound of its overhead on this CPU.
+#: ``xinfer-lazy`` / ``xinfer-lazy-device``: ``lazy_slots`` stage / device, spare
+#: slots only for requests whose slack cannot wait.
+ARM_TORCH: dict[str, dict[str, object]] = {
+    "xinfer-serial": {"slots": [1, 1, 1], "action_processes": 0},
+    "xinfer-lazy": {"lazy_slots": "stage"},
+    "xinfer-lazy-device": {"lazy_slots": "device"},
+}
 #: Longest wait for one reply before a robot gives up (its request counts unanswered).
 REPLY_TIMEOUT_S = 10.0
 #: Longest wait for a server to load its model and bind its port.
@@ -75,7 +82,9 @@ WARM_REQUESTS = 3
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the peers benchmark's flags."""
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS[:3]),
-                        help="arms to run (xinfer-serial: the shipped parameters with "
+                        help="arms to run (xinfer-lazy, xinfer-lazy-device: the shipped "
+                             "parameters with torch lazy_slots stage, device; xinfer-serial: "
+                             "with "
                              "torch slots 1,1,1 and no Action worker processes)")
     parser.add_argument("--robots", type=int, nargs="+", default=[1, 2, 4, 8],
                         help="client counts")
@@ -90,6 +99,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params-file", default=None, metavar="YAML",
                         help="xinfer arm: the server parameter file (default: the shipped "
                              "config/fleet.yaml); its model is served by every arm")
+    parser.add_argument("--paired", type=int, default=0, metavar="K",
+                        help="after the blocks: K rounds of one request per arm, one "
+                             "at a time in a rotated order (N = 1, budget 400 ms), and the "
+                             "median ratio of each arm's latency to the first arm's in the "
+                             "same round: drift of the machine cancels")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: N = 1 and 2, one 3 s round")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
@@ -104,8 +118,8 @@ def _xinfer_params(params_file: str | None) -> NodeParams:
     return server_params(build_parser().parse_args(argv))
 
 
-def serial_params_file(params_file: str | None, workdir: Path) -> str:
-    """The parameter file of the ``xinfer-serial`` arm, written into ``workdir``."""
+def arm_params_file(arm: str, params_file: str | None, workdir: Path) -> str:
+    """The parameter file of an :data:`ARM_TORCH` arm, written into ``workdir``."""
     import yaml
 
     from xinfer_ros.fleet.plan import default_config
@@ -113,8 +127,8 @@ def serial_params_file(params_file: str | None, workdir: Path) -> str:
     source = Path(params_file) if params_file else default_config()
     data = yaml.safe_load(source.read_text())
     torch_params = data["inference_server"]["ros__parameters"].setdefault("torch", {})
-    torch_params.update(SERIAL_TORCH)
-    path = workdir / "xinfer_serial.yaml"
+    torch_params.update(ARM_TORCH[arm])
+    path = workdir / f"{arm.replace('-', '_')}.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
@@ -175,7 +189,7 @@ def start_servers(arms: Sequence[str], params: NodeParams, params_file: str | No
     servers: dict[str, ArmServer] = {}
     try:
         for arm in arms:
-            file = serial_params_file(params_file, workdir) if arm == "xinfer-serial" \
+            file = arm_params_file(arm, params_file, workdir) if arm in ARM_TORCH \
                 else params_file
             proc = subprocess.Popen(_command(arm, params, file), stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
@@ -300,6 +314,51 @@ def _figures(m: WindowMetrics, records: Sequence[ResponseRecord],
             "chunk_p50_ms": m.latency_p50_ms, "chunk_p99_ms": m.latency_p99_ms}
 
 
+# -- paired single requests ---------------------------------------------------------------
+#: Budget of the paired requests (ms): loose, so no arm refuses one.
+PAIRED_BUDGET_MS = 400.0
+
+
+def run_paired(servers: dict[str, ArmServer], rounds: int, params: NodeParams
+               ) -> dict[str, list[float]]:
+    """Latency (ms) of one request per arm per round, the arms' order rotated each round.
+
+    Requests go one at a time, so each arm serves a lone request (N = 1) and consecutive
+    arms see the machine within about a tenth of a second of each other.
+    """
+    from xinfer_ros.openpi.client import OpenPIClient
+
+    arms = list(servers)
+    obs = {**observation(params, 0), "xinfer/budget_ms": PAIRED_BUDGET_MS}
+    clients = {arm: OpenPIClient(servers[arm].uri(0), timeout_s=REPLY_TIMEOUT_S) for arm in arms}
+    latency: dict[str, list[float]] = {arm: [] for arm in arms}
+    try:
+        for k in range(rounds):
+            for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
+                t = time.perf_counter()
+                clients[arm].infer(obs)
+                latency[arm].append((time.perf_counter() - t) * MS_PER_S)
+                time.sleep(0.02)  # as a robot between a reply and its next send
+    finally:
+        for client in clients.values():
+            client.close()
+    return latency
+
+
+def paired_table(latency: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per arm: median, P90 and the median / quartiles of its per-round ratio to the first arm."""
+    base = np.asarray(next(iter(latency.values())))
+    out = {}
+    for arm, values in latency.items():
+        v = np.asarray(values)
+        ratio = v / base
+        out[arm] = {"p50_ms": float(np.median(v)), "p90_ms": float(np.percentile(v, 90)),
+                    "ratio_median": float(np.median(ratio)),
+                    "ratio_q25": float(np.percentile(ratio, 25)),
+                    "ratio_q75": float(np.percentile(ratio, 75))}
+    return out
+
+
 # -- the run --------------------------------------------------------------------------------
 def _warm(server: ArmServer, params: NodeParams) -> None:
     from xinfer_ros.openpi.client import OpenPIClient
@@ -373,13 +432,45 @@ def _figure(table: dict[str, dict[int, dict[str, dict[str, float]]]], robots: Se
     plt.close(fig)
 
 
+def _print_paired(rounds: int, table: dict[str, dict[str, float]], params: NodeParams
+                  ) -> dict[str, dict[str, float]]:
+    """Print the paired table; returns it."""
+    first = next(iter(table))
+    print(f"\n{rounds} paired rounds, one {PAIRED_BUDGET_MS:g} ms request per arm at a "
+          f"time; model {params['model']}; ratio: the arm's latency over {first}'s in the "
+          "same round")
+    print(f"{'arm':<20} {'P50 ms':>7} {'P90 ms':>7} {'ratio P50':>10} {'ratio IQR':>14}")
+    for arm, row in table.items():
+        print(f"{arm:<20} {row['p50_ms']:7.1f} {row['p90_ms']:7.1f} {row['ratio_median']:10.3f} "
+              f"{row['ratio_q25']:6.3f}-{row['ratio_q75']:.3f}")
+    return table
+
+
+def _write_json(args: argparse.Namespace, *, params: NodeParams, started: float,
+                table: dict[str, dict[int, dict[str, dict[str, float]]]],
+                blocks: dict[tuple[str, int], list[dict[str, dict[str, float]]]],
+                pairs: dict[str, dict[str, float]], paired: dict[str, list[float]]) -> None:
+    args.json.write_text(json.dumps({
+        "command": "xinfer-bench peers " + " ".join(sys.argv[2:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "host": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "model": params["model"], "rounds": args.rounds, "duration_s": args.duration,
+        "warmup_s": args.warmup, "budgets_ms": args.budgets, "period_s": SEND_PERIOD,
+        "wall_s": time.time() - started,
+        "table": {arm: {str(n): v for n, v in by_n.items()} for arm, by_n in table.items()},
+        "blocks": [{"arm": a, "robots": n, "rounds": r} for (a, n), r in blocks.items()],
+        "paired": {"rounds": args.paired, "table": pairs, "latency_ms": paired},
+    }, indent=1, default=float))
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the arms, run the interleaved blocks, print and write the figures."""
     if args.quick:
         args.robots, args.rounds, args.duration, args.warmup = [1, 2], 1, 3.0, 0.5
-    if not args.duration > args.warmup >= 0 or args.rounds < 1 or min(args.robots) < 1:
+    if not args.duration > args.warmup >= 0 or args.rounds < 1 or min(args.robots) < 1 \
+            or args.paired < 0:
         print("xinfer-bench peers: need --duration > --warmup >= 0, --rounds >= 1, "
-              "--robots >= 1", file=sys.stderr)
+              "--robots >= 1, --paired >= 0", file=sys.stderr)
         return 2
     try:
         params = _xinfer_params(args.params_file)
@@ -391,6 +482,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = tempfile.TemporaryDirectory(prefix="bench_peers_")
     servers = start_servers(args.arms, params, args.params_file, Path(workdir.name))
     blocks: dict[tuple[str, int], list[dict[str, dict[str, float]]]] = {}
+    paired: dict[str, list[float]] = {}
     try:
         for server in servers.values():
             _warm(server, params)
@@ -408,6 +500,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"round {k + 1} N={n} {arm:<13} attainment {a['attainment']:.3f} "
                           f"P50/P99 {a['p50_ms']:.0f}/{a['p99_ms']:.0f} ms "
                           f"outcomes {result.outcomes}", flush=True)
+        if args.paired:
+            paired = run_paired(servers, args.paired, params)
     finally:
         for server in servers.values():
             server.stop()
@@ -418,18 +512,11 @@ def run(args: argparse.Namespace) -> int:
           "(refusals included), chunk P50/P99 over chunks only; model "
           f"{params['model']}; xinfer: {args.params_file or 'config/fleet.yaml'}")
     _print_table(table, args.robots, classes)
+    pairs = _print_paired(args.paired, paired_table(paired), params) if paired else {}
     if args.figure:
         _figure(table, args.robots, classes, args.figure)
     if args.json:
-        args.json.write_text(json.dumps({
-            "command": "xinfer-bench peers " + " ".join(sys.argv[2:]),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-            "host": {"cpus": os.cpu_count(), "platform": platform.platform()},
-            "model": params["model"], "rounds": args.rounds, "duration_s": args.duration,
-            "warmup_s": args.warmup, "budgets_ms": args.budgets, "period_s": SEND_PERIOD,
-            "wall_s": time.time() - started,
-            "table": {arm: {str(n): v for n, v in by_n.items()} for arm, by_n in table.items()},
-            "blocks": [{"arm": a, "robots": n, "rounds": r} for (a, n), r in blocks.items()],
-        }, indent=1, default=float))
+        _write_json(args, params=params, started=started, table=table, blocks=blocks,
+                    pairs=pairs, paired=paired)
     print(f"wall time {time.time() - started:.0f} s")
     return 0

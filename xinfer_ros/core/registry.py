@@ -19,8 +19,8 @@ from xinfer_ros.core.errors import UnknownPolicyError
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.xinfer_policy import XInferPolicy
 
-__all__ = ["ABLATIONS", "BATCH_FORMING", "POLICIES", "SERVED_POLICIES", "make_policy",
-           "policy_names"]
+__all__ = ["ABLATIONS", "BATCH_FORMING", "POLICIES", "SERVED_POLICIES", "is_xinfer",
+           "make_policy", "policy_key", "policy_names"]
 
 #: Base policies by name.
 POLICIES: Mapping[str, Callable[..., Policy]] = {
@@ -52,6 +52,10 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # Issue 28: the policy forms the lanes' batches (needs a table with a batch
     # dimension; the simulator and the engine pass their own max_batch).
     "xinfer_batch": {"max_batch": 4},
+    # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
+    # serve protected requests only (issue 27).
+    "xinfer_lazy": {"lazy_slots": "stage"},
+    "xinfer_lazy_device": {"lazy_slots": "device"},
 }
 
 #: The preset that forms its lanes' batches (issue 28): a driver building it by name
@@ -60,13 +64,25 @@ BATCH_FORMING = "xinfer_batch"
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's
-#: comparison and XInfer's settings for a server with phase spreading.
+#: comparison and XInfer's settings for a server with phase spreading. (A server's
+#: ``lazy_slots`` parameter sets the XInfer ones' ``lazy_slots``.)
 SERVED_POLICIES: tuple[str, ...] = ("fifo", "edf", "slack_gate", "xinfer", "xinfer_spread")
 
 
 def policy_names() -> list[str]:
     """All names ``make_policy`` accepts."""
     return [*POLICIES, *ABLATIONS]
+
+
+def policy_key(name: str) -> str:
+    """``name`` as the registry spells it (case and ``-`` / ``_`` do not matter)."""
+    return str(name).strip().lower().replace("-", "_")
+
+
+def is_xinfer(name: str) -> bool:
+    """Whether ``name`` is XInfer or one of its presets (an :class:`XInferPolicy`)."""
+    key = policy_key(name)
+    return key == XInferPolicy.name or key in ABLATIONS
 
 
 def make_policy(name: str, **params: object) -> Policy:
@@ -76,7 +92,7 @@ def make_policy(name: str, **params: object) -> Policy:
         UnknownPolicyError: naming ``name`` and listing the known names.
         TypeError: a parameter the policy does not take.
     """
-    key = str(name).strip().lower().replace("-", "_")
+    key = policy_key(name)
     if key in POLICIES:
         return POLICIES[key](**params)
     if key in ABLATIONS:

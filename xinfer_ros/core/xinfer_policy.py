@@ -48,10 +48,12 @@ from xinfer_ros.core.timing import deadline
 if TYPE_CHECKING:  # typing.Unpack is 3.11+ (setup.py allows 3.10): annotations only
     from typing import Unpack
 
-__all__ = ["MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy"]
+__all__ = ["LAZY_SLOTS", "MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy"]
 
 #: Admission records kept with ``record_admissions`` (the latest; older ones drop).
 MAX_ADMISSION_RECORDS = 10_000
+#: ``lazy_slots`` settings: when ordinary work waits instead of taking a free slot.
+LAZY_SLOTS: tuple[str, ...] = ("off", "stage", "device")
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,15 @@ class XInferPolicy(Policy):
             (issue 28); above one the rate table must have a batch dimension (see
             :mod:`~xinfer_ros.core.batch_cost`), else construction fails with one line.
             1 (default): every unit runs alone, the paper's policy.
+        lazy_slots: our extension for devices where concurrent units slow each other
+            down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
+            an ordinary unit only takes a stage's slot while no other unit of that
+            stage runs; ``"device"``: only while no unit runs at all, so a lightly
+            loaded server runs one request at a time, as a plain serial server does.
+            Protected units, whose slack cannot wait for the running ones, take any
+            free slot: the spare slots buy parallelism only when waiting would cost a
+            deadline. ``"off"`` (default): the paper's policy, ordinary units take any
+            free slot that admission allows.
         record_admissions: keep an :class:`AdmissionRecord` per ordinary admission in
             ``admissions`` (for tests and diagnostics; off on the hot path), the latest
             :data:`MAX_ADMISSION_RECORDS` only: a long-running server must not grow.
@@ -253,6 +264,7 @@ class XInferPolicy(Policy):
         phase_budget: float | None = None,
         frontend_reserve: float = FRONTEND_RESERVE,
         delta: float = DELTA,
+        lazy_slots: str = "off",
         record_admissions: bool = False,
         max_batch: int = 1,
         **kwargs: Unpack[PolicyOptions],
@@ -271,6 +283,10 @@ class XInferPolicy(Policy):
         self.slot_aware = bool(slot_aware)
         self.arrival_projection = bool(arrival_projection)
         self.forecast_load = bool(forecast_load)
+        if lazy_slots not in LAZY_SLOTS:
+            raise ValueError(f"lazy_slots must be one of {', '.join(LAZY_SLOTS)}, "
+                             f"got {lazy_slots!r}")
+        self.lazy_slots = lazy_slots
         #: Per-decision cache of protected remaining times by load index (see
         #: _protected_remaining); cleared at every decision start and launch.
         self._rem_cache: dict[int, list[tuple[float, float, int]]] = {}
@@ -737,12 +753,17 @@ class XInferPolicy(Policy):
         # The scan refuses every ordinary candidate (until the next launch): the rest
         # are deferred without asking _admits, which would give the same answer.
         refused = False
+        lazy = self.lazy_slots
         i = 0
         while i < len(order) and counts[s] < slots[s]:
             r = order[i]
             i += 1
             rid = r.request_id
             is_prot = rid in protected
+            if not is_prot and lazy != "off" and (
+                    counts[s] if lazy == "stage" else any(counts)):
+                deferred.add(rid)  # lazy_slots: ordinary work waits for a busy stage/device
+                continue
             if not is_prot and checks:
                 if refused:
                     deferred.add(rid)

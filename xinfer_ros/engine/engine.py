@@ -56,7 +56,7 @@ from xinfer_ros.core.policy import Launch, Policy, SchedulerOutput
 from xinfer_ros.core.prediction_audit import PredictionAudit
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
-from xinfer_ros.core.registry import BATCH_FORMING, make_policy
+from xinfer_ros.core.registry import BATCH_FORMING, is_xinfer, make_policy, policy_key
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.core.timing import MS_PER_S
@@ -243,8 +243,14 @@ class StageEngine:
             args = {**self._policy_kwargs, **kwargs}
             args.setdefault("slots", self.config.effective_slots)
             args.setdefault("rate_table", self.rate_table)
-            if policy.strip().lower().replace("-", "_") == BATCH_FORMING:
+            if policy_key(policy) == BATCH_FORMING:
                 args.setdefault("max_batch", self.config.max_batch)
+            lazy = self.config.lazy_slots
+            if lazy != "off" and is_xinfer(policy):
+                args.setdefault("lazy_slots", lazy)
+            elif lazy != "off":
+                self._note("lazy_slots applies to XInfer policies: %s fills every free slot",
+                           policy, level=logging.WARNING)
             policy = make_policy(policy, **args)
         cost = getattr(policy, "batch_cost", None)
         if cost is not None and cost.max_batch != self.config.max_batch:

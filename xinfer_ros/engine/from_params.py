@@ -48,7 +48,8 @@ def build_engine(p: Mapping[str, Any], io: ModelIO) -> StageEngine:
     config = EngineConfig(max_live=p["max_live_requests"], phase_spread=p["phase_spread"],
                           phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S,
                           max_batch=p["torch.max_batch"] if backend_name == "torch" else 1,
-                          fast_path=p["fast_path"])
+                          fast_path=p["fast_path"],
+                          lazy_slots=p[f"{backend_name}.lazy_slots"])
     if slots != [0]:
         config = replace(config, slots=(slots[0], slots[1], slots[2]))
     return StageEngine(backend, p["policy"], config, rate_table=table)

@@ -16,6 +16,7 @@ import numpy as np
 from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.constants import DEFAULT_SLOTS, DELTA, MAX_LIVE_REQUESTS, POLICY_TICK
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
+from xinfer_ros.core.xinfer_policy import LAZY_SLOTS
 
 __all__ = [
     "TABLE6",
@@ -122,6 +123,13 @@ class EngineConfig:
             request runs from preparation to output on one lane of its own. Work that
             arrives mid-chain hands the request back to the dispatcher at its next
             stage boundary. Off: every step goes through the dispatcher thread.
+        lazy_slots: an XInfer policy given by name gets this ``lazy_slots`` (see
+            :class:`~xinfer_ros.core.xinfer_policy.XInferPolicy`): ``"stage"`` or
+            ``"device"``, a stage's (the device's) spare slots go only to requests
+            whose slack cannot wait for the running units. For a device where
+            concurrent units slow each other down (a CPU). Other policies have no
+            slack to judge by: they fill every free slot, and the engine logs a
+            warning saying so. ``"off"``: the paper's use of the slots.
     """
 
     slots: tuple[int, int, int] = DEFAULT_SLOTS
@@ -142,6 +150,7 @@ class EngineConfig:
     phase_spread_margin: float = PHASE_SPREAD_MARGIN
     max_batch: int = 1
     fast_path: bool = True
+    lazy_slots: str = "off"
 
     def __post_init__(self) -> None:
         if len(self.slots) != 3 or any(int(s) < 1 for s in self.slots):
@@ -153,6 +162,9 @@ class EngineConfig:
             raise ValueError(f"cpu_workers must be >= 1, got {self.cpu_workers!r}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch!r}")
+        if self.lazy_slots not in LAZY_SLOTS:
+            raise ValueError(f"lazy_slots must be one of {', '.join(LAZY_SLOTS)}, "
+                             f"got {self.lazy_slots!r}")
         if not (self.tick_s > 0 and math.isfinite(self.tick_s)):
             raise ValueError(f"tick_s must be > 0, got {self.tick_s!r}")
         for name in ("delta", "phase_spread_margin"):

@@ -21,6 +21,7 @@ from xinfer_ros.core.constants import (
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.registry import SERVED_POLICIES
 from xinfer_ros.core.timing import MS_PER_S
+from xinfer_ros.core.xinfer_policy import LAZY_SLOTS
 from xinfer_ros.model.presets import COMPILE_MODES
 from xinfer_ros.serving.params import (
     EXECUTOR_PARAM,
@@ -79,7 +80,14 @@ PARAMS = [
                   "package's config/ (empty: the shipped default table)"),
         ParamSpec(f"{backend}.slots", [0],
                   f"execution slots [V, P, A] for the {backend} backend ([0]: engine default)",
-                  check=_check_slots))),
+                  check=_check_slots),
+        ParamSpec(f"{backend}.lazy_slots", "off",
+                  f"{backend} backend, XInfer policies (others warn and fill every slot): "
+                  "stage = a stage's second and later slots, device = every slot beside a "
+                  "running unit, go only to requests whose slack cannot wait (for a CPU, "
+                  "where concurrent units slow each other: a lightly loaded server then "
+                  "runs one unit per stage, or one request at a time); off = any free slot",
+                  choices=LAZY_SLOTS))),
     ParamSpec("torch.action_processes", 0,
               "CPU only: run Action units in this many worker processes (0: threads)", 0, 16),
     ParamSpec("torch.guidance", True, "real-time-chunking guidance in the Action stage"),
