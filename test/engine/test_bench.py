@@ -109,3 +109,28 @@ def test_bench_engine_phase_spread_holds_late_responses(tmp_path: Path) -> None:
     assert statuses.get("ERROR", 0) == 0 and statuses.get("REJECTED", 0) == 0, statuses
     assert report["metrics"]["errors"] <= 0.05 * report["metrics"]["requests"], statuses
     assert "simulator" in report
+
+
+def test_the_report_describes_the_backend_as_it_ran_not_as_closed(monkeypatch) -> None:
+    # A torch backend with Action worker processes reports 0 of them once closed; the
+    # report must say what served the run.
+    from xinfer_ros.engine.backends import EmulatedBackend
+
+    class Closing(EmulatedBackend):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+        def describe(self) -> dict:
+            return {**super().describe(), "workers": 0 if self.closed else 2}
+
+    real = bench_engine.make_backend
+    monkeypatch.setattr(bench_engine, "make_backend",
+                        lambda name, **kw: Closing(kw["table"], kw["clock"]) if name == "emulated"
+                        else real(name, **kw))
+    parser = argparse.ArgumentParser()
+    bench_engine.add_arguments(parser)
+    args = parser.parse_args(["--robots", "2", "--duration", "1", "--warmup", "0.2"])
+    report = bench_engine.run_benchmark(args)
+    assert report.backend["workers"] == 2

@@ -194,6 +194,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
     pin_thread(getattr(args, "main_cpus", None))
     engine, backend, table = build_engine(args, backend)
     link = Link(args.link_ms * 1e-3, args.link_ms * 1e-3)
+    # Before close: a closed backend no longer reports its Action worker processes.
+    described = backend.describe()
     engine.start()
     try:
         engine.audit.keep_from = engine.clock.now() + warmup
@@ -212,7 +214,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
     report = EngineReport(
         emulated=backend.emulated,
         notice=EMULATION_NOTICE if backend.emulated else "",
-        backend=backend.describe(),
+        backend=described,
         engine=args.engine if not getattr(args, "ablation", None) else args.ablation,
         config=engine.config.to_dict(),
         policy=args.policy,
