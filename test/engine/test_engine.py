@@ -389,3 +389,8 @@ def test_lazy_slots_warns_for_a_policy_without_slack_and_it_fills_every_slot(
         assert all(f.result(TIMEOUT).ok for f in futs)
     assert "lazy_slots applies to XInfer policies: fifo" in caplog.text
     assert max(backend.peak) > 1
+
+
+def test_an_unknown_lazy_slots_setting_stops_the_engine_config() -> None:
+    with pytest.raises(ValueError, match="lazy_slots must be one of off, stage, device"):
+        EngineConfig(lazy_slots="on")

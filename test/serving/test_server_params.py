@@ -51,3 +51,18 @@ def test_a_missing_or_malformed_file_is_one_line(tmp_path: Path) -> None:
     bad.write_text("inference_server: [1, 2]\n")
     with pytest.raises(ValueError, match="expected a ros__parameters mapping"):
         read_server_params(bad)
+
+
+@pytest.mark.parametrize("value", ["yes", "off_", "false"])
+def test_a_lazy_slots_value_outside_its_choices_is_one_line_naming_it(tmp_path: Path,
+                                                                     value: str) -> None:
+    # A bare `off` reads as a boolean in YAML: refused too, never taken as "off".
+    path = tmp_path / "fleet.yaml"
+    text = "false" if value == "false" else f'"{value}"'
+    path.write_text(f"inference_server:\n  ros__parameters:\n    torch:\n"
+                    f"      lazy_slots: {text}\n")
+    with pytest.raises(ValueError, match="torch.lazy_slots") as err:
+        read_server_params(path)
+    assert "\n" not in str(err.value)
+    path.write_text('inference_server:\n  ros__parameters:\n    torch:\n      lazy_slots: stage\n')
+    assert read_server_params(path)["torch.lazy_slots"] == "stage"

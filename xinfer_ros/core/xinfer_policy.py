@@ -48,12 +48,24 @@ from xinfer_ros.core.timing import deadline
 if TYPE_CHECKING:  # typing.Unpack is 3.11+ (setup.py allows 3.10): annotations only
     from typing import Unpack
 
-__all__ = ["LAZY_SLOTS", "MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy"]
+__all__ = ["LAZY_SLOTS", "MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy",
+           "check_lazy_slots"]
 
 #: Admission records kept with ``record_admissions`` (the latest; older ones drop).
 MAX_ADMISSION_RECORDS = 10_000
 #: ``lazy_slots`` settings: when ordinary work waits instead of taking a free slot.
 LAZY_SLOTS: tuple[str, ...] = ("off", "stage", "device")
+
+
+def check_lazy_slots(value: str) -> str:
+    """``value`` if it is one of :data:`LAZY_SLOTS`.
+
+    Raises:
+        ValueError: naming the choices.
+    """
+    if value not in LAZY_SLOTS:
+        raise ValueError(f"lazy_slots must be one of {', '.join(LAZY_SLOTS)}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,10 +295,7 @@ class XInferPolicy(Policy):
         self.slot_aware = bool(slot_aware)
         self.arrival_projection = bool(arrival_projection)
         self.forecast_load = bool(forecast_load)
-        if lazy_slots not in LAZY_SLOTS:
-            raise ValueError(f"lazy_slots must be one of {', '.join(LAZY_SLOTS)}, "
-                             f"got {lazy_slots!r}")
-        self.lazy_slots = lazy_slots
+        self.lazy_slots = check_lazy_slots(lazy_slots)
         #: Per-decision cache of protected remaining times by load index (see
         #: _protected_remaining); cleared at every decision start and launch.
         self._rem_cache: dict[int, list[tuple[float, float, int]]] = {}

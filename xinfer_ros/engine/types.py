@@ -16,7 +16,7 @@ import numpy as np
 from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.constants import DEFAULT_SLOTS, DELTA, MAX_LIVE_REQUESTS, POLICY_TICK
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
-from xinfer_ros.core.xinfer_policy import LAZY_SLOTS
+from xinfer_ros.core.xinfer_policy import check_lazy_slots
 
 __all__ = [
     "TABLE6",
@@ -162,9 +162,7 @@ class EngineConfig:
             raise ValueError(f"cpu_workers must be >= 1, got {self.cpu_workers!r}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch!r}")
-        if self.lazy_slots not in LAZY_SLOTS:
-            raise ValueError(f"lazy_slots must be one of {', '.join(LAZY_SLOTS)}, "
-                             f"got {self.lazy_slots!r}")
+        check_lazy_slots(self.lazy_slots)
         if not (self.tick_s > 0 and math.isfinite(self.tick_s)):
             raise ValueError(f"tick_s must be > 0, got {self.tick_s!r}")
         for name in ("delta", "phase_spread_margin"):
