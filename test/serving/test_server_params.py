@@ -61,7 +61,7 @@ def test_a_lazy_slots_value_outside_its_choices_is_one_line_naming_it(tmp_path: 
     text = "false" if value == "false" else f'"{value}"'
     path.write_text(f"inference_server:\n  ros__parameters:\n    torch:\n"
                     f"      lazy_slots: {text}\n")
-    with pytest.raises(ValueError, match="torch.lazy_slots") as err:
+    with pytest.raises(ValueError, match=r"torch\.lazy_slots") as err:
         read_server_params(path)
     assert "\n" not in str(err.value)
     path.write_text('inference_server:\n  ros__parameters:\n    torch:\n      lazy_slots: stage\n')
