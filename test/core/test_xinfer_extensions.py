@@ -11,7 +11,13 @@ from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.registry import ABLATIONS
 from xinfer_ros.sim.decision_trace import trace_decisions
 
-from .test_xinfer_policy import BIG, CheckedXInfer, additive_table, launched
+from .test_xinfer_policy import (
+    BIG,
+    CheckedXInfer,
+    additive_table,
+    check_slots_at_every_decision,
+    launched,
+)
 
 MS = 1e-3
 
@@ -202,15 +208,7 @@ def test_lazy_slots_gives_the_spare_slot_to_a_request_that_cannot_wait():
 
 @pytest.mark.parametrize("lazy", ["stage", "device"])
 def test_lazy_slots_never_exceeds_slots_and_keeps_the_local_property(lazy):
-    p = CheckedXInfer(lazy_slots=lazy, slots=(2, 2, 3))
-    orig = p.schedule
-
-    def checked(t):
-        out = orig(t)
-        assert all(p.running_counts[s] <= p.slots[s] for s in range(3))
-        return out
-
-    p.schedule = checked
+    p = check_slots_at_every_decision(CheckedXInfer(lazy_slots=lazy, slots=(2, 2, 3)))
     trace_decisions(p, 12, 3.0, budgets=(0.070, 0.400), phase_len=10)
     assert p.checked_admissions > 50
     assert make_policy("xinfer_lazy").lazy_slots == "stage"

@@ -33,6 +33,19 @@ def req(rid, arrival, budget, robot=None):
     return Request(rid, robot or f"r{rid}", arrival=arrival, budget=budget)
 
 
+def check_slots_at_every_decision(p):
+    """``p`` with its ``schedule`` asserting, after every decision, no stage over its slots."""
+    orig = p.schedule
+
+    def checked(t):
+        out = orig(t)
+        assert all(p.running_counts[s] <= p.slots[s] for s in range(3))
+        return out
+
+    p.schedule = checked
+    return p
+
+
 def launched(out):
     return [(ln.request_id, ln.stage) for ln in out.launches]
 
@@ -292,15 +305,7 @@ def test_late_request_is_promoted_but_not_protected():
                                   "xinfer_no_arrival", "xinfer_entry_only",
                                   "xinfer_zero_slack"])
 def test_variants_run_closed_loop_within_slots(name):
-    p = make_policy(name, slots=(2, 2, 3))
-    orig = p.schedule
-
-    def checked(t):
-        out = orig(t)
-        assert all(p.running_counts[s] <= p.slots[s] for s in range(3))
-        return out
-
-    p.schedule = checked
+    p = check_slots_at_every_decision(make_policy(name, slots=(2, 2, 3)))
     res = trace_decisions(p, 12, 3.0)
     assert len(res.latencies) > 100
 

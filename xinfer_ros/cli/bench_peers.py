@@ -84,8 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS[:3]),
                         help="arms to run (xinfer-lazy, xinfer-lazy-device: the shipped "
                              "parameters with torch lazy_slots stage, device; xinfer-serial: "
-                             "with "
-                             "torch slots 1,1,1 and no Action worker processes)")
+                             "with torch slots 1,1,1 and no Action worker processes)")
     parser.add_argument("--robots", type=int, nargs="+", default=[1, 2, 4, 8],
                         help="client counts")
     parser.add_argument("--budgets", type=float, nargs="+", default=[150.0, 400.0],

@@ -246,11 +246,12 @@ class StageEngine:
             if policy_key(policy) == BATCH_FORMING:
                 args.setdefault("max_batch", self.config.max_batch)
             lazy = self.config.lazy_slots
-            if lazy != "off" and is_xinfer(policy):
-                args.setdefault("lazy_slots", lazy)
-            elif lazy != "off":
-                self._note("lazy_slots applies to XInfer policies: %s fills every free slot",
-                           policy, level=logging.WARNING)
+            if lazy != "off":
+                if is_xinfer(policy):
+                    args.setdefault("lazy_slots", lazy)
+                else:
+                    self._note("lazy_slots applies to XInfer policies: %s fills every free "
+                               "slot", policy, level=logging.WARNING)
             policy = make_policy(policy, **args)
         cost = getattr(policy, "batch_cost", None)
         if cost is not None and cost.max_batch != self.config.max_batch:
