@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 
 import pytest
 
@@ -13,6 +14,13 @@ os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 if os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] != "LOCALHOST":
     raise RuntimeError("tests require ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST")
 os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 100))
+
+# Tests press Ctrl-C on the commands they start, as a terminal would. A session started
+# as a background job of a non-interactive shell inherits SIGINT ignored, and so would
+# every command it starts (ros2 launch then never sees the Ctrl-C): start them as a
+# terminal's foreground job would be, with SIGINT at its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

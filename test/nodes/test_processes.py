@@ -193,11 +193,11 @@ def test_executor_holds_across_server_restart_and_resumes_quickly(tmp_path) -> N
         rclpy.shutdown()
 
 
-#: A node whose spin (or teardown) blocks in a system call that PEP 475 retries after
-#: every signal: the Python handler runs, yet the main thread never comes back, as when
-#: it is stuck inside rclpy's C++.
+#: A node whose start, spin or teardown blocks in a system call that PEP 475 retries
+#: after every signal: the Python handler runs, yet the main thread never comes back, as
+#: when it is stuck inside rclpy's C++ or one long tensor operation of a model's build.
 _STUCK_NODE = """
-import os, sys
+import os, signal, sys
 import rclpy.executors
 from rclpy.node import Node
 from xinfer_ros.nodes import runtime
@@ -213,6 +213,10 @@ class Stuck(Node):
         super().__init__("stuck")
         declare_params(self, [EXECUTOR_PARAM])
         print("ready", flush=True)
+        if stuck_in == "start":
+            signal.signal(signal.SIGINT, lambda *_: None)  # KeyboardInterrupt never comes
+        if stuck_in.startswith("start"):
+            os.read(never, 1)
 
     def close(self):
         if stuck_in == "teardown":
@@ -254,3 +258,33 @@ def test_a_node_stuck_in_rclpy_still_stops_after_the_grace(stuck_in, status, gra
     hung = "teardown" if stuck_in == "teardown" else "the executor"
     assert f"did not stop within {grace} s of the signal ({hung} hung)" in output, output
     assert "Thread" in output  # every thread's stack, for the diagnosis
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["start", "start-ignored"])
+def test_ctrl_c_while_a_node_is_built_ends_the_process(case: str) -> None:
+    # A real-size model's build spends seconds in single native calls, where Python
+    # cannot raise KeyboardInterrupt: the watcher ends the start-up after the grace.
+    # Started with SIGINT ignored (a shell's background job), the node still stops on
+    # it while it starts, as it does once it runs.
+    ignore = case == "start-ignored"
+    command = [sys.executable, "-c", _STUCK_NODE, case]
+    if ignore:  # an ignored signal stays ignored across exec
+        command = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, "
+                   "signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])", *command]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=dict(os.environ))
+    wait_for_line(proc, "ready", 30)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == 0
+    took = time.monotonic() - sent
+    time.sleep(0.2)  # the reader's last lines
+    output = "".join(proc.lines)
+    if ignore:  # KeyboardInterrupt unwound the build at once
+        assert took < 3.0 and "stopped while starting" not in output, output
+    else:
+        assert 1.0 <= took < 1.0 + 3.0
+        assert "stopped while starting: the node was still being built 1 s after the " \
+            "signal" in output, output

@@ -65,7 +65,78 @@ def _executor_kind(node: Node) -> str:
     return "single"
 
 
-class _StopOnSignal:
+class _SignalPipe:
+    """The C-level signal handler also writes each signal's number to a pipe.
+
+    A Python signal handler runs only when the main thread runs Python; a main thread
+    blocked inside native code (rclpy's C++, or one tensor's random initialisation)
+    never sees it. ``signal.set_wakeup_fd`` makes the C-level handler write to a pipe
+    too, and a watcher thread woken by it acts for the main thread. Subclasses say what
+    the watcher does (:meth:`_on_stop_signal`) once SIGINT or SIGTERM arrived.
+    """
+
+    def __init__(self) -> None:
+        self._finished = threading.Event()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._previous_fd = signal.set_wakeup_fd(self._write)
+        threading.Thread(target=self._watch, name="xinfer-stop-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        try:
+            while True:
+                data = os.read(self._read, 1)
+                if not data:
+                    return  # closed: the guarded phase ended
+                if data[0] in (signal.SIGINT, signal.SIGTERM):
+                    break
+            self._on_stop_signal()
+        finally:
+            os.close(self._read)
+
+    def _on_stop_signal(self) -> None:
+        raise NotImplementedError
+
+    def _close_pipe(self) -> None:
+        self._finished.set()
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._write)  # ends the watcher's read
+
+
+class _StopWhileStarting(_SignalPipe):
+    """Ctrl-C while the node is being built ends the process within :data:`STOP_GRACE_S`.
+
+    Until the node exists Python's default applies: SIGINT raises KeyboardInterrupt in
+    the main thread, and :func:`spin_node` returns 0. Python raises it only between
+    bytecodes, though, and building a real-size model spends long single native calls
+    (π0's 257k-token embedding takes 7 s to initialise here, and on a loaded CI runner
+    one Ctrl-C went unanswered for over 40 s). Should the build still run
+    :data:`STOP_GRACE_S` after the signal, the watcher says so and ends the process with
+    status 0 (the user asked it to stop; nothing had been served). Action worker
+    processes already started see their pipe close and exit.
+    """
+
+    def __init__(self) -> None:
+        # Also when started with SIGINT ignored (a background job of a shell): the node
+        # stops on SIGINT once it runs, as launch expects, so it does while it starts.
+        self._previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+        super().__init__()
+
+    def _on_stop_signal(self) -> None:
+        if self._finished.wait(STOP_GRACE_S):
+            return
+        print(f"stopped while starting: the node was still being built {STOP_GRACE_S:g} s "
+              "after the signal (inside a long native call)", file=sys.stderr, flush=True)
+        os._exit(0)
+
+    def close(self) -> None:
+        """The node is built (or its build failed): disarm the watcher."""
+        self._close_pipe()
+        if self._previous_int is not None:  # None: a handler not set from Python
+            signal.signal(signal.SIGINT, self._previous_int)
+
+
+class _StopOnSignal(_SignalPipe):
     """SIGINT and SIGTERM ask the events executor's spin loop to stop, and make sure it does.
 
     rclpy's own handlers shut the context down from inside the signal, while a
@@ -73,44 +144,27 @@ class _StopOnSignal:
     is invalid" error as FATAL. Here the signal only sets a flag; the loop stops
     between callbacks and the context is shut down after it.
 
-    A Python signal handler runs only when the main thread runs Python; a main thread
-    blocked inside rclpy's C++ (once in CI a process ignored SIGINT and SIGTERM for
-    15 s until launch killed it) would never see it. So the C-level handler also
-    writes to a pipe (``signal.set_wakeup_fd``), and a watcher thread woken by it
-    sets the flag. Should the spin loop still run :data:`STOP_GRACE_S` after the
-    signal, or the process still be alive :data:`TEARDOWN_GRACE_S` after it (the
-    server drains its engine while it tears down), the watcher prints every thread's
-    stack and ends the process: with status 1 when the spin loop never returned, 0
-    when only the teardown hung (the node's work was over).
+    A main thread blocked inside rclpy's C++ (once in CI a process ignored SIGINT and
+    SIGTERM for 15 s until launch killed it) would never see the flag, so the watcher
+    of :class:`_SignalPipe` sets it too. Should the spin loop still run
+    :data:`STOP_GRACE_S` after the signal, or the process still be alive
+    :data:`TEARDOWN_GRACE_S` after it (the server drains its engine while it tears
+    down), the watcher prints every thread's stack and ends the process: with status 1
+    when the spin loop never returned, 0 when only the teardown hung (the node's work
+    was over).
     """
 
     def __init__(self) -> None:
         self.requested = False
         self.loop_done = False
-        self._finished = threading.Event()
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self._previous_fd = signal.set_wakeup_fd(self._write)
+        super().__init__()
         self._previous = {sig: signal.signal(sig, self._on_signal)
                           for sig in (signal.SIGINT, signal.SIGTERM)}
-        threading.Thread(target=self._watch, name="xinfer-stop-watch", daemon=True).start()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
 
-    def _watch(self) -> None:
-        try:
-            self._await_signal()
-        finally:
-            os.close(self._read)
-
-    def _await_signal(self) -> None:
-        while True:
-            data = os.read(self._read, 1)
-            if not data:
-                return  # closed: the node stopped
-            if data[0] in (signal.SIGINT, signal.SIGTERM):
-                break
+    def _on_stop_signal(self) -> None:
         self.requested = True  # the loop polls it (the events executor has no guard conditions)
         if self._finished.wait(STOP_GRACE_S):
             return
@@ -133,11 +187,9 @@ class _StopOnSignal:
         (the terminal signals the whole process group, and launch forwards its own),
         which would otherwise turn a clean stop into death by signal (status -2).
         """
-        self._finished.set()
-        signal.set_wakeup_fd(self._previous_fd)
         for sig, handler in self._previous.items():
             signal.signal(sig, signal.SIG_IGN if self.requested else handler)
-        os.close(self._write)  # ends the watcher's read
+        self._close_pipe()
 
 
 #: Seconds after SIGINT or SIGTERM within which the spin loop must return (launch
@@ -186,6 +238,7 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     keep_discovery_local()
     rclpy.init(args=list(sys.argv if argv is None else argv),
                signal_handler_options=SignalHandlerOptions.NO)
+    starting = _StopWhileStarting()
     try:
         node = factory()
     except ValueError as exc:
@@ -195,6 +248,8 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     except KeyboardInterrupt:
         rclpy.try_shutdown()
         return 0
+    finally:
+        starting.close()
     kind = _executor_kind(node)
     executor = make_executor(kind, threads)
     stop = _StopOnSignal() if kind == "events" else None
