@@ -14,7 +14,7 @@ LAUNCH_KIT := ../shared/ros2-launch-kit
 KIT_PREFIX := build/ros2-launch-kit
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 
-.PHONY: help setup build launch-kit test test-slow test-all lint demo clean distclean
+.PHONY: help setup build launch-kit test test-slow test-extended test-all lint demo clean distclean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,10 +58,13 @@ test: build launch-kit  ## lint and type-check, then every test not marked slow 
 	./env.sh mypy
 	./env.sh python -m pytest -m "not slow"
 
-test-slow: build launch-kit  ## the slow tests: whole fleets, launch, restarts, bags, packaging
-	./env.sh python -m pytest -m slow
+test-slow: build launch-kit  ## the slow tests CI runs: whole fleets, launch, restarts, bags
+	./env.sh python -m pytest -m "slow and not extended"
 
-test-all: test test-slow  ## everything (what CI runs)
+test-extended: build launch-kit  ## slow tests outside CI's 30 minutes: packaging, GPU script dry run, bench smokes
+	./env.sh python -m pytest -m extended
+
+test-all: test test-slow test-extended  ## everything (CI runs test and test-slow)
 
 lint: setup  ## ruff and mypy
 	$(VENV)/bin/ruff check .

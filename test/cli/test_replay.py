@@ -145,6 +145,21 @@ def written_bag(tmp_path_factory, factory) -> Path:
     return path
 
 
+def _config_without_action_workers(tmp_path: Path) -> Path:
+    """The shipped configuration with the Action stage in the server's own process.
+
+    Each torch replay starts a server; its two Action worker processes each import torch
+    and build the model again (about 10 s of this CI machine's 2 cores per replay).
+    Chunks are the same either way (test_serving's worker parity tests); the shipped
+    configuration with workers is what the fleet and launch tests start.
+    """
+    shipped = (ROOT / "config" / "fleet.yaml").read_text()
+    assert shipped.count("action_processes: 2") == 1
+    config = tmp_path / "fleet_in_process.yaml"
+    config.write_text(shipped.replace("action_processes: 2", "action_processes: 0"))
+    return config
+
+
 # -- the recorded sample ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sample_bag(tmp_path_factory) -> Path:
@@ -174,6 +189,7 @@ def test_record_then_replay_reproduces_the_actions_exactly(sample_bag, tmp_path)
     for attempt in range(2):
         report_path = tmp_path / f"report_{attempt}.json"
         proc = run_cli(["-m", "xinfer_ros.cli.replay", str(sample_bag), "--backend", "torch",
+                        "--config", str(_config_without_action_workers(tmp_path)),
                         "--model", "pi0-tiny", "--require-identical", "--max-action-rms", "0",
                         "--max-attainment-drop", "none", "--json", str(report_path),
                         "--out", str(tmp_path)], timeout=180)
@@ -512,7 +528,8 @@ def test_golden_bag_passes_the_same_model_and_fails_a_changed_one(tmp_path, fact
     bag = tmp_path / "plain"
     write_plain_bag(factory, bag, StoragePlugin.MCAP)
     golden = tmp_path / "golden"
-    served = ["--backend", "torch", "--out", str(tmp_path)]
+    served = ["--backend", "torch", "--out", str(tmp_path),
+              "--config", str(_config_without_action_workers(tmp_path))]
 
     def replay(*extra: str, model: str = "pi0-tiny", name: str) -> tuple[int, dict, str]:
         report_path = tmp_path / f"{name}.json"
@@ -616,6 +633,7 @@ def write_vga_sensor_bag(factory: BagFactory, path: Path, seconds: float) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.timeout(240)
 def test_a_three_camera_vga_sensor_bag_replays_with_its_frames_on_time(tmp_path,
                                                                         factory) -> None:

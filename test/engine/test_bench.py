@@ -61,6 +61,7 @@ def test_gpu_bench_script_parses() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.timeout(600)
 def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
     # What a lent GPU will run, on the CPU: pi0-tiny in bfloat16 through the torch

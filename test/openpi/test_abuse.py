@@ -114,6 +114,7 @@ def test_amplification_payloads_cost_at_most_twice_their_bytes(served: Served, k
 
 
 # -- a valid client under load ---------------------------------------------------------------
+@pytest.mark.extended
 def test_a_valid_client_keeps_its_p99_while_others_abuse_the_endpoint(served: Served) -> None:
     """Abuse on and off in alternating blocks (SIGSTOP/SIGCONT of the abusers' process),
     so that the load other processes put on a shared machine falls on both figures."""

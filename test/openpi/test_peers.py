@@ -178,6 +178,7 @@ def test_lerobot_style_peer_refuses_a_superseded_observation(policy: Any) -> Non
 
 @pytest.mark.torch
 @pytest.mark.slow
+@pytest.mark.extended
 def test_bench_peers_smoke_runs_every_arm(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     out, figure = tmp_path / "peers.json", tmp_path / "peers.png"

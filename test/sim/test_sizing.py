@@ -77,6 +77,7 @@ def test_plan_command_sizes_a_site_from_the_simulator(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.timeout(180)
 def test_plan_calibrates_the_prediction_error_on_the_counts_it_walks(tmp_path: Path,
                                                                      capsys) -> None:
