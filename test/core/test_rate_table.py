@@ -131,3 +131,16 @@ def test_resolve_rate_table_is_the_one_loader(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
     with pytest.raises(RateTableError, match="cannot read"):
         resolve_rate_table(tmp_path / "bad.json")
+
+
+def test_work_scaled_by_learned_factors_keeps_the_interference_pattern() -> None:
+    from xinfer_ros.core.rate_table import default_rate_table
+
+    table = default_rate_table()
+    slower = table.with_work_scaled((2.0, 1.5, 1.0), "a test")
+    assert slower.work == pytest.approx((2.0 * table.work[0], 1.5 * table.work[1],
+                                         table.work[2]))
+    assert slower.rates == table.rates and slower.overhead == table.overhead
+    assert slower.provenance.endswith("work scaled by (2, 1.5, 1): a test")
+    with pytest.raises(RateTableError):
+        table.with_work_scaled((1.0, 0.0, 1.0), "a factor of 0")

@@ -135,3 +135,23 @@ def test_the_report_describes_the_backend_as_it_ran_not_as_closed(monkeypatch) -
     args = parser.parse_args(["--robots", "2", "--duration", "1", "--warmup", "0.2"])
     report = bench_engine.run_benchmark(args)
     assert report.backend["workers"] == 2
+
+
+def test_compare_sim_also_runs_the_table_with_the_engines_learned_slowdown() -> None:
+    # The simulator on the table the engine ended up predicting with (W_s -> k_s W_s):
+    # a device twice as slow as its table keeps fewer requests in budget there.
+    from xinfer_ros.cli.bench import build_parser
+    from xinfer_ros.cli.bench_engine import simulate_same
+    from xinfer_ros.engine.types import EngineConfig
+
+    argv = ["engine", "--backend", "emulated", "--robots", "16", "--workload", "phases",
+            "--duration", "20", "--warmup", "5"]
+    args = build_parser(argv).parse_args(argv)
+    config = EngineConfig()
+    same = simulate_same(args, config, (5.0, 20.0), (1.0, 1.0, 1.0))
+    assert same.corrected is None and "corrected" not in same.to_dict()
+    slower = simulate_same(args, config, (5.0, 20.0), (2.0, 2.0, 2.0))
+    assert slower.metrics == same.metrics
+    assert slower.corrected is not None and slower.corrected.factors == (2.0, 2.0, 2.0)
+    assert slower.corrected.metrics.attainment < same.metrics.attainment - 0.2
+    assert slower.to_dict()["corrected"]["factors"] == [2.0, 2.0, 2.0]

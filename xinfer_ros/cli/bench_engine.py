@@ -15,11 +15,14 @@ import math
 import os
 import platform
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from xinfer_ros.cli.engine_report import (
+    CorrectedSimulation,
     EngineReport,
     PairRow,
     SimulatorRun,
@@ -27,8 +30,8 @@ from xinfer_ros.cli.engine_report import (
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
 from xinfer_ros.core.clients import Link
 from xinfer_ros.core.constants import DEFAULT_SLOTS
-from xinfer_ros.core.metrics import summarize
-from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
+from xinfer_ros.core.metrics import WindowMetrics, summarize
+from xinfer_ros.core.rate_table import RateTable, resolve_rate_table, write_rate_table
 from xinfer_ros.core.registry import policy_names
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
@@ -239,27 +242,50 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
                     "decision_ms_total": stats["decision_ms_total"]},
     )
     if args.compare_sim:
-        report.simulator = simulate_same(args, engine.config, window)
+        factors = (tuple(engine.rate_correction.factors)
+                   if engine.rate_correction is not None else None)
+        report.simulator = simulate_same(args, engine.config, window, factors)
     return report
 
 
 def simulate_same(args: argparse.Namespace, config: EngineConfig,
-                  window: tuple[float, float]) -> SimulatorRun:
-    """The simulator's metrics for the same policy, workload, seed, table and lanes."""
+                  window: tuple[float, float],
+                  factors: Sequence[float] | None = None) -> SimulatorRun:
+    """The simulator's metrics for the same policy, workload, seed, table and lanes.
+
+    With ``factors`` (the engine's learned per-stage slowdown k_s) other than 1, the
+    simulator runs a second time on the table with ``W_s → k_s · W_s``, as the engine's
+    predictor applied them (:attr:`SimulatorRun.corrected`).
+    """
+    base = _simulate_same(args, config, window,
+                          str(args.rate_table) if args.rate_table else None)
+    corrected = None
+    if factors is not None and any(k != 1.0 for k in factors):
+        k = (float(factors[0]), float(factors[1]), float(factors[2]))
+        table = resolve_rate_table(args.rate_table).with_work_scaled(
+            k, "the engine's online rate correction at the end of a bench run")
+        with tempfile.TemporaryDirectory(prefix="xinfer-corrected-") as tmp:
+            path = write_rate_table(table, Path(tmp) / "rate_table_corrected.json")
+            corrected = CorrectedSimulation(k, _simulate_same(args, config, window, str(path)))
+    return SimulatorRun(
+        config="xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
+        metrics=base, corrected=corrected)
+
+
+def _simulate_same(args: argparse.Namespace, config: EngineConfig,
+                   window: tuple[float, float], rate_table: str | None) -> WindowMetrics:
     from xinfer_ros.sim.engine_loop import SimConfig, simulate
 
     cfg = SimConfig(policy=args.policy, robots=args.robots, workload=args.workload,
                     seed=args.seed, duration=float(args.duration), window=window,
-                    rate_table=str(args.rate_table) if args.rate_table else None,
+                    rate_table=rate_table,
                     noise=args.noise, cpu_prep=args.prepare_ms * 1e-3,
                     link_up=args.link_ms * 1e-3, link_down=args.link_ms * 1e-3,
                     tick=args.tick_ms * 1e-3, slots=config.effective_slots,
                     max_batch=config.max_batch,
                     budgets_ms=tuple(args.budgets_ms) if args.budgets_ms else None,
                     phase_spread=bool(getattr(args, "phase_spread", False)))
-    return SimulatorRun(
-        config="xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
-        metrics=simulate(cfg).metrics)
+    return simulate(cfg).metrics
 
 
 def _fmt(report: EngineReport) -> str:
@@ -298,6 +324,12 @@ def _fmt(report: EngineReport) -> str:
                      f"{sm.attainment * 100:.1f}% throughput={sm.throughput_rps:.2f} "
                      f"P50={sm.latency_p50_ms:.1f} ms; engine - simulator = "
                      f"{(m.attainment - sm.attainment) * 100:+.1f} points")
+        fix = report.simulator.corrected
+        if fix is not None:
+            lines.append(f"{prefix}simulator on the table with the engine's learned slowdown "
+                         "k=" + ",".join(f"{k:.2f}" for k in fix.factors) + ": attainment="
+                         f"{fix.metrics.attainment * 100:.1f}%; engine - that = "
+                         f"{(m.attainment - fix.metrics.attainment) * 100:+.1f} points")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.core.prediction_audit import AuditSummary
 from xinfer_ros.core.rate_correction import CorrectionSummary
 
-__all__ = ["Dispatcher", "EngineReport", "PairRow", "SimulatorRun"]
+__all__ = ["CorrectedSimulation", "Dispatcher", "EngineReport", "PairRow", "SimulatorRun"]
 
 #: A JSON object as the report writes it.
 JsonDict = dict[str, object]
@@ -46,16 +46,36 @@ class Dispatcher(TypedDict):
 
 
 @dataclass(frozen=True)
+class CorrectedSimulation:
+    """The simulator again, on the table with the engine's learned slowdown applied."""
+
+    # The engine's published rate-correction factors k_s (V, P, A) at the end of the run.
+    factors: tuple[float, float, float]
+    metrics: WindowMetrics
+
+    def to_dict(self) -> JsonDict:
+        """The ``simulator.corrected`` entry."""
+        return {"factors": list(self.factors), "metrics": self.metrics.to_dict()}
+
+
+@dataclass(frozen=True)
 class SimulatorRun:
     """The closed-loop simulator's run of the same policy, workload, seed and table."""
 
     # Which settings it ran with, in words.
     config: str
     metrics: WindowMetrics
+    # Set when the engine learned factors other than 1: how far the table's speed, rather
+    # than what the simulator leaves out, explains engine - simulator. Learned on the
+    # same run, so an explanation, not a prediction.
+    corrected: CorrectedSimulation | None = None
 
     def to_dict(self) -> JsonDict:
         """The report's ``simulator`` entry."""
-        return {"config": self.config, "metrics": self.metrics.to_dict()}
+        out: JsonDict = {"config": self.config, "metrics": self.metrics.to_dict()}
+        if self.corrected is not None:
+            out["corrected"] = self.corrected.to_dict()
+        return out
 
 
 @dataclass

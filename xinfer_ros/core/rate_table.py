@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -190,6 +190,19 @@ class RateTable:
         Every stage's work and issue overhead, then output processing.
         """
         return sum(self.work) + sum(self.overhead) + self.h_out
+
+    def with_work_scaled(self, factors: Sequence[float], why: str) -> RateTable:
+        """The same table with each stage's work W_s scaled to ``k_s · W_s``.
+
+        What the predictor does with an online rate correction's factors (the
+        interference pattern ρ_s(n) is kept), as a table: the simulator can then run
+        what the engine learned. ``why`` is added to the provenance.
+        """
+        k = _vec_f("work factors", factors, positive=True)
+        work = (self.work[0] * k[0], self.work[1] * k[1], self.work[2] * k[2])
+        note = f"work scaled by ({k[0]:.3g}, {k[1]:.3g}, {k[2]:.3g}): {why}"
+        return replace(self, work=work,
+                       provenance=f"{self.provenance}; {note}" if self.provenance else note)
 
     def rate(self, stage: int, n: Sequence[int]) -> float:
         """ρ_s(n̄) with n̄ clipped to the bounds (negative counts clip to 0)."""
