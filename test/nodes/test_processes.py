@@ -193,6 +193,27 @@ def test_executor_holds_across_server_restart_and_resumes_quickly(tmp_path) -> N
         rclpy.shutdown()
 
 
+@pytest.fixture
+def spawn():
+    """Start commands with their output piped; kill any still running at teardown.
+
+    A stuck node that a failed test leaves behind would otherwise block forever.
+    """
+    started: list[subprocess.Popen] = []
+
+    def start(command: list[str]) -> subprocess.Popen:
+        started.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True,
+                                        env=dict(os.environ)))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
 #: A node whose start, spin or teardown blocks in a system call that PEP 475 retries
 #: after every signal: the Python handler runs, yet the main thread never comes back, as
 #: when it is stuck inside rclpy's C++ or one long tensor operation of a model's build.
@@ -244,10 +265,9 @@ sys.exit(runtime.spin_node(Stuck, ["stuck"]))
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("stuck_in", "status", "grace"), [("spin", 1, 1), ("teardown", 0, 2)])
-def test_a_node_stuck_in_rclpy_still_stops_after_the_grace(stuck_in, status, grace) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _STUCK_NODE, stuck_in],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ))
+def test_a_node_stuck_in_rclpy_still_stops_after_the_grace(spawn, stuck_in, status,
+                                                             grace) -> None:
+    proc = spawn([sys.executable, "-c", _STUCK_NODE, stuck_in])
     wait_for_line(proc, "ready", 30)
     time.sleep(0.5)
     sent = time.monotonic()
@@ -262,7 +282,7 @@ def test_a_node_stuck_in_rclpy_still_stops_after_the_grace(stuck_in, status, gra
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("case", ["start", "start-ignored"])
-def test_ctrl_c_while_a_node_is_built_ends_the_process(case: str) -> None:
+def test_ctrl_c_while_a_node_is_built_ends_the_process(spawn, case: str) -> None:
     # A real-size model's build spends seconds in single native calls, where Python
     # cannot raise KeyboardInterrupt: the watcher ends the start-up after the grace.
     # Started with SIGINT ignored (a shell's background job), the node still stops on
@@ -272,8 +292,7 @@ def test_ctrl_c_while_a_node_is_built_ends_the_process(case: str) -> None:
     if ignore:  # an ignored signal stays ignored across exec
         command = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, "
                    "signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])", *command]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=dict(os.environ))
+    proc = spawn(command)
     wait_for_line(proc, "ready", 30)
     time.sleep(0.5)
     sent = time.monotonic()
