@@ -259,6 +259,12 @@ class StuckExecutor:
 if stuck_in == "spin":
     make = runtime.make_executor
     runtime.make_executor = lambda kind, threads=1: StuckExecutor(make(kind, threads))
+if stuck_in == "between":  # built, its executor not yet made (a first import's time)
+    import time
+    def slow_executor(kind, threads=1):
+        print("making the executor", flush=True)
+        time.sleep(30)
+    runtime.make_executor = slow_executor
 sys.exit(runtime.spin_node(Stuck, ["stuck"]))
 """
 
@@ -307,3 +313,15 @@ def test_ctrl_c_while_a_node_is_built_ends_the_process(spawn, case: str) -> None
         assert 1.0 <= took < 1.0 + 3.0
         assert "stopped while starting: the node was still being built 1 s after the " \
             "signal" in output, output
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_between_the_build_and_the_spin_is_a_clean_stop(spawn) -> None:
+    # The robot simulator says it is ready from its constructor; a Ctrl-C then may land
+    # before the spin installs its handler (once while rclpy.experimental was imported).
+    proc = spawn([sys.executable, "-c", _STUCK_NODE, "between"])
+    wait_for_line(proc, "making the executor", 30)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == 0
+    time.sleep(0.2)  # the reader's last lines
+    assert "Traceback" not in "".join(proc.lines), "".join(proc.lines)

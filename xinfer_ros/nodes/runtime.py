@@ -118,8 +118,10 @@ class _StopWhileStarting(_SignalPipe):
 
     def __init__(self) -> None:
         # Also when started with SIGINT ignored (a background job of a shell): the node
-        # stops on SIGINT once it runs, as launch expects, so it does while it starts.
-        self._previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+        # stops on SIGINT once it runs, as launch expects, so it does from the start. It
+        # stays so until the spin installs its own handler (not restored on close: an
+        # ignored SIGINT between the two would lose a Ctrl-C).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         super().__init__()
 
     def _on_stop_signal(self) -> None:
@@ -132,8 +134,6 @@ class _StopWhileStarting(_SignalPipe):
     def close(self) -> None:
         """The node is built (or its build failed): disarm the watcher."""
         self._close_pipe()
-        if self._previous_int is not None:  # None: a handler not set from Python
-            signal.signal(signal.SIGINT, self._previous_int)
 
 
 class _StopOnSignal(_SignalPipe):
@@ -233,29 +233,37 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     Returns:
         0 after a clean shutdown, 2 when the node rejected its parameters.
     """
-    # Signal handling is set up once the executor is known (_spin); until then
-    # Python's defaults apply (Ctrl-C raises KeyboardInterrupt).
+    # Signal handling is set up once the executor is known (_spin); until then Ctrl-C
+    # raises KeyboardInterrupt, and a build stuck in native code ends by the watcher
+    # of _StopWhileStarting.
     keep_discovery_local()
     rclpy.init(args=list(sys.argv if argv is None else argv),
                signal_handler_options=SignalHandlerOptions.NO)
+    # One try from the build to the teardown: a Ctrl-C may land anywhere in between
+    # (e.g. while the events executor's module is first imported, before its own
+    # handler is installed), and is a clean stop wherever it does.
+    node: Node | None = None
+    executor: Executor | None = None
+    stop: _StopOnSignal | None = None
+    status = 0
     starting = _StopWhileStarting()
     try:
-        node = factory()
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
-    except KeyboardInterrupt:
-        rclpy.try_shutdown()
-        return 0
-    finally:
-        starting.close()
-    kind = _executor_kind(node)
-    executor = make_executor(kind, threads)
-    stop = _StopOnSignal() if kind == "events" else None
-    try:
+        try:
+            node = factory()
+        finally:
+            starting.close()
+        kind = _executor_kind(node)
+        executor = make_executor(kind, threads)
+        stop = _StopOnSignal() if kind == "events" else None
         executor.add_node(node)
         _spin(executor, stop)
+    except ValueError as exc:
+        if node is not None:  # not the parameters: as any other error below
+            if rclpy.ok():
+                raise
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -264,15 +272,23 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         if rclpy.ok():
             raise
     finally:
+        _teardown(executor, node, stop)
+    return status
+
+
+def _teardown(executor: Executor | None, node: Node | None,
+              stop: _StopOnSignal | None) -> None:
+    """Shut down what :func:`spin_node` got as far as making, then rclpy."""
+    if executor is not None:
         executor.shutdown()
+    if node is not None:
         close = getattr(node, "close", None)
         if callable(close):
             close()
         node.destroy_node()
-        rclpy.try_shutdown()
-        if stop is not None:
-            stop.close()
-    return 0
+    rclpy.try_shutdown()
+    if stop is not None:
+        stop.close()
 
 
 class StopFlag:
