@@ -214,6 +214,18 @@ def spawn():
             proc.wait(10)
 
 
+def _interrupt(proc: subprocess.Popen, ready: str) -> tuple[int, float, str]:
+    """Ctrl-C once ``ready`` is printed: the exit status, seconds to it, the output."""
+    wait_for_line(proc, ready, 30)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    status = proc.wait(timeout=15)
+    took = time.monotonic() - sent
+    time.sleep(0.2)  # the reader's last lines
+    return status, took, "".join(proc.lines)
+
+
 #: A node whose start, spin or teardown blocks in a system call that PEP 475 retries
 #: after every signal: the Python handler runs, yet the main thread never comes back, as
 #: when it is stuck inside rclpy's C++ or one long tensor operation of a model's build.
@@ -273,14 +285,9 @@ sys.exit(runtime.spin_node(Stuck, ["stuck"]))
 @pytest.mark.parametrize(("stuck_in", "status", "grace"), [("spin", 1, 1), ("teardown", 0, 2)])
 def test_a_node_stuck_in_rclpy_still_stops_after_the_grace(spawn, stuck_in, status,
                                                              grace) -> None:
-    proc = spawn([sys.executable, "-c", _STUCK_NODE, stuck_in])
-    wait_for_line(proc, "ready", 30)
-    time.sleep(0.5)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=15) == status
-    assert time.monotonic() - sent < grace + 3.0
-    output = "".join(proc.lines)
+    got, took, output = _interrupt(spawn([sys.executable, "-c", _STUCK_NODE, stuck_in]), "ready")
+    assert got == status
+    assert took < grace + 3.0
     hung = "teardown" if stuck_in == "teardown" else "the executor"
     assert f"did not stop within {grace} s of the signal ({hung} hung)" in output, output
     assert "Thread" in output  # every thread's stack, for the diagnosis
@@ -298,15 +305,8 @@ def test_ctrl_c_while_a_node_is_built_ends_the_process(spawn, case: str) -> None
     if ignore:  # an ignored signal stays ignored across exec
         command = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, "
                    "signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])", *command]
-    proc = spawn(command)
-    wait_for_line(proc, "ready", 30)
-    time.sleep(0.5)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=15) == 0
-    took = time.monotonic() - sent
-    time.sleep(0.2)  # the reader's last lines
-    output = "".join(proc.lines)
+    status, took, output = _interrupt(spawn(command), "ready")
+    assert status == 0
     if ignore:  # KeyboardInterrupt unwound the build at once
         assert took < 3.0 and "stopped while starting" not in output, output
     else:
@@ -319,9 +319,7 @@ def test_ctrl_c_while_a_node_is_built_ends_the_process(spawn, case: str) -> None
 def test_ctrl_c_between_the_build_and_the_spin_is_a_clean_stop(spawn) -> None:
     # The robot simulator says it is ready from its constructor; a Ctrl-C then may land
     # before the spin installs its handler (once while rclpy.experimental was imported).
-    proc = spawn([sys.executable, "-c", _STUCK_NODE, "between"])
-    wait_for_line(proc, "making the executor", 30)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=15) == 0
-    time.sleep(0.2)  # the reader's last lines
-    assert "Traceback" not in "".join(proc.lines), "".join(proc.lines)
+    status, _, output = _interrupt(spawn([sys.executable, "-c", _STUCK_NODE, "between"]),
+                                   "making the executor")
+    assert status == 0
+    assert "Traceback" not in output, output
