@@ -81,6 +81,18 @@ class Harness:
         while time.monotonic() < end:
             self.spinner.spin_once(timeout_sec=0.005)
 
+    def spin_until_diagnostics(self, timeout_s: float = 5.0) -> DiagnosticStatus:
+        """The first status of the latest ``/diagnostics`` message, once one has come.
+
+        Discovery between the two nodes can take longer than a few stats periods on a
+        loaded machine, so a test that reads the executor's first report waits for it.
+        """
+        end = time.monotonic() + timeout_s
+        while not self.diagnostics and time.monotonic() < end:
+            self.spinner.spin_once(timeout_sec=0.005)
+        assert self.diagnostics, f"no /diagnostics message within {timeout_s} s"
+        return self.diagnostics[-1].status[0]
+
     def close(self) -> None:
         self.spinner.shutdown()
         self.executor_node.destroy_node()
@@ -283,7 +295,8 @@ def test_with_a_fleet_manager_nothing_is_sent_before_an_assignment(managed: Harn
     managed.spin(0.6)
     assert managed.requests == []
     assert not managed.executor_node.assigned
-    status = managed.diagnostics[-1].status[0]
+    status = managed.spin_until_diagnostics()
+    assert managed.requests == []
     assert status.level == DiagnosticStatus.WARN and "fleet assignment" in status.message
     _assign(managed, 1, "server_a")
     managed.spin(0.6)
@@ -336,7 +349,7 @@ def test_an_unserved_robot_sends_nothing_and_says_why(managed: Harness) -> None:
     status = managed.diagnostics[-1].status[0]
     assert status.level == DiagnosticStatus.WARN and "no live server has room" in status.message
     _assign(managed, 3, "server_b", robots=("other_robot",))
-    managed.spin(0.3)
+    managed.spin(0.5)
     assert "not in the fleet assignment" in managed.diagnostics[-1].status[0].message
 
 
