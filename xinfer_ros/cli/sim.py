@@ -26,9 +26,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xinfer_ros.core.constants import DEFAULT_SLOTS, MEASUREMENT_WINDOW, RUN_DURATION
+from xinfer_ros.core.constants import (
+    ATTAINMENT_TARGET,
+    DEFAULT_SLOTS,
+    MEASUREMENT_WINDOW,
+    RUN_DURATION,
+)
 from xinfer_ros.core.metrics import RoundSummary, summarize_rounds
 from xinfer_ros.core.registry import POLICIES
 from xinfer_ros.core.timing import MS_PER_S
@@ -37,6 +42,10 @@ from xinfer_ros.sim.engine_loop import RunResult, SimConfig
 from xinfer_ros.sim.erc import Criterion, ErcResult, erc_from_grid, passes, search_erc
 from xinfer_ros.sim.tuning import CandidateScore
 from xinfer_ros.sim.workloads import WORKLOADS, build_workload
+
+if TYPE_CHECKING:
+    from xinfer_ros.sim.engine_band import EngineBand
+    from xinfer_ros.sim.sizing import SitePlan
 
 __all__ = ["build_parser", "main"]
 
@@ -220,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="robot counts the one-server ERC search walks")
     plan.add_argument("--patience", type=int, default=1,
                       help="stop the walk after this many consecutive failing counts")
+    plan.add_argument("--engine-check", nargs="+", default=None, metavar="JSON",
+                      help="xinfer-bench engine --compare-sim --json runs of this policy, "
+                           "workload, table, slots and batch size: the plan also states "
+                           "the simulator's measured error and the plan at its worse end")
     _add_common(plan)
     _add_prediction_error(plan)
     return parser
@@ -649,16 +662,24 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     summaries: dict[int, RoundSummary] = {}
 
     maes: dict[int, float] = {}
+    band = _engine_band(args, crit) if args.engine_check else None
+    simulated: dict[int, list[Any]] = {}
 
     def evaluate(n: int) -> list[Any]:
-        results = run_many([_config(args, args.policy, n, s) for s in seeds], args.workers,
-                           progress=not args.quiet, desc=f"{args.policy} x{n}")
-        summaries[n] = summarize_rounds([r.metrics for r in results])
-        maes[n] = _mae_ms(results)
-        return [r.metrics for r in results]
+        if n not in simulated:  # the band's plan walks the same counts again
+            results = run_many([_config(args, args.policy, n, s) for s in seeds],
+                               args.workers, progress=not args.quiet,
+                               desc=f"{args.policy} x{n}")
+            summaries[n] = summarize_rounds([r.metrics for r in results])
+            maes[n] = _mae_ms(results)
+            simulated[n] = [r.metrics for r in results]
+        return simulated[n]
 
     plan = plan_site(args.robots, evaluate, crit, lo=min(args.search), hi=max(args.search),
                      patience=args.patience)
+    banded = None if band is None else plan_site(
+        args.robots, evaluate, crit, lo=min(args.search), hi=max(args.search),
+        patience=args.patience, target=band.target(ATTAINMENT_TARGET))
     rows = [_summary_row([str(n)], summaries[n], v) for n, v in sorted(plan.verdicts.items())]
     print(f"{args.policy} on {args.workload} ({args.rate_table or 'shipped rate table'}), "
           f"criterion {crit.value}, {args.rounds} rounds per count")
@@ -673,14 +694,55 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(f"ERC of one server: {plan.erc}; {args.robots} robots need {plan.servers} "
               f"server(s), robots per server {list(plan.shares)} (every share passed)")
+    if band is not None and banded is not None:
+        _print_band(args, band, banded)
     _write_json(args, "plan", {
         "command": "plan", "policy": args.policy, "workload": args.workload,
         "rate_table": args.rate_table, "robots": args.robots, "criterion": crit.value,
         "erc": plan.erc, "servers": plan.servers, "shares": list(plan.shares),
         "verdicts": {str(n): v for n, v in sorted(plan.verdicts.items())},
         "summaries": {str(n): s.to_dict() for n, s in sorted(summaries.items())},
-        "prediction_mae_ms": {str(n): m for n, m in sorted(maes.items()) if args.audit}})
+        "prediction_mae_ms": {str(n): m for n, m in sorted(maes.items()) if args.audit},
+        "engine_band": None if band is None or banded is None else {
+            **band.to_dict(), "simulated_target": band.target(ATTAINMENT_TARGET),
+            "erc": banded.erc, "servers": banded.servers, "shares": list(banded.shares)}})
     return 0 if plan.servers is not None else 1
+
+
+def _engine_band(args: argparse.Namespace, crit: Criterion) -> EngineBand:
+    """The simulator's measured error on the plan's setting (``--engine-check``)."""
+    from xinfer_ros.core.policy import parse_slots
+    from xinfer_ros.core.rate_table import resolve_rate_table
+    from xinfer_ros.sim.engine_band import EngineBandError, PlanSetting, load_band
+
+    if crit is not Criterion.ATTAINMENT:
+        raise SystemExit("error: --engine-check bounds attainment; this plan's criterion is "
+                         f"{crit.value}")
+    setting = PlanSetting(
+        policy=args.policy, workload=args.workload,
+        provenance=resolve_rate_table(args.rate_table).provenance,
+        slots=parse_slots(args.slots), max_batch=args.max_batch,
+        phase_spread=bool(args.phase_spread))
+    try:
+        return load_band(args.engine_check, setting)
+    except EngineBandError as exc:
+        raise SystemExit(f"error: --engine-check {exc}") from None
+
+
+def _print_band(args: argparse.Namespace, band: EngineBand, banded: SitePlan) -> None:
+    """The simulator's measured error and the plan that holds at its worse end."""
+    print(f"simulator against the engine on this setting ({len(band.checks)} run(s) at "
+          f"{', '.join(str(n) for n in band.robots)} robots): engine minus simulator "
+          f"attainment {100 * band.low:+.1f} to {100 * band.high:+.1f} points")
+    need = band.target(ATTAINMENT_TARGET)
+    if banded.servers is None:
+        print(f"at the band's worse end (simulated attainment >= {need:.3f}): no plan"
+              + (" (no simulated run can reach it)" if need > 1.0 else
+                 f"; one server's ERC is {banded.erc}"))
+    else:
+        print(f"at the band's worse end (simulated attainment >= {need:.3f}): ERC "
+              f"{banded.erc}; {args.robots} robots need {banded.servers} server(s), robots "
+              f"per server {list(banded.shares)}")
 
 
 _COMMANDS = {"run": _cmd_run, "erc": _cmd_erc, "compare": _cmd_compare, "project": _cmd_project,

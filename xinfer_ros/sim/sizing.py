@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from xinfer_ros.core.constants import ATTAINMENT_TARGET
 from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.sim.erc import Criterion, ErcResult, passes, search_erc
 
@@ -59,7 +60,7 @@ def shares(robots: int, servers: int) -> tuple[int, ...]:
 
 def plan_site(robots: int, evaluate: Callable[[int], Iterable[WindowMetrics]],
               criterion: Criterion, *, lo: int = 4, hi: int = 40,
-              patience: int = 1) -> SitePlan:
+              patience: int = 1, target: float = ATTAINMENT_TARGET) -> SitePlan:
     """Plan the servers of a fleet of ``robots``.
 
     Args:
@@ -69,18 +70,21 @@ def plan_site(robots: int, evaluate: Callable[[int], Iterable[WindowMetrics]],
         lo: First count of the one-server ERC walk.
         hi: Last count of the walk.
         patience: Failing counts in a row that end the walk.
+        target: Attainment a round must reach under :attr:`Criterion.ATTAINMENT`
+            (raised by the simulator's measured error band, ``xinfer-sim plan
+            --engine-check``).
 
     Raises:
         ValueError: When ``robots < 1``.
     """
     if robots < 1:
         raise ValueError(f"robots must be >= 1, got {robots}")
-    single = search_erc(evaluate, criterion, min(lo, hi), hi, patience=patience)
+    single = search_erc(evaluate, criterion, min(lo, hi), hi, patience=patience, target=target)
     seen: dict[int, list[bool]] = dict(single.verdicts)  # counts the walk simulated
 
     def verdicts(n: int) -> list[bool]:
         if n not in seen:
-            seen[n] = [passes(m, criterion) for m in evaluate(n)]
+            seen[n] = [passes(m, criterion, target) for m in evaluate(n)]
         return seen[n]
     if single.erc == 0:
         return SitePlan(robots, 0, None, (), dict(seen), single)
