@@ -155,3 +155,22 @@ def test_compare_sim_also_runs_the_table_with_the_engines_learned_slowdown() -> 
     assert slower.corrected is not None and slower.corrected.factors == (2.0, 2.0, 2.0)
     assert slower.corrected.metrics.attainment < same.metrics.attainment - 0.2
     assert slower.to_dict()["corrected"]["factors"] == [2.0, 2.0, 2.0]
+
+
+def test_save_table_writes_the_table_with_the_slowdown_the_run_learned(tmp_path: Path) -> None:
+    # The saved table is the run's table as the predictor ended up using it: each
+    # stage's work scaled by the factor the online correction learned (W_s -> k_s W_s).
+    from xinfer_ros.core.rate_table import default_rate_table, load_rate_table
+
+    out, saved = tmp_path / "r.json", tmp_path / "serving.json"
+    rc = bench.main(["engine", "--backend", "emulated", "--robots", "4", "--duration", "6",
+                     "--warmup", "1", "--time-scale", "2", "--noise", "0.2",
+                     "--json", str(out), "--save-table", str(saved)])
+    assert rc == 0
+    k = json.loads(out.read_text())["rate_correction"]["factors"]
+    table, base = load_rate_table(saved), default_rate_table()
+    assert table.work == pytest.approx(tuple(w * f for w, f in zip(base.work, k, strict=True)))
+    assert table.rates == base.rates and table.overhead == base.overhead
+    assert "learned online by xinfer-bench engine (xinfer, phases, 4 robots" in table.provenance
+    assert bench.main(["engine", "--backend", "emulated", "--no-rate-correction",
+                       "--save-table", str(saved)]) == 2

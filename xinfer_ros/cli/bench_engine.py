@@ -101,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare-sim", action="store_true",
                         help="also run the simulator on the same policy, workload, table, "
                              "seed and slots, and report its attainment")
+    parser.add_argument("--save-table", type=Path, default=None, metavar="FILE",
+                        help="write the rate table with the per-stage slowdown the engine "
+                             "learned online in this run (W_s -> k_s W_s): a table "
+                             "calibrated under this serving load, e.g. for xinfer-sim plan")
     parser.add_argument("--phase-spread", action="store_true",
                         help="release responses later than T_E at the phase-spreading time "
                              "(as the server's phase_spread); the simulator comparison too")
@@ -261,15 +265,31 @@ def simulate_same(args: argparse.Namespace, config: EngineConfig,
                           str(args.rate_table) if args.rate_table else None)
     corrected = None
     if factors is not None and any(k != 1.0 for k in factors):
-        k = (float(factors[0]), float(factors[1]), float(factors[2]))
-        table = resolve_rate_table(args.rate_table).with_work_scaled(
-            k, "the engine's online rate correction at the end of a bench run")
+        table = serving_table(args, factors)
         with tempfile.TemporaryDirectory(prefix="xinfer-corrected-") as tmp:
             path = write_rate_table(table, Path(tmp) / "rate_table_corrected.json")
-            corrected = CorrectedSimulation(k, _simulate_same(args, config, window, str(path)))
+            corrected = CorrectedSimulation(table_factors(factors),
+                                            _simulate_same(args, config, window, str(path)))
     return SimulatorRun(
         config="xinfer_ros.sim.engine_loop.SimConfig (same policy/workload/seed/table)",
         metrics=base, corrected=corrected)
+
+
+def table_factors(factors: Sequence[float]) -> tuple[float, float, float]:
+    """The learned per-stage factors k_s as plain floats (ViT, Prefill, Action)."""
+    return (float(factors[0]), float(factors[1]), float(factors[2]))
+
+
+def serving_table(args: argparse.Namespace, factors: Sequence[float]) -> RateTable:
+    """The run's rate table with the slowdown the engine learned while serving.
+
+    The predictor's own correction (``W_s -> k_s W_s``, interference pattern kept),
+    written as a table; its provenance names the load it was learned under.
+    """
+    return resolve_rate_table(args.rate_table).with_work_scaled(
+        table_factors(factors),
+        f"learned online by xinfer-bench engine ({args.policy}, {args.workload}, "
+        f"{args.robots} robots, {args.duration:g} s)")
 
 
 def _simulate_same(args: argparse.Namespace, config: EngineConfig,
@@ -420,12 +440,21 @@ def run(args: argparse.Namespace) -> int:
     if args.robots < 1 or args.duration <= 0 or args.pairs < 0:
         print("robots must be >= 1, duration > 0 and pairs >= 0", file=sys.stderr)
         return 2
+    if args.save_table is not None and (args.pairs or not args.rate_correction):
+        print("--save-table writes what the online rate correction learned in one run: "
+              "not with --pairs or --no-rate-correction", file=sys.stderr)
+        return 2
     if args.pairs:
         data = run_pairs(args)
     else:
         report = run_benchmark(args)
         print(_fmt(report))
         data = report.to_dict()
+        if args.save_table is not None:
+            assert report.rate_correction is not None  # on: checked above
+            path = write_rate_table(serving_table(args, report.rate_correction["factors"]),
+                                    args.save_table)
+            print(f"wrote {path} (work scaled by the learned k)")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
