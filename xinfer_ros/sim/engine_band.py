@@ -12,6 +12,10 @@ it (another policy, workload, table, slots, batch size or phase spreading): a ga
 measured on another setting says nothing about this one. :meth:`EngineBand.target`
 turns the band into the attainment the simulator must show so that the engine, at the
 band's worse end, still reaches the plan's target.
+
+The band is the gap between the engine and the bench's own simulation of it (the
+bench's noise, tick and link delays); the plan simulates with its own flags, so
+setting those far from the bench's adds an error the band does not measure.
 """
 
 from __future__ import annotations
