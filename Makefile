@@ -59,7 +59,7 @@ test: build launch-kit  ## lint and type-check, then every test not marked slow 
 	./env.sh python -m pytest -m "not slow"
 
 test-slow: build launch-kit  ## the slow tests CI runs: whole fleets, launch, restarts, bags
-	./env.sh python -m pytest -m "slow and not extended"
+	./env.sh python -m pytest -m "slow and not extended" --durations=15
 
 test-extended: build launch-kit  ## slow tests outside CI's 30 minutes: packaging, GPU script dry run, bench smokes
 	./env.sh python -m pytest -m extended

@@ -42,6 +42,7 @@ def test_fleet_runner_reports_on_an_emulated_fleet(tmp_path) -> None:
     assert (tmp_path / "fleet_latency.png").stat().st_size > 10_000
 
 
+@pytest.mark.extended  # 50 s; the shipped torch fleet is launched in make test, make demo runs this
 @pytest.mark.timeout(240)
 def test_fleet_serves_pi0_tiny_chunks_end_to_end(tmp_path) -> None:
     # transformers' π0 (pi0-tiny, random weights) on the torch backend, as make demo runs it.
@@ -112,6 +113,7 @@ def test_a_killed_server_loses_its_robots_to_the_other_within_two_seconds(tmp_pa
     assert {"server_server_0.log", "server_server_1.log", "server_fleet_manager.log"} <= logs
 
 
+@pytest.mark.extended  # 38 s; the executor's side of it is in test_rtc_executor (make test)
 @pytest.mark.timeout(150)
 def test_a_robot_switched_away_never_executes_its_old_servers_late_chunks(tmp_path) -> None:
     import yaml
