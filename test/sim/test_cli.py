@@ -184,3 +184,21 @@ def test_predictor_error_is_calibrated_reported_and_refused_below_its_floor(
     assert all(1.4 < m < 2.6 for m in maes), maes  # each round measures its own
     with pytest.raises(SystemExit, match="below what the predictor errs"):
         main(["run", "--robots", "10", "--rounds", "1", *SHORT, "--predictor-error-ms", "0.1"])
+
+
+@pytest.mark.parametrize("command", [["run", "--robots", "4"], ["plan", "--robots", "20"],
+                                     ["erc"]])
+def test_a_missing_or_malformed_rate_table_stops_in_one_line_before_any_run(
+        command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xinfer_ros.sim import runner
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(runner, "run_many", never)
+    with pytest.raises(SystemExit, match=r"^error: --rate-table: rate table .*absent\.json "
+                                         r"does not exist$"):
+        main([*command, "--rate-table", str(tmp_path / "absent.json"), "--quiet"])
+    (tmp_path / "bad.json").write_text('{"schema": "nothing we know"}')
+    with pytest.raises(SystemExit, match=r"^error: --rate-table: .*bad\.json"):
+        main([*command, "--rate-table", str(tmp_path / "bad.json"), "--quiet"])

@@ -757,10 +757,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.duration > args.warmup:
         raise SystemExit("--duration must exceed --warmup")
     args.audit, args.rate_error, args.calibration = False, 0.0, None
+    _check_rate_table(args)
     _check_tuning(args)  # before a calibration spends time on a run that cannot start
     if getattr(args, "predictor_error_ms", None) is not None:
         _apply_prediction_error(args)
     return _COMMANDS[args.command](args)
+
+
+def _check_rate_table(args: argparse.Namespace) -> None:
+    """Refuse a missing or malformed ``--rate-table`` in one line, before any run."""
+    from xinfer_ros.core.errors import RateTableError
+    from xinfer_ros.core.rate_table import resolve_rate_table
+
+    if getattr(args, "rate_table", None) is None:
+        return
+    try:
+        resolve_rate_table(args.rate_table)
+    except RateTableError as exc:
+        raise SystemExit(f"error: --rate-table: {exc}") from None
 
 
 def _check_tuning(args: argparse.Namespace) -> None:
