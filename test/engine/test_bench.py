@@ -174,3 +174,9 @@ def test_save_table_writes_the_table_with_the_slowdown_the_run_learned(tmp_path:
     assert "learned online by xinfer-bench engine (xinfer, phases, 4 robots" in table.provenance
     assert bench.main(["engine", "--backend", "emulated", "--no-rate-correction",
                        "--save-table", str(saved)]) == 2
+
+
+def test_an_unreadable_rate_table_stops_the_benchmark_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"^error: rate table .*absent\.json does not exist$"):
+        bench.main(["engine", "--backend", "emulated", "--duration", "2",
+                    "--rate-table", str(tmp_path / "absent.json")])

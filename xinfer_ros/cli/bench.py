@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from xinfer_ros.core.errors import RateTableError
+
 __all__ = ["BENCHMARKS", "build_parser", "main"]
 
 #: Sub-command name -> one-line help. The module is ``xinfer_ros.cli.bench_<name>``.
@@ -46,7 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one benchmark and return its exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(args_list).parse_args(args_list)
-    return int(_load(args.benchmark).run(args))
+    try:
+        return int(_load(args.benchmark).run(args))
+    except RateTableError as exc:  # a --rate-table we cannot read: one line, no traceback
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":
