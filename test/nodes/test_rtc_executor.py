@@ -1,6 +1,7 @@
 """The RTC executor node against an in-process stand-in server."""
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -55,6 +56,12 @@ class Harness:
         self.spinner = SingleThreadedExecutor()
         self.spinner.add_node(self.executor_node)
         self.spinner.add_node(self.peer)
+        # Discovery between the two nodes can take over half a second on a loaded machine;
+        # the tests' fixed spins count from here. Best effort: an executor that has not
+        # made its endpoints yet (lifecycle tests) just spins the while.
+        self.spin_until(lambda: (self.peer.count_subscribers("action_chunk") > 0
+                                 and self.peer.count_publishers("policy_request") > 0),
+                        timeout_s=5.0)
 
     def chunk_for(self, req: PolicyRequest, offset: float = 1.0) -> ActionChunk:
         base = len(self.requests) * 100.0 + offset
@@ -80,6 +87,13 @@ class Harness:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             self.spinner.spin_once(timeout_sec=0.005)
+
+    def spin_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Spin until ``done()`` holds or ``timeout_s`` passed; whether it holds."""
+        end = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < end:
+            self.spinner.spin_once(timeout_sec=0.005)
+        return done()
 
     def spin_until_diagnostics(self, timeout_s: float = 5.0) -> DiagnosticStatus:
         """The first status of the latest ``/diagnostics`` message, once one has come.
@@ -411,7 +425,8 @@ def test_engage_blends_from_joint_states_within_the_velocity_limit() -> None:
 def test_limit_stop_reports_error_and_stops_commands() -> None:
     h = Harness(max_position=[50.0], limit_action="stop")
     try:
-        h.spin(1.0)
+        # Two chunks are needed: the second goes out after the first request's timeout.
+        h.spin_until(lambda: bool(h.stats) and h.stats[-1].out_of_limit_chunks >= 2, 5.0)
         ex = h.executor_node
         # Every chunk lies beyond the bound (levels 101, 201, ...): dropped, nothing sent;
         # the request stays in flight until its timeout (0.5 s), then the next goes out.
