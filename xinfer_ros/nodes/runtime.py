@@ -258,12 +258,11 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         executor.add_node(node)
         _spin(executor, stop)
     except ValueError as exc:
-        if node is not None:  # not the parameters: as any other error below
-            if rclpy.ok():
-                raise
-        else:
+        if node is None:  # the node rejected its parameters
             print(f"error: {exc}", file=sys.stderr)
             status = 2
+        elif rclpy.ok():  # not the parameters: as any other error below
+            raise
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
