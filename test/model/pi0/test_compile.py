@@ -46,6 +46,7 @@ def _prefilled(model: Any, seeds: range, rtc: bool) -> list[Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 24-95 s of torch.compile; compile is opt-in ("off" as shipped)
 @pytest.mark.timeout(600)
 def test_compiled_action_matches_eager_with_and_without_guidance(pi0_tiny: Any) -> None:
     from torch._dynamo.utils import counters
