@@ -144,3 +144,45 @@ def test_work_scaled_by_learned_factors_keeps_the_interference_pattern() -> None
     assert slower.provenance.endswith("work scaled by (2, 1.5, 1): a test")
     with pytest.raises(RateTableError):
         table.with_work_scaled((1.0, 0.0, 1.0), "a factor of 0")
+
+
+def test_batch_model_table_costs_batches_as_stated() -> None:
+    """The GPU batch model: g_s(m) = 1 + β_s (m − 1) per batch, N = 1 is the default."""
+    from xinfer_ros.core.batch_cost import BatchCost, table_batch_bound
+    from xinfer_ros.core.predictor import Predictor
+    from xinfer_ros.core.rate_table import (
+        DEFAULT_BATCH_BETA,
+        DEFAULT_BATCH_BOUNDS,
+        DEFAULT_BATCH_RATE_TABLE_PATH,
+    )
+
+    assert interference_model_table(max_batch=1).to_json_dict() == \
+        interference_model_table().to_json_dict()
+    shipped = load_rate_table(DEFAULT_BATCH_RATE_TABLE_PATH)
+    assert shipped.bounds == DEFAULT_BATCH_BOUNDS
+    assert table_batch_bound(shipped) == (4, 4, 4)
+    assert shipped.model["batch_cost"] == {"form": "g_s(m) = 1 + beta_s (m - 1)",
+                                           "beta_V_P_A": list(DEFAULT_BATCH_BETA)}
+    assert "synthetic batch-cost model" in shipped.assumptions
+    cost = BatchCost(Predictor(shipped), 4)
+    for s in range(3):
+        alone = shipped.overhead[s] + shipped.work[s]
+        for k, d in enumerate(cost.durations(s, (0, 0, 0)), start=1):
+            assert d == pytest.approx(shipped.overhead[s] +
+                                      shipped.work[s] * (1 + DEFAULT_BATCH_BETA[s] * (k - 1)))
+        # Stacking never costs more than running the members one after another.
+        assert cost.duration(s, 4, (0, 0, 0)) <= 4 * alone
+    # Another stage's batch of two interferes as 1 + β of a unit, not as two units.
+    a = interference_model_table().model["alpha_rows_stage_cols_V_P_A"]
+    rho = shipped.rate(2, (2, 0, 0))  # two ViT units: one batch of two
+    assert rho == pytest.approx(1 / (1 + a[2][0] * (1 + DEFAULT_BATCH_BETA[0])))  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"max_batch": 0}, "max_batch must be an integer >= 1"),
+    ({"max_batch": 2, "batch_beta": (0.1, 0.2)}, "batch_beta must be three values"),
+    ({"max_batch": 2, "batch_beta": (0.1, 0.2, 1.5)}, "batch_beta must be three values"),
+])
+def test_batch_model_table_refuses_bad_settings(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(RateTableError, match=match):
+        interference_model_table(**kwargs)  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from xinfer_ros.config_paths import config_dir
+from xinfer_ros.core.batching import batch_sizes
 from xinfer_ros.core.constants import (
     DEFAULT_BOUNDS,
     H_OUT,
@@ -49,6 +50,9 @@ from xinfer_ros.core.errors import RateTableError
 from xinfer_ros.core.stages import NUM_STAGES, STAGES
 
 __all__ = [
+    "DEFAULT_BATCH_BETA",
+    "DEFAULT_BATCH_BOUNDS",
+    "DEFAULT_BATCH_RATE_TABLE_PATH",
     "DEFAULT_INTERFERENCE",
     "DEFAULT_INTERFERENCE_SCALE",
     "DEFAULT_INTERFERENCE_SHAPE",
@@ -69,6 +73,9 @@ SCHEMA_NAME = "xinfer_ros.rate_table"
 #: The shipped table, at the repository root (``share/xinfer_ros/config`` when installed
 #: with colcon; pass the path explicitly there).
 DEFAULT_RATE_TABLE_PATH = config_dir() / "rate_table_default.json"
+#: The shipped model with a batch dimension (``interference_model_table(max_batch=4)``):
+#: what the simulator projects batching on the paper's GPU with. Not a measurement.
+DEFAULT_BATCH_RATE_TABLE_PATH = config_dir() / "rate_table_default_batch4.json"
 
 #: α[s][k]: how much one co-running unit of stage k slows a stage-s unit, in
 #: ρ_s(n) = 1 / (1 + Σ_k α[s][k] · n_k). Chosen, not measured: see ``_ASSUMPTIONS``.
@@ -86,6 +93,16 @@ DEFAULT_INTERFERENCE: tuple[tuple[float, float, float], ...] = tuple(
     (round(DEFAULT_INTERFERENCE_SCALE * a, 6), round(DEFAULT_INTERFERENCE_SCALE * b, 6),
      round(DEFAULT_INTERFERENCE_SCALE * c, 6))
     for a, b, c in DEFAULT_INTERFERENCE_SHAPE)
+
+#: Bounds of the shipped batch table: slots (12, 12, 16) run as 3, 3, 4 lanes of up
+#: to four units, about the streams of the unbatched default's 4, 4, 6 slots.
+DEFAULT_BATCH_BOUNDS: tuple[int, int, int] = (11, 11, 15)
+#: β_s: what each further member adds to a stage-s batch, as a fraction of one unit's
+#: work, in the batch model of :func:`interference_model_table` (see _BATCH_ASSUMPTIONS).
+#: ViT and Prefill are compute-bound, so stacking buys them what a concurrent stream
+#: does (β = α_ss); Action's denoising steps are launch- and memory-bound at batch one.
+DEFAULT_BATCH_BETA: tuple[float, float, float] = (
+    DEFAULT_INTERFERENCE[0][0], DEFAULT_INTERFERENCE[1][1], 0.1)
 
 _ASSUMPTIONS = (
     "Synthetic interference model, not a GPU measurement: rho_s(n) = 1 / (1 + sum_k "
@@ -116,6 +133,26 @@ _ASSUMPTIONS = (
     "are the paper's frozen calibration (App. C.1, including the common work factor "
     "1.02). Replace this file with the engine's calibration (same format) for real "
     "deployments."
+)
+
+
+_BATCH_ASSUMPTIONS = (
+    " Batch dimension (model.settings.max_batch = N; a synthetic batch-cost model, not a "
+    "measurement): the n_s + 1 stage-s units, the unit's own included, run as the even "
+    "split into ceil((n_s + 1) / N) batches that the engine's calibration uses, the unit "
+    "in the largest, of k members; a batch of m members costs g_s(m) = 1 + beta_s (m - 1) "
+    "times one unit's work (beta in model.batch_cost); co-running batches interfere in "
+    "proportion to their work, so n_j in the interference sum becomes the sum of g_j over "
+    "stage j's batches (its n_j units split the same way; the unit's own batch excluded): "
+    "rho_s(n) = 1 / (g_s(k) (1 + sum_j alpha[s][j] w_j)). With N = 1 this is the table "
+    "above. beta: ViT and Prefill are compute-bound at the paper's token counts, so "
+    "stacking m units buys them what m concurrent streams do (beta_s = alpha_ss); "
+    "Action is a 10-step denoising loop over about 50 action tokens, at W_A = 12.1 ms "
+    "about 1.2 ms a step, far above the arithmetic of one step, i.e. bound by kernel "
+    "launches and weight reads, so a further member adds little (beta_A = 0.1). Unlike "
+    "(4), a stage's own rate may rise by a step where one more unit splits its batch "
+    "(five units run as 3 + 2, so the unit's own batch shrinks), as in a calibrated "
+    "batch table. Replace with xinfer-calibrate --max-batch N on the serving GPU."
 )
 
 
@@ -412,27 +449,56 @@ def interference_model_table(
     work: Sequence[float] = W_STAGE,
     overhead: Sequence[float] = H_STAGE,
     h_out: float = H_OUT,
+    max_batch: int = 1,
+    batch_beta: Sequence[float] = DEFAULT_BATCH_BETA,
 ) -> RateTable:
     """The shipped default: ρ_s(n) = 1 / (1 + Σ_k α[s][k] n_k) with the paper's W, h.
 
-    Deterministic, so ``scripts/rate_table_generate.py`` reproduces the shipped file.
+    With ``max_batch`` N > 1, the same model with a batch dimension (``_BATCH_ASSUMPTIONS``):
+    the table :mod:`~xinfer_ros.core.batch_cost` reads batches of up to N from, as if
+    calibrated with ``xinfer-calibrate --max-batch N``. Deterministic, so
+    ``scripts/rate_table_generate.py`` reproduces the shipped files.
+
+    Raises:
+        RateTableError: ``alpha`` not a 3x3 matrix of values >= 0, ``max_batch`` below
+            one, or ``batch_beta`` not three values in [0, 1].
     """
     a = [tuple(float(x) for x in row) for row in alpha]
     if len(a) != NUM_STAGES or any(len(row) != NUM_STAGES or min(row) < 0 for row in a):
         raise RateTableError(f"alpha must be a 3x3 matrix of values >= 0, got {alpha!r}")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise RateTableError(f"max_batch must be an integer >= 1, got {max_batch!r}")
+    beta = tuple(float(x) for x in batch_beta)
+    if len(beta) != NUM_STAGES or not all(0.0 <= x <= 1.0 for x in beta):
+        raise RateTableError(f"batch_beta must be three values in [0, 1], got {batch_beta!r}")
+
+    def load(j: int, units: int) -> float:
+        # Σ g_j(m) over the even split of ``units`` stage-j units (N = 1: ``units``).
+        return sum(1.0 + beta[j] * (m - 1) for m in batch_sizes(units, max_batch))
 
     def rho(s: int, n: Vec3) -> float:
-        return 1.0 / (1.0 + a[s][0] * n[0] + a[s][1] * n[1] + a[s][2] * n[2])
+        if max_batch == 1:
+            return 1.0 / (1.0 + a[s][0] * n[0] + a[s][1] * n[1] + a[s][2] * n[2])
+        own, *mates = batch_sizes(n[s] + 1, max_batch)
+        w = [load(j, n[j]) if j != s else sum(1.0 + beta[s] * (m - 1) for m in mates)
+             for j in range(NUM_STAGES)]
+        g = 1.0 + beta[s] * (own - 1)
+        return 1.0 / (g * (1.0 + a[s][0] * w[0] + a[s][1] * w[1] + a[s][2] * w[2]))
 
+    model: dict[str, object] = {"form": "rho_s(n) = 1 / (1 + sum_k alpha[s][k] * n_k)",
+                                "alpha_rows_stage_cols_V_P_A": [list(row) for row in a]}
+    assumptions, provenance = _ASSUMPTIONS, (
+        "xinfer_ros.core.rate_table.interference_model_table() with the paper's frozen W_s, "
+        "h_s, h_out (App. C.1); regenerate with scripts/rate_table_generate.py")
+    if max_batch > 1:
+        model["batch_cost"] = {"form": "g_s(m) = 1 + beta_s (m - 1)", "beta_V_P_A": list(beta)}
+        model["settings"] = {"max_batch": max_batch}
+        assumptions += _BATCH_ASSUMPTIONS
+        provenance = provenance.replace("interference_model_table()",
+                                        f"interference_model_table(max_batch={max_batch})")
     return RateTable.from_function(
         rho, work=work, overhead=overhead, h_out=h_out, bounds=bounds,
-        provenance="xinfer_ros.core.rate_table.interference_model_table() with the paper's "
-                   "frozen W_s, h_s, h_out (App. C.1); regenerate with "
-                   "scripts/rate_table_generate.py",
-        assumptions=_ASSUMPTIONS,
-        model={"form": "rho_s(n) = 1 / (1 + sum_k alpha[s][k] * n_k)",
-               "alpha_rows_stage_cols_V_P_A": [list(row) for row in a]},
-    )
+        provenance=provenance, assumptions=assumptions, model=model)
 
 
 def resolve_rate_table(path: str | Path | None = None) -> RateTable:
