@@ -47,6 +47,19 @@ def test_a_lone_relaxed_unit_waits_for_mates_at_most_its_own_duration():
     assert 0.0 < plan.start_by <= p.predictor.q(0, (0, 0, 0)) + 1e-12
 
 
+def test_without_holds_a_lone_relaxed_unit_runs_now_and_mates_still_batch():
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    p = make_policy("xinfer_batch_nohold", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(p, XInferPolicy) and forms_batches("xinfer-batch-nohold")
+    assert not p.batch_hold and p.batch_cost is not None
+    ids = launched(p, [2.0])
+    assert p.plan_batch(Stage.VIT, ids, 0.0).runs_now(0.0)
+    ids += launched(p, [2.0] * 3)
+    plan = p.plan_batch(Stage.VIT, ids, 0.0)
+    assert plan.members == tuple(ids) and plan.runs_now(0.0)
+
+
 def test_a_tight_unit_is_not_held_and_keeps_its_deadline():
     p = policy()
     # Just enough budget to finish alone (plus δ): a batch of four would make it late.

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from xinfer_ros.core.rate_table import resolve_rate_table
-from xinfer_ros.core.registry import make_policy, policy_names
+from xinfer_ros.core.registry import forms_batches, make_policy, policy_names
 from xinfer_ros.sim.decision_trace import trace_decisions
 
 __all__ = ["SETTLE_S", "add_arguments", "measure", "percentile", "run"]
@@ -118,7 +118,7 @@ def measure(robots: int, *, policy: str = "xinfer", rounds: int = 4, warmup: flo
     kwargs: dict[str, Any] = {"rate_table": table}
     if slots is not None:
         kwargs["slots"] = slots
-    if policy.replace("-", "_") == "xinfer_batch":
+    if forms_batches(policy):
         kwargs["max_batch"] = max_batch
     gpu: dict[str, Any] = {"rate_table": None if rate_table is None else str(rate_table),
                            "slots": slots, "max_batch": max_batch}

@@ -6,7 +6,8 @@ Names: ``fifo``, ``edf``, ``slack_gate``, ``xinfer``, and the App. C.3 ablations
 extensions: ``xinfer_no_slot_aware`` / ``xinfer_paper`` (slot-aware admission off:
 Algorithm 1 as written), the experimental, default-off ``xinfer_projection`` and
 ``xinfer_forecast_load``, ``xinfer_spread`` (the settings for a server with phase
-spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28). Names are matched
+spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28; without holds for
+mates: ``xinfer_batch_nohold``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -19,8 +20,8 @@ from xinfer_ros.core.errors import UnknownPolicyError
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.xinfer_policy import XInferPolicy
 
-__all__ = ["ABLATIONS", "BATCH_FORMING", "POLICIES", "SERVED_POLICIES", "is_xinfer",
-           "make_policy", "policy_key", "policy_names"]
+__all__ = ["ABLATIONS", "BATCH_FORMERS", "BATCH_FORMING", "POLICIES", "SERVED_POLICIES",
+           "forms_batches", "is_xinfer", "make_policy", "policy_key", "policy_names"]
 
 #: Base policies by name.
 POLICIES: Mapping[str, Callable[..., Policy]] = {
@@ -52,6 +53,8 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # Issue 28: the policy forms the lanes' batches (needs a table with a batch
     # dimension; the simulator and the engine pass their own max_batch).
     "xinfer_batch": {"max_batch": 4},
+    # The same without holds: a formed batch runs at once, no lead waits for mates.
+    "xinfer_batch_nohold": {"max_batch": 4, "batch_hold": False},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -61,6 +64,8 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
 #: The preset that forms its lanes' batches (issue 28): a driver building it by name
 #: passes its own ``max_batch``.
 BATCH_FORMING = "xinfer_batch"
+#: Every preset that forms batches (see :func:`forms_batches`).
+BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's
@@ -83,6 +88,11 @@ def is_xinfer(name: str) -> bool:
     """Whether ``name`` is XInfer or one of its presets (an :class:`XInferPolicy`)."""
     key = policy_key(name)
     return key == XInferPolicy.name or key in ABLATIONS
+
+
+def forms_batches(name: str) -> bool:
+    """Whether preset ``name`` forms its lanes' batches: its driver passes ``max_batch``."""
+    return policy_key(name) in BATCH_FORMERS
 
 
 def make_policy(name: str, **params: object) -> Policy:

@@ -244,6 +244,9 @@ class XInferPolicy(Policy):
             (issue 28); above one the rate table must have a batch dimension (see
             :mod:`~xinfer_ros.core.batch_cost`), else construction fails with one line.
             1 (default): every unit runs alone, the paper's policy.
+        batch_hold: with ``max_batch`` above one, whether a relaxed lead may wait for
+            mates (:meth:`plan_batch`'s ``start_by``); False runs every formed batch at
+            once.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -279,6 +282,7 @@ class XInferPolicy(Policy):
         lazy_slots: str = "off",
         record_admissions: bool = False,
         max_batch: int = 1,
+        batch_hold: bool = True,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -288,6 +292,7 @@ class XInferPolicy(Policy):
             table = kwargs.get("rate_table") or default_rate_table()
             self.batch_cost = BatchCost(self.predictor, max_batch,
                                         "rate table", table)
+        self.batch_hold = bool(batch_hold)
         self.strict_priority = bool(strict_priority)
         self.arrival_aware = bool(arrival_aware)
         self.entry_only = bool(entry_only)
@@ -405,7 +410,8 @@ class XInferPolicy(Policy):
         rest = pred.suffix_tab[pred.index(others)][s + 1]
         members = set(request_ids)
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
-                             guard=self._batch_guard(members, t), may_wait=cost is not None)
+                             guard=self._batch_guard(members, t),
+                             may_wait=cost is not None and self.batch_hold)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan

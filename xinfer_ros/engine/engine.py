@@ -56,7 +56,7 @@ from xinfer_ros.core.policy import Launch, Policy, SchedulerOutput
 from xinfer_ros.core.prediction_audit import PredictionAudit
 from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import RateTable, default_rate_table
-from xinfer_ros.core.registry import BATCH_FORMING, is_xinfer, make_policy, policy_key
+from xinfer_ros.core.registry import forms_batches, is_xinfer, make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.core.timing import MS_PER_S
@@ -243,7 +243,7 @@ class StageEngine:
             args = {**self._policy_kwargs, **kwargs}
             args.setdefault("slots", self.config.effective_slots)
             args.setdefault("rate_table", self.rate_table)
-            if policy_key(policy) == BATCH_FORMING:
+            if forms_batches(policy):
                 args.setdefault("max_batch", self.config.max_batch)
             lazy = self.config.lazy_slots
             if lazy != "off":

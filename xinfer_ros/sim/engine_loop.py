@@ -197,11 +197,11 @@ class RunResult:
 def make_sim_policy(cfg: SimConfig, table: RateTable) -> Policy:
     """Build the configured policy object through the core's registry."""
     from xinfer_ros.core import make_policy
-    from xinfer_ros.core.registry import BATCH_FORMING
+    from xinfer_ros.core.registry import forms_batches
 
     kwargs = dict(cfg.policy_kwargs)
     kwargs.setdefault("rate_table", table)
-    if str(cfg.policy).strip().lower().replace("-", "_") == BATCH_FORMING:
+    if forms_batches(cfg.policy):
         kwargs.setdefault("max_batch", cfg.max_batch)  # the policy forms the GPU's batches
     if cfg.slots is not None:
         kwargs.setdefault("slots", cfg.slots)
