@@ -156,8 +156,12 @@ def test_batch_model_table_costs_batches_as_stated() -> None:
         DEFAULT_BATCH_RATE_TABLE_PATH,
     )
 
-    assert interference_model_table(max_batch=1).to_json_dict() == \
-        interference_model_table().to_json_dict()
+    # One unit per batch is the unbatched model: ρ_s(n) = 1 / (1 + Σ α[s][j] n_j).
+    alpha = ((0.3, 0.2, 0.1), (0.2, 0.4, 0.1), (0.1, 0.2, 0.3))
+    one = interference_model_table(alpha, max_batch=1, bounds=(2, 2, 2))
+    for n, rates in one.rates.items():
+        assert rates == pytest.approx([1 / (1 + sum(alpha[s][j] * n[j] for j in range(3)))
+                                       for s in range(3)])
     shipped = load_rate_table(DEFAULT_BATCH_RATE_TABLE_PATH)
     assert shipped.bounds == DEFAULT_BATCH_BOUNDS
     assert table_batch_bound(shipped) == (4, 4, 4)

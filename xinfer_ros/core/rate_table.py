@@ -472,18 +472,18 @@ def interference_model_table(
     if len(beta) != NUM_STAGES or not all(0.0 <= x <= 1.0 for x in beta):
         raise RateTableError(f"batch_beta must be three values in [0, 1], got {batch_beta!r}")
 
-    def load(j: int, units: int) -> float:
-        # Σ g_j(m) over the even split of ``units`` stage-j units (N = 1: ``units``).
-        return sum(1.0 + beta[j] * (m - 1) for m in batch_sizes(units, max_batch))
+    def work_of(j: int, sizes: Sequence[int]) -> float:
+        # Σ g_j(m) over stage-j batches of these sizes, in units of one unit's work.
+        return sum(1.0 + beta[j] * (m - 1) for m in sizes)
 
     def rho(s: int, n: Vec3) -> float:
         if max_batch == 1:
             return 1.0 / (1.0 + a[s][0] * n[0] + a[s][1] * n[1] + a[s][2] * n[2])
-        own, *mates = batch_sizes(n[s] + 1, max_batch)
-        w = [load(j, n[j]) if j != s else sum(1.0 + beta[s] * (m - 1) for m in mates)
+        own, *others = batch_sizes(n[s] + 1, max_batch)
+        w = [work_of(j, others if j == s else batch_sizes(n[j], max_batch))
              for j in range(NUM_STAGES)]
-        g = 1.0 + beta[s] * (own - 1)
-        return 1.0 / (g * (1.0 + a[s][0] * w[0] + a[s][1] * w[1] + a[s][2] * w[2]))
+        return 1.0 / (work_of(s, (own,)) *
+                      (1.0 + a[s][0] * w[0] + a[s][1] * w[1] + a[s][2] * w[2]))
 
     model: dict[str, object] = {"form": "rho_s(n) = 1 / (1 + sum_k alpha[s][k] * n_k)",
                                 "alpha_rows_stage_cols_V_P_A": [list(row) for row in a]}
@@ -491,6 +491,7 @@ def interference_model_table(
         "xinfer_ros.core.rate_table.interference_model_table() with the paper's frozen W_s, "
         "h_s, h_out (App. C.1); regenerate with scripts/rate_table_generate.py")
     if max_batch > 1:
+        model["form"] = "rho_s(n) = 1 / (g_s(k) * (1 + sum_j alpha[s][j] * w_j))"
         model["batch_cost"] = {"form": "g_s(m) = 1 + beta_s (m - 1)", "beta_V_P_A": list(beta)}
         model["settings"] = {"max_batch": max_batch}
         assumptions += _BATCH_ASSUMPTIONS
