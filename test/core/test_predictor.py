@@ -102,3 +102,55 @@ def test_tracker_rejects_impossible_transitions(tracker):
         tracker.start(r, Stage.PREFILL, 0.0)
     with pytest.raises(SchedulerStateError, match="request 7 has no running unit"):
         tracker.finish(7, 0.0)
+
+
+def test_restart_counts_only_the_time_a_unit_runs(tracker):
+    """A unit that waited after its launch (a formed batch, issue 28) restarts with no work."""
+    pred = tracker.predictor
+    unit = tracker.start(mk(1), Stage.ACTION, 0.0)
+    tracker.start(mk(2), Stage.VIT, 0.0)  # a load that the restart must not change
+    counts = list(tracker.counts)
+    waited = 0.010
+    assert tracker.work_done(unit, waited) > 0.0  # integrated while it only waited
+    tracker.restart(1, waited)
+    assert tracker.counts == counts
+    assert tracker.work_done(unit, waited + H_STAGE[2]) == 0.0
+    n = tracker.counts
+    assert tracker.residual(unit, waited, n) == pytest.approx(
+        H_STAGE[2] + W_STAGE[2] / pred.rate(Stage.ACTION, (1, 0, 0)))
+    with pytest.raises(SchedulerStateError):
+        tracker.restart(3, waited)
+
+
+def test_a_deferred_unit_starts_now_at_every_prediction_until_restarted(tracker):
+    pred = tracker.predictor
+    unit = tracker.start(mk(1), Stage.PREFILL, 0.0)
+    tracker.defer(1)
+    n = tracker.counts
+    alone = H_STAGE[1] + W_STAGE[1]
+    for t in (0.0, 0.010, 0.050):  # waiting: no work, the issue overhead still ahead
+        assert tracker.work_done(unit, t) == 0.0
+        assert tracker.residual(unit, t, n) == pytest.approx(alone)
+        assert tracker.snapshot(t)[1] == (pytest.approx(H_STAGE[1]), pytest.approx(W_STAGE[1]),
+                                          Stage.PREFILL)
+    tracker.restart(1, 0.050)
+    assert tracker.residual(unit, 0.050 + H_STAGE[1] + 0.001, n) == pytest.approx(
+        W_STAGE[1] - 0.001)
+    assert pred.rate(Stage.PREFILL, (0, 0, 0)) == 1.0
+    with pytest.raises(SchedulerStateError):
+        tracker.defer(2)
+
+
+def test_a_deferred_unit_that_never_started_teaches_the_correction_nothing():
+    from xinfer_ros.core.rate_correction import CorrectionSettings, RateCorrection
+
+    pred = Predictor(default_rate_table())
+    corr = RateCorrection(CorrectionSettings(min_samples=1, deadband=0.0))
+    pred.set_correction(corr)
+    tracker = ProgressTracker(pred)
+    tracker.start(mk(1), Stage.ACTION, 0.0)
+    tracker.defer(1)
+    assert not tracker.record_completion(1, 0.5)
+    tracker.restart(1, 0.5)
+    # Ran three times as long as the table says: that is learnt.
+    assert tracker.record_completion(1, 0.5 + H_STAGE[2] + 3 * W_STAGE[2])

@@ -23,8 +23,9 @@ def launched(policy: XInferPolicy, budgets: list[float], t: float = 0.0) -> list
     return ids
 
 
-def policy(max_batch: int = 4) -> XInferPolicy:
-    return XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=max_batch)
+def policy(max_batch: int = 4, **kwargs: object) -> XInferPolicy:
+    return XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=max_batch,
+                        **kwargs)  # type: ignore[arg-type]
 
 
 def test_relaxed_units_launched_together_run_as_one_batch_within_their_deadlines():
@@ -108,3 +109,68 @@ def test_a_lone_unit_past_vit_waits_for_mates_only_while_one_may_come():
     [b] = launched(p, [2.0], t=0.004)  # a mate on its way
     assert b != a
     assert not p.plan_batch(Stage.PREFILL, [a], 0.004).runs_now(0.004)
+
+
+def test_a_launched_unit_does_no_work_until_its_batch_starts():
+    p = policy(defer_batched_units=True)
+    ids = launched(p, [2.0, 2.0])
+    dur = p.batch_cost.durations(0, (0, 0, 0))  # type: ignore[union-attr]
+    launch = p.remaining_time(ids[0], 0.0)
+    # It waited 4 ms (held for mates, or behind a busy lane): still all to do.
+    assert p.remaining_time(ids[0], 0.004) == pytest.approx(launch)
+    p.start_batch(Stage.VIT, ids, 0.004)
+    assert p.remaining_time(ids[0], 0.004) == pytest.approx(launch)
+    assert p.remaining_time(ids[0], 0.005) == pytest.approx(launch - 0.001)
+    # From its start, the unit's ViT is the whole batch: two units on one lane.
+    rest = p.predictor.suffix(p.tracker.counts)[1]
+    assert launch - rest == pytest.approx(dur[1], rel=1e-6)
+    with pytest.raises(SchedulerStateError):
+        p.start_batch(Stage.PREFILL, ids, 0.005)
+
+
+@pytest.mark.parametrize("max_batch", [1, 4])
+def test_by_default_units_run_from_their_launch(max_batch):
+    p = policy(max_batch)
+    ids = launched(p, [2.0, 2.0])
+    before = p.remaining_time(ids[0], 0.001)
+    assert before == pytest.approx(p.remaining_time(ids[0], 0.0) - 0.001)
+    p.start_batch(Stage.VIT, ids, 0.001)  # checks the ids, changes no prediction
+    assert p.remaining_time(ids[0], 0.001) == before
+
+
+def _robot_due(p: XInferPolicy, budget: float) -> float:
+    """A robot with ``budget`` sends at 0.05 s and 0.06 s (each answered at once).
+
+    Returns when its next send is forecast (one window over its two sends later).
+    """
+    for t in (0.05, 0.06):
+        [rid] = launched(p, [budget], t=t)
+        for s in Stage:  # the Action completion answers it
+            p.on_complete(rid, s, t + 0.001 * (s + 1))
+        assert rid not in p.requests
+    return 0.06 + p.forecaster.window / 2
+
+
+@pytest.mark.parametrize("spare", [0.001, 1.0])
+def test_a_batch_leaves_a_robot_due_during_it_its_slack(spare):
+    """With forecast_batch_guard, formation guards forecast arrivals as protected requests."""
+    p = policy(forecast_batch_guard=True)
+    dur = p.batch_cost.durations(0, (0, 0, 0))  # type: ignore[union-attr]
+    reserve = p.delta + p.frontend_reserve
+    # Its spare time, b - δ - f - R_V, at the load of the others and its own ViT unit.
+    budget = reserve + p.predictor.suffix((1, 0, 0))[0] + spare
+    due = _robot_due(p, budget)
+    # Launched before the robot is due (admission, which forecasts it, lets them all
+    # through); a lane comes free for them once it is due: its ViT would find the lane
+    # busy while a batch of four runs.
+    ids = launched(p, [2.0] * 4, t=due - 0.010)
+    assert len(ids) == 4
+    t = due + p.frontend_reserve - 0.001
+    plan = p.plan_batch(Stage.VIT, ids, t)
+    if spare < dur[-1] - dur[0]:
+        assert len(plan.members) < 4
+        assert plan.duration - dur[0] <= spare
+        p.forecast_batch_guard = False  # the default: the robot about to send is not seen
+        assert len(p.plan_batch(Stage.VIT, ids, t).members) == 4
+    else:
+        assert len(plan.members) == 4

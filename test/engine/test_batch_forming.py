@@ -99,10 +99,11 @@ class PlanSpy:
         return plan
 
 
-def _engine(**backend_kwargs: Any) -> tuple[StageEngine, BatchingEmulated, PlanSpy]:
+def _engine(policy: str = "xinfer_batch",
+            **backend_kwargs: Any) -> tuple[StageEngine, BatchingEmulated, PlanSpy]:
     clock = Clock(1.0)
     backend = BatchingEmulated(BATCH4, clock, **backend_kwargs)
-    engine = StageEngine(backend, "xinfer_batch", CONFIG, rate_table=BATCH4, clock=clock)
+    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
     assert isinstance(engine.policy, XInferPolicy)
     spy = PlanSpy(engine.policy)
     engine.policy.plan_batch = spy  # type: ignore[method-assign]
@@ -295,3 +296,33 @@ def test_formation_runs_planned_members_only_and_never_past_free_lanes() -> None
     formed.release(Stage.PREFILL)
     batches = formed.form(Stage.PREFILL, 0.001, owner, plan, 0.002)
     assert [[w.live.rid for w in b] for b in batches] == [[2]] and len(formed) == 1
+
+
+def test_the_policy_is_told_when_each_formed_batch_starts() -> None:
+    """With deferred units, their predictions count the time they ran, not the hold."""
+    engine, backend, spy = _engine("xinfer_batch_deferred", alone=["r1"],
+                                   slow={"r0": (Stage.PREFILL, 0.03),
+                                         "r1": (Stage.PREFILL, 0.08)})
+    policy = engine.policy
+    assert isinstance(policy, XInferPolicy) and policy.defer_batched_units
+    started: list[tuple[Stage, tuple[int, ...], float, float]] = []
+    start = policy.start_batch
+
+    def record(stage: Stage | int, ids: Sequence[int], t: float) -> None:
+        start(stage, ids, t)
+        # Re-anchored: no work done at the batch's start.
+        works = [policy.tracker.work_done(policy.tracker.units[rid], t) for rid in ids]
+        started.append((Stage(stage), tuple(ids), t, max(works)))
+
+    policy.start_batch = record  # type: ignore[method-assign]
+    r0, _ = _serve(engine, [2.0, 2.0])
+    told = {(s, ids): t for s, ids, t, _ in started}
+    ran = {(s, ids): t0 for s, ids, t0 in backend.batches}
+    assert len(told) == len(started) and len(ran) == len(backend.batches)  # each once
+    assert told.keys() == ran.keys()
+    assert all(work == 0.0 for *_, work in started)
+    # The lane started each batch after the policy was told (lanes run in parallel).
+    assert all(told[k] <= ran[k] for k in told)
+    # r0's Action was held for a mate: its launch came well before its start.
+    action = next(t for s, ids, t, _ in started if s is Stage.ACTION and r0.request_id in ids)
+    assert action - _launched(spy, Stage.ACTION, r0.request_id) > 0.02

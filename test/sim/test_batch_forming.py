@@ -54,24 +54,37 @@ def test_other_policies_keep_the_lanes_batching():
     assert sim.gpu.former is None
 
 
-def test_a_held_lead_starts_with_its_mates_or_at_its_start_by():
-    sim = Simulation(cfg())
-    gpu, former = sim.gpu, sim.gpu.former
+@pytest.mark.parametrize("policy", ["xinfer_batch", "xinfer_batch_deferred"])
+def test_a_held_lead_starts_with_its_mates_or_at_its_start_by(policy):
+    """Deferred units may start after it when more urgent units take every lane first.
+
+    Deferred, a waiting unit looks all to do at every decision, so a tight unit (never
+    held) can take the lane a relaxed lead was held for; the default never starts late.
+    """
+    sim = Simulation(cfg(policy=policy))
+    gpu, former, policy = sim.gpu, sim.gpu.former, sim.policy
     assert former is not None
     holds: dict[object, float] = {}  # lead -> first start_by
     started: dict[object, float] = {}  # lead -> start time
     late: list[tuple[object, float, float]] = []
+    # Per stage: (start time, deadline of the batch's lead) of every batch started.
+    batches: list[list[tuple[float, float]]] = [[], [], []]
+    deadline: dict[object, float] = {}
+    held_at: dict[object, float] = {}  # lead -> when it was first held
 
     def record(stage, keys, t):
         members, start_by = former(stage, keys, t)
         lead = members[0]
         if start_by - t >= gpu.min_hold:
             holds.setdefault((stage, lead), start_by)
+            held_at.setdefault((stage, lead), t)
+            deadline[(stage, lead)] = policy.requests[lead].deadline
         return members, start_by
 
     start = gpu._start
 
     def record_start(stage, units, t, *, open_):
+        batches[stage].append((t, policy.requests[units[0].key].deadline))
         for unit in units:
             held = (stage, unit.key)
             if held in holds:
@@ -85,7 +98,41 @@ def test_a_held_lead_starts_with_its_mates_or_at_its_start_by():
     result = sim.run()
     assert result.metrics.responses == result.metrics.requests > 0
     assert holds and set(started) == set(holds)  # every held lead started
-    assert not late, late[:5]
+    if policy == "xinfer_batch":
+        assert not late, late[:5]
+    for held, start_by, t in late:  # only more urgent batches went before a late lead
+        ahead = [d for t0, d in batches[held[0]] if held_at[held] <= t0 < t]
+        assert ahead and max(ahead) < deadline[held], (held, start_by, t, ahead)
+    assert len(late) <= len(holds) // 10, late[:5]
     # Some waited until a mate came, some until their start_by.
     assert any(started[k] < holds[k] - 1e-9 for k in holds)
     assert any(abs(started[k] - holds[k]) < 1e-9 for k in holds)
+
+
+def test_the_policy_is_told_when_each_simulated_batch_starts():
+    sim = Simulation(cfg(policy="xinfer_batch_deferred", robots=6, duration=6.0,
+                         window=(1.0, 6.0)))
+    gpu, policy = sim.gpu, sim.policy
+    assert policy.defer_batched_units
+    told: list[tuple[int, tuple[object, ...], float]] = []
+    on_start = gpu.on_start
+    assert on_start is not None
+
+    def record(stage, keys, t):
+        on_start(stage, keys, t)
+        told.append((stage, tuple(keys), t))
+        assert all(policy.tracker.work_done(policy.tracker.units[k], t) == 0.0 for k in keys)
+
+    ran: list[tuple[int, tuple[object, ...], float]] = []
+    start = gpu._start
+
+    def record_start(stage, units, t, *, open_):
+        ran.append((stage, tuple(u.key for u in units), t))
+        return start(stage, units, t, open_=open_)
+
+    gpu.on_start = record
+    gpu._start = record_start
+    result = sim.run()
+    assert result.metrics.responses == result.metrics.requests > 0
+    formed = [r for r in ran if r in set(told)]
+    assert told and formed == told  # every formed batch, once, when it started

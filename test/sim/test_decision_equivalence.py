@@ -85,6 +85,13 @@ def reference_plan(p: XInferPolicy, stage: int, request_ids: Sequence[int],
     members = set(request_ids)
     guard = min((sl for rid in p.protected if rid not in members
                  if (sl := p.slack(rid, t)) >= 0.0), default=math.inf)
+    if cost is not None and p.forecast_batch_guard and p.arrival_aware:
+        # The forecast guard: robots due to reach the stage while the longest batch runs.
+        suf = pred.suffix((others[0] + 1, others[1], others[2]))
+        ahead = p.frontend_reserve + suf[0] - suf[s]
+        spares = [b - p.delta - p.frontend_reserve - suf[0] for _, _, b in
+                  p.forecaster.between(t - ahead, t + durations[-1] - ahead, p.delta)]
+        guard = min([guard, *(x for x in spares if x >= 0.0)])
     plan = reference_form(cands, t, durations, guard, cost is not None)
     if plan.start_by > t and s > 0 and not p._mate_due(s, members, plan.start_by - t, t):
         return BatchPlan(plan.members, plan.duration, t)
@@ -178,15 +185,18 @@ def _run(cfg: SimConfig, cls: type[XInferPolicy],
     return trail, list(res.records)
 
 
-def _batch_cfg(robots: int, seed: int, workload: str = "phases") -> SimConfig:
-    return SimConfig(policy=BATCH_FORMING, robots=robots, seed=seed, workload=workload,
+def _batch_cfg(robots: int, seed: int, workload: str = "phases",
+               policy: str = BATCH_FORMING) -> SimConfig:
+    return SimConfig(policy=policy, robots=robots, seed=seed, workload=workload,
                      duration=12.0, window=(2.0, 12.0), rate_table=BATCH4, slots=(4, 4, 8),
                      max_batch=4)
 
 
 # -- tests -------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("robots", "seed"), [(8, 0), (15, 0), (15, 1), (18, 2)])
-def test_every_plan_equals_the_plan_recomputed_from_scratch(robots, seed):
+@pytest.mark.parametrize(("robots", "seed", "policy"),
+                         [(8, 0, BATCH_FORMING), (15, 0, BATCH_FORMING), (15, 1, BATCH_FORMING),
+                          (18, 2, BATCH_FORMING), (15, 0, "xinfer_batch_guarded")])
+def test_every_plan_equals_the_plan_recomputed_from_scratch(robots, seed, policy):
     checked = []
 
     def check(p: XInferPolicy, stage: int, ids: Sequence[int], t: float,
@@ -194,7 +204,7 @@ def test_every_plan_equals_the_plan_recomputed_from_scratch(robots, seed):
         assert plan == reference_plan(p, stage, ids, t), (t, stage, ids)
         checked.append(plan)
 
-    _run(_batch_cfg(robots, seed), XInferPolicy, check)
+    _run(_batch_cfg(robots, seed, policy=policy), XInferPolicy, check)
     assert len(checked) > 100  # the runs hold, batch and re-plan held leads
 
 

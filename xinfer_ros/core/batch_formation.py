@@ -12,8 +12,9 @@ costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
   alone is lost whatever the batch: it constrains nobody, and runs now).
 * **Tight slack stays intact.** The batch's extra lane time ``d(k) − d(1)`` must fit in
   ``guard``, the smallest slack among protected requests outside the batch (they wait
-  on the same lanes), and a *tight* member keeps at least half of its own slack. A
-  member is tight when a full batch would cost it more than its slack:
+  on the same lanes; with ``forecast_batch_guard`` the policy adds the spare time of
+  robots forecast to arrive), and a *tight* member keeps at least half of its own
+  slack. A member is tight when a full batch would cost it more than its slack:
   ``σ_j(1) < max(0, d(N) − d(1))`` (so a member late even alone is tight).
 * **A tight unit is never held.** The oldest tight candidate leads the batch (else
   the oldest), and a batch with a tight member runs now. Otherwise, when the batch is

@@ -21,6 +21,7 @@ transitions already observed, so future events cannot change them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -241,6 +242,43 @@ class ProgressTracker:
         self._refresh_rates()
         return unit
 
+    def defer(self, request_id: int) -> None:
+        """Mark ``request_id``'s just launched unit as waiting: no work until :meth:`restart`.
+
+        A batch-forming policy's unit waits after its launch until its batch starts (a
+        free lane, a hold for mates; issue 28). While it waits its compute start is
+        infinite, so it integrates no work, and every prediction treats it as starting
+        now: issue overhead h_s still to come, all its work left. It counts in the load
+        as a launched unit does (the table's ρ_s(n) spreads the launched units over the
+        lanes in batches).
+
+        Raises:
+            SchedulerStateError: the request has no running unit.
+        """
+        unit = self.units.get(request_id)
+        if unit is None:
+            raise SchedulerStateError(f"request {request_id} has no running unit")
+        unit.compute_start = math.inf
+        unit.work = 0.0
+
+    def restart(self, request_id: int, t: float) -> None:
+        """Anchor ``request_id``'s unit to a compute start at ``t`` + h_s, no work done.
+
+        Its batch starts at ``t``: from now on it works, so the prediction of its end, and
+        the online correction's observation at its completion, count only the time it
+        runs, not the time it waited (:meth:`defer`). The load counts do not change (the
+        unit was counted from its launch), so neither do the rates.
+
+        Raises:
+            SchedulerStateError: the request has no running unit.
+        """
+        unit = self.units.get(request_id)
+        if unit is None:
+            raise SchedulerStateError(f"request {request_id} has no running unit")
+        self.advance(t)
+        unit.compute_start = t + self.predictor.h[unit.stage]
+        unit.work = 0.0
+
     def record_completion(self, request_id: int, t: float) -> bool:
         """Feed the online correction with ``request_id``'s unit completing at ``t``.
 
@@ -257,8 +295,8 @@ class ProgressTracker:
         pred = self.predictor
         corr = pred.correction
         unit = self.units.get(request_id)
-        if corr is None or unit is None:
-            return False
+        if corr is None or unit is None or unit.compute_start == math.inf:
+            return False  # a unit never started (deferred) did no work to learn from
         s = unit.stage
         if not corr.observe(s, self.work_done(unit, t) / pred.base_work[s]):
             return False
@@ -286,11 +324,12 @@ class ProgressTracker:
         before the rates change).
         """
         out: dict[int, tuple[float, float, int]] = {}
-        last, rate, w = self.last, self.cur_rate, self.predictor.work
+        last, rate, w, h = self.last, self.cur_rate, self.predictor.work, self.predictor.h
         for rid, u in self.units.items():
             s = u.stage
             done = u.work + progress(rate[s], u.compute_start, last, t)
-            wait = u.compute_start - t
+            # At most h_s: a deferred unit (compute start infinite) starts now.
+            wait = min(u.compute_start - t, h[s])
             left = w[s] - done
             out[rid] = (wait if wait > 0.0 else 0.0, left if left > 0.0 else 0.0, s)
         return out
@@ -313,7 +352,7 @@ class ProgressTracker:
         """
         s = unit.stage
         pred = self.predictor
-        wait = unit.compute_start - t
+        wait = min(unit.compute_start - t, pred.h[s])  # a deferred unit starts now
         left = pred.work[s] - self.work_done(unit, t)
         if left <= 0.0:
             return wait if wait > 0.0 else 0.0

@@ -7,7 +7,8 @@ extensions: ``xinfer_no_slot_aware`` / ``xinfer_paper`` (slot-aware admission of
 Algorithm 1 as written), the experimental, default-off ``xinfer_projection`` and
 ``xinfer_forecast_load``, ``xinfer_spread`` (the settings for a server with phase
 spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28; without holds for
-mates: ``xinfer_batch_nohold``). Names are matched
+mates: ``xinfer_batch_nohold``; the experiments ``xinfer_batch_deferred`` and
+``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -55,6 +56,11 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch": {"max_batch": 4},
     # The same without holds: a formed batch runs at once, no lead waits for mates.
     "xinfer_batch_nohold": {"max_batch": 4, "batch_hold": False},
+    # Experiments (section 5.3): units that wait for their batch do no work in the
+    # predictor, and with it the batch guard for robots about to send.
+    "xinfer_batch_deferred": {"max_batch": 4, "defer_batched_units": True},
+    "xinfer_batch_guarded": {"max_batch": 4, "defer_batched_units": True,
+                             "forecast_batch_guard": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -65,7 +71,8 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
 #: passes its own ``max_batch``.
 BATCH_FORMING = "xinfer_batch"
 #: Every preset that forms batches (see :func:`forms_batches`).
-BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold"})
+BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
+                                           "xinfer_batch_deferred", "xinfer_batch_guarded"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

@@ -247,6 +247,16 @@ class XInferPolicy(Policy):
         batch_hold: with ``max_batch`` above one, whether a relaxed lead may wait for
             mates (:meth:`plan_batch`'s ``start_by``); False runs every formed batch at
             once.
+        forecast_batch_guard: an experiment (off by default: it did not raise
+            attainment on the engine, docs/BENCHMARKS.md section 5.3): with
+            ``max_batch`` above one, a batch's extra duration must also fit in the spare
+            time of robots forecast to reach its stage while it runs
+            (:meth:`_forecast_guard`).
+        defer_batched_units: an experiment (off by default: it lowered attainment past
+            saturation on the engine, section 5.3): with ``max_batch`` above one, a
+            launched unit does no work in the predictor until its batch starts
+            (:meth:`start_batch`); by default it progresses from its launch, so the
+            online correction also learns the time units wait for a lane.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -283,6 +293,8 @@ class XInferPolicy(Policy):
         record_admissions: bool = False,
         max_batch: int = 1,
         batch_hold: bool = True,
+        forecast_batch_guard: bool = False,
+        defer_batched_units: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -293,6 +305,8 @@ class XInferPolicy(Policy):
             self.batch_cost = BatchCost(self.predictor, max_batch,
                                         "rate table", table)
         self.batch_hold = bool(batch_hold)
+        self.forecast_batch_guard = bool(forecast_batch_guard)
+        self.defer_batched_units = bool(defer_batched_units)
         self.strict_priority = bool(strict_priority)
         self.arrival_aware = bool(arrival_aware)
         self.entry_only = bool(entry_only)
@@ -374,7 +388,9 @@ class XInferPolicy(Policy):
         :func:`~xinfer_ros.core.batch_formation.form_batch`. Batch costs come from the
         table's batch dimension at the load of the *other* running units; a member's
         rest is its remaining stages at that load; the guard is the smallest slack of a
-        protected request outside the candidates that is not already predicted late.
+        protected request outside the candidates that is not already predicted late
+        (with ``forecast_batch_guard``, also the smallest spare time of a robot forecast
+        to reach the stage while a batch may run: :meth:`_forecast_guard`).
         The lead holds for mates only while one is due within the hold: past ViT,
         another live request must be ready for ``stage`` or running the stage before it
         with a predicted residual that ends before ``start_by`` (ViT mates are
@@ -407,14 +423,49 @@ class XInferPolicy(Policy):
         cost = self.batch_cost
         durations = (cost.durations(s, others) if cost is not None
                      else (pred.q_tab[pred.index(others)][s],))
-        rest = pred.suffix_tab[pred.index(others)][s + 1]
+        others_index = pred.index(others)
+        rest = pred.suffix_tab[others_index][s + 1]
         members = set(request_ids)
+        guard = self._batch_guard(members, t)
+        if cost is not None and self.forecast_batch_guard and self.arrival_aware:
+            guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
-                             guard=self._batch_guard(members, t),
-                             may_wait=cost is not None and self.batch_hold)
+                             guard=guard, may_wait=cost is not None and self.batch_hold)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
+
+    def _issue(self, req: Request, stage: Stage, t: float, protected: bool = False) -> Launch:
+        launch = super()._issue(req, stage, t, protected)
+        if self.defer_batched_units and self.batch_cost is not None:
+            # Its batch starts later (start_batch): until then it does no work.
+            self.tracker.defer(req.request_id)
+        return launch
+
+    def start_batch(self, stage: Stage | int, request_ids: Sequence[int], t: float) -> None:
+        """Record that the launched ``stage`` units of ``request_ids`` start now as one batch.
+
+        With ``max_batch`` above one a launched unit waits, doing no work, until the
+        batch :meth:`plan_batch` puts it in starts (a free lane, a hold for mates). With
+        ``defer_batched_units`` the tracker counts it as starting at every prediction
+        until then (:meth:`~xinfer_ros.core.predictor.ProgressTracker.defer`) and from
+        ``t`` on as running (:meth:`~xinfer_ros.core.predictor.ProgressTracker.restart`),
+        so that predicted ends and the online correction's observations count the time
+        units run, not the time they waited; without it (the default) this only checks
+        the ids. The engine's dispatcher and the simulator call it when they hand a
+        lane the batch :meth:`plan_batch` formed.
+
+        Raises:
+            SchedulerStateError: an id without a running unit of ``stage``.
+        """
+        t = self._advance_clock(t)
+        tracker, s = self.tracker, int(stage)
+        for rid in request_ids:
+            u = tracker.units.get(rid)
+            if u is None or u.stage != s:
+                raise SchedulerStateError(f"request {rid} has no launched {Stage(s).name} unit")
+            if self.defer_batched_units:
+                tracker.restart(rid, t)
 
     def _batch_guard(self, members: set[int], t: float) -> float:
         """Smallest slack σ_h(n_f) >= 0 of a protected request outside ``members``.
@@ -429,6 +480,29 @@ class XInferPolicy(Policy):
             sl = self.slack(rid, t)
             if 0.0 <= sl < guard:
                 guard = sl
+        return guard
+
+    def _forecast_guard(self, s: int, t: float, longest: float, others_index: int) -> float:
+        """Smallest spare time >= 0 of a forecast arrival reaching stage ``s`` in a batch.
+
+        The guard of :meth:`_batch_guard` for requests that have not arrived yet, as
+        FORECASTFEASIBLE protects them at admission: a robot due to send during the
+        longest batch (``longest``, d_s(N)) reaches stage ``s`` at ``a_e + f`` plus the
+        stages before ``s`` and may find the lane still busy, so the batch's extra time
+        must fit in its spare ``b_e − δ − f − R_V(n')`` (n': the other running units and
+        its own ViT unit). Forecasts predicted late even so constrain nobody; infinity
+        when no forecast is due.
+        """
+        pred = self.predictor
+        suf = pred.suffix_tab[pred.plus[others_index][0]]
+        reserve = self.delta + self.frontend_reserve
+        # a_e + f + (suf_V − suf_s) <= t + longest: e reaches stage s while a batch may run.
+        ahead = self.frontend_reserve + suf[0] - suf[s]
+        guard = float("inf")
+        for _, _, b in self.forecaster.between(t - ahead, t + longest - ahead, self.delta):
+            spare = b - reserve - suf[0]
+            if 0.0 <= spare < guard:
+                guard = spare
         return guard
 
     def _mate_due(self, s: int, waiting: set[int], within: float, t: float) -> bool:

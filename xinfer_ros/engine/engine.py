@@ -60,11 +60,12 @@ from xinfer_ros.core.registry import forms_batches, is_xinfer, make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.core.timing import MS_PER_S
+from xinfer_ros.core.xinfer_policy import XInferPolicy
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.api import EngineStats
 from xinfer_ros.engine.backends.base import AnyBackend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
-from xinfer_ros.engine.batching import BatchQueue, FormedBatches, Planner, UnitRunner
+from xinfer_ros.engine.batching import BatchQueue, FormedBatches, UnitRunner, Waiting
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.delivery import ResultDelivery
 from xinfer_ros.engine.events import (
@@ -717,20 +718,20 @@ class StageEngine:
     def _launch_all(self, policy: Policy, out: SchedulerOutput, now: float) -> None:
         opening = self._gates.open_round()
         issued: list[Stage] = []
-        plan = _planner(policy)
+        former = _batch_former(policy)
         try:
             for launch in out.launches:
                 if self._gates.allows(launch.stage, launch.request_id, opening):
-                    self._issue(launch, now, opening, formed=plan is not None)
+                    self._issue(launch, now, opening, formed=former is not None)
                     issued.append(launch.stage)
                 else:
                     policy.abort(launch.request_id, now)
         finally:
             # Lane tasks start once the whole decision is queued, so that units launched
             # together can run as one batch; queued units start even if the loop broke.
-            if plan is not None:
+            if former is not None:
                 # Every decision, launches or not: a lane came free, a hold expired.
-                self._start_formed(policy, plan, now)
+                self._start_formed(former, now)
             else:
                 for s in issued:
                     self._start_unit(s, now)
@@ -745,14 +746,15 @@ class StageEngine:
         self._gates.issued(s, live.rid, opening)
         (self._formed if formed else self._waiting).put(s, live, now)
 
-    def _start_formed(self, policy: Policy, plan: Planner, now: float) -> None:
+    def _start_formed(self, policy: XInferPolicy, now: float) -> None:
         """Hand free lanes the batches ``policy`` forms of its waiting units (issue 28)."""
         formed = self._formed
         if not len(formed):
             return
         tick = self.config.tick_s
         for s in STAGES:
-            for batch in formed.form(s, now, policy, plan, tick):
+            for batch in formed.form(s, now, policy, policy.plan_batch, tick):
+                self._batch_started(policy, s, batch, now)
                 try:
                     self._stage_lanes[s].submit(self._units.run_formed, s, batch, now,
                                                 formed.release)
@@ -760,6 +762,16 @@ class StageEngine:
                     formed.release(s)
                     for unit in batch:
                         self._events.put(UnitDone(unit.live, s, now, now, exc))
+
+    def _batch_started(self, policy: XInferPolicy, s: Stage, batch: list[Waiting],
+                       now: float) -> None:
+        """Tell ``policy`` its formed batch starts now (its units stop waiting)."""
+        try:
+            policy.start_batch(s, [w.live.rid for w in batch], now)
+        except Exception as exc:  # a policy bug must not keep a formed batch off its lane
+            self._note("batch start not recorded by the policy (%s: %s); its units' "
+                       "predictions count their wait", type(exc).__name__, exc,
+                       level=logging.ERROR)
 
     def _plan_failed(self, exc: BaseException) -> None:
         self._note("batch plan failed (%s: %s); the lane batches in launch order",
@@ -893,9 +905,8 @@ class StageEngine:
         self._delivery.finish(live, status, reason, actions)
 
 
-def _planner(policy: Policy) -> Planner | None:
-    """The policy's batch plan when it forms its lanes' batches (issue 28), else None."""
-    if getattr(policy, "batch_cost", None) is None:
-        return None
-    plan: Planner = policy.plan_batch  # type: ignore[attr-defined]
-    return plan
+def _batch_former(policy: Policy) -> XInferPolicy | None:
+    """``policy`` when it forms its lanes' batches (issue 28), else None."""
+    if isinstance(policy, XInferPolicy) and policy.batch_cost is not None:
+        return policy
+    return None

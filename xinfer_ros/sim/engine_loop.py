@@ -284,6 +284,7 @@ class Simulation:
             self.policy.plan_batch  # type: ignore[attr-defined]
         # Holds shorter than a tick start at once, as on the engine's dispatcher.
         gpu.min_hold = self.cfg.tick
+        gpu.on_start = self.policy.start_batch  # type: ignore[attr-defined]
         recorder = self.decisions
         if recorder is None:
             def former(s: int, keys: list[object], t: float) -> tuple[tuple[int, ...], float]:

@@ -263,6 +263,9 @@ class BatchedGpuModel(GpuModel):
         #: a free lane runs and its latest start. None: lanes batch as the engine's
         #: BatchQueue does.
         self.former: Former | None = None
+        #: Told ``(stage, keys, t)`` when a formed batch starts (with a ``former``), as
+        #: the engine's dispatcher tells the policy (``XInferPolicy.start_batch``).
+        self.on_start: Callable[[int, list[object], float], None] | None = None
         #: Shortest hold kept (s): a shorter one starts now, as the engine's dispatcher,
         #: which decides once per tick while a lead is held, starts it.
         self.min_hold = 0.0
@@ -380,6 +383,8 @@ class BatchedGpuModel(GpuModel):
                                                        if u.key not in chosen)
                 for key in chosen:
                     holds.pop(key, None)
+                if self.on_start is not None:
+                    self.on_start(stage, [u.key for u in units], t)
                 self._start(stage, units, t, open_=False)
                 started = True
             self._held[stage] = holds
