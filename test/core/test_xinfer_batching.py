@@ -167,6 +167,8 @@ def test_a_batch_leaves_a_robot_due_during_it_its_slack(spare):
     assert len(ids) == 4
     t = due + p.frontend_reserve - 0.001
     plan = p.plan_batch(Stage.VIT, ids, t)
+    # Each parameter takes its branch: 1 ms is short of a full batch's extra time, 1 s not.
+    assert (spare < dur[-1] - dur[0]) == (spare == 0.001)
     if spare < dur[-1] - dur[0]:
         assert len(plan.members) < 4
         assert plan.duration - dur[0] <= spare

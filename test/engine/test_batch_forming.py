@@ -310,9 +310,11 @@ def test_the_policy_is_told_when_each_formed_batch_starts() -> None:
 
     def record(stage: Stage | int, ids: Sequence[int], t: float) -> None:
         start(stage, ids, t)
-        # Re-anchored: no work done at the batch's start.
-        works = [policy.tracker.work_done(policy.tracker.units[rid], t) for rid in ids]
-        started.append((Stage(stage), tuple(ids), t, max(works)))
+        # Re-anchored: compute from the batch's start plus h_s, no work done before it.
+        units = [policy.tracker.units[rid] for rid in ids]
+        anchored = all(u.compute_start == t + policy.predictor.h[u.stage] for u in units)
+        works = [policy.tracker.work_done(u, t) for u in units]
+        started.append((Stage(stage), tuple(ids), t, max(works) if anchored else -1.0))
 
     policy.start_batch = record  # type: ignore[method-assign]
     r0, _ = _serve(engine, [2.0, 2.0])

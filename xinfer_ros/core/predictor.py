@@ -284,8 +284,9 @@ class ProgressTracker:
 
         Call it just before :meth:`finish` for a real completion (never for an abort
         or a removal: a partial unit says nothing about the rate). The observation is
-        the work integrated at the calibrated rates over the unit's whole life,
-        divided by the calibrated W_s (see :mod:`xinfer_ros.core.rate_correction`).
+        the work integrated at the calibrated rates over the unit's life (from its
+        batch's start when it was deferred, :meth:`restart`), divided by the
+        calibrated W_s (see :mod:`xinfer_ros.core.rate_correction`).
         A no-op without a correction.
 
         Returns:
@@ -328,8 +329,8 @@ class ProgressTracker:
         for rid, u in self.units.items():
             s = u.stage
             done = u.work + progress(rate[s], u.compute_start, last, t)
-            # At most h_s: a deferred unit (compute start infinite) starts now.
-            wait = min(u.compute_start - t, h[s])
+            # A deferred unit (compute start infinite) starts now.
+            wait = h[s] if u.compute_start == math.inf else u.compute_start - t
             left = w[s] - done
             out[rid] = (wait if wait > 0.0 else 0.0, left if left > 0.0 else 0.0, s)
         return out
@@ -352,7 +353,8 @@ class ProgressTracker:
         """
         s = unit.stage
         pred = self.predictor
-        wait = min(unit.compute_start - t, pred.h[s])  # a deferred unit starts now
+        cs = unit.compute_start
+        wait = pred.h[s] if cs == math.inf else cs - t  # a deferred unit starts now
         left = pred.work[s] - self.work_done(unit, t)
         if left <= 0.0:
             return wait if wait > 0.0 else 0.0

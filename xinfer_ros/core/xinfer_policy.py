@@ -251,7 +251,8 @@ class XInferPolicy(Policy):
             attainment on the engine, docs/BENCHMARKS.md section 5.3): with
             ``max_batch`` above one, a batch's extra duration must also fit in the spare
             time of robots forecast to reach its stage while it runs
-            (:meth:`_forecast_guard`).
+            (:meth:`_forecast_guard`); only with ``arrival_aware``, which forecasts
+            arrivals.
         defer_batched_units: an experiment (off by default: it lowered attainment past
             saturation on the engine, section 5.3): with ``max_batch`` above one, a
             launched unit does no work in the predictor until its batch starts
@@ -437,7 +438,7 @@ class XInferPolicy(Policy):
 
     def _issue(self, req: Request, stage: Stage, t: float, protected: bool = False) -> Launch:
         launch = super()._issue(req, stage, t, protected)
-        if self.defer_batched_units and self.batch_cost is not None:
+        if self._defers():
             # Its batch starts later (start_batch): until then it does no work.
             self.tracker.defer(req.request_id)
         return launch
@@ -460,12 +461,17 @@ class XInferPolicy(Policy):
         """
         t = self._advance_clock(t)
         tracker, s = self.tracker, int(stage)
-        for rid in request_ids:
+        for rid in request_ids:  # all checked first: a bad id restarts none of them
             u = tracker.units.get(rid)
             if u is None or u.stage != s:
                 raise SchedulerStateError(f"request {rid} has no launched {Stage(s).name} unit")
-            if self.defer_batched_units:
+        if self._defers():
+            for rid in request_ids:
                 tracker.restart(rid, t)
+
+    def _defers(self) -> bool:
+        """Whether launched units wait without work until their batch starts."""
+        return self.defer_batched_units and self.batch_cost is not None
 
     def _batch_guard(self, members: set[int], t: float) -> float:
         """Smallest slack σ_h(n_f) >= 0 of a protected request outside ``members``.

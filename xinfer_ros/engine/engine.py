@@ -769,9 +769,8 @@ class StageEngine:
         try:
             policy.start_batch(s, [w.live.rid for w in batch], now)
         except Exception as exc:  # a policy bug must not keep a formed batch off its lane
-            self._note("batch start not recorded by the policy (%s: %s); its units' "
-                       "predictions count their wait", type(exc).__name__, exc,
-                       level=logging.ERROR)
+            self._note("batch start not recorded by the policy (%s: %s); the batch runs "
+                       "anyway", type(exc).__name__, exc, level=logging.ERROR)
 
     def _plan_failed(self, exc: BaseException) -> None:
         self._note("batch plan failed (%s: %s); the lane batches in launch order",
