@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11+ (setup.py allows 3.10): annotations 
     from typing import Unpack
 
 __all__ = ["LAZY_SLOTS", "MAX_ADMISSION_RECORDS", "AdmissionRecord", "XInferPolicy",
-           "check_lazy_slots"]
+           "batch_former", "check_lazy_slots"]
 
 #: Admission records kept with ``record_admissions`` (the latest; older ones drop).
 MAX_ADMISSION_RECORDS = 10_000
@@ -982,3 +982,13 @@ class XInferPolicy(Policy):
         self._promoted.discard(rid)
         self._protected.discard(rid)
         self._late_set_cache.discard(rid)
+
+
+def batch_former(policy: Policy) -> XInferPolicy | None:
+    """``policy`` when it forms its lanes' batches (issue 28: ``max_batch`` above one), else None.
+
+    The one test the engine and the simulator use to hand batch formation to the policy.
+    """
+    if isinstance(policy, XInferPolicy) and policy.batch_cost is not None:
+        return policy
+    return None

@@ -60,7 +60,7 @@ from xinfer_ros.core.registry import forms_batches, is_xinfer, make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.core.timing import MS_PER_S
-from xinfer_ros.core.xinfer_policy import XInferPolicy
+from xinfer_ros.core.xinfer_policy import XInferPolicy, batch_former
 from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.api import EngineStats
 from xinfer_ros.engine.backends.base import AnyBackend, InputValidationError
@@ -254,10 +254,12 @@ class StageEngine:
                     self._note("lazy_slots applies to XInfer policies: %s fills every free "
                                "slot", policy, level=logging.WARNING)
             policy = make_policy(policy, **args)
-        cost = getattr(policy, "batch_cost", None)
-        if cost is not None and cost.max_batch != self.config.max_batch:
-            raise ValueError(f"policy {policy.name!r} forms batches of {cost.max_batch} but "
-                             f"the engine runs max_batch {self.config.max_batch}")
+        former = batch_former(policy)
+        if former is not None and former.batch_cost is not None \
+                and former.batch_cost.max_batch != self.config.max_batch:
+            raise ValueError(f"policy {policy.name!r} forms batches of "
+                             f"{former.batch_cost.max_batch} but the engine runs max_batch "
+                             f"{self.config.max_batch}")
         if self.rate_correction is not None:
             policy.predictor.set_correction(self.rate_correction)
         return policy
@@ -718,7 +720,7 @@ class StageEngine:
     def _launch_all(self, policy: Policy, out: SchedulerOutput, now: float) -> None:
         opening = self._gates.open_round()
         issued: list[Stage] = []
-        former = _batch_former(policy)
+        former = batch_former(policy)
         try:
             for launch in out.launches:
                 if self._gates.allows(launch.stage, launch.request_id, opening):
@@ -902,10 +904,3 @@ class StageEngine:
     def _finish(self, live: LiveRequest, status: Status, reason: str,
                 actions: np.ndarray | None = None) -> None:
         self._delivery.finish(live, status, reason, actions)
-
-
-def _batch_former(policy: Policy) -> XInferPolicy | None:
-    """``policy`` when it forms its lanes' batches (issue 28), else None."""
-    if isinstance(policy, XInferPolicy) and policy.batch_cost is not None:
-        return policy
-    return None

@@ -46,6 +46,7 @@ from xinfer_ros.core.rate_table import RateTable, resolve_rate_table
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES
 from xinfer_ros.core.timing import deadline
+from xinfer_ros.core.xinfer_policy import batch_former
 from xinfer_ros.sim.decisions import DecisionRecorder
 from xinfer_ros.sim.gpu import BatchedGpuModel, GpuModel
 from xinfer_ros.sim.workloads import Workload, build_workload
@@ -273,18 +274,19 @@ class Simulation:
         Raises:
             ValueError: the policy's max_batch differs from the simulated GPU's.
         """
-        cost = getattr(self.policy, "batch_cost", None)
-        if cost is None:
+        policy = batch_former(self.policy)
+        if policy is None or policy.batch_cost is None:
             return None
-        gpu = self.gpu
+        cost, gpu = policy.batch_cost, self.gpu
         if not isinstance(gpu, BatchedGpuModel) or cost.max_batch != self.cfg.max_batch:
             raise ValueError(f"policy {self.cfg.policy!r} forms batches of {cost.max_batch} "
                              f"but the simulated GPU runs max_batch {self.cfg.max_batch}")
+        # The GPU model's keys are the policy's request ids, typed as objects there.
         plan: Callable[[int, list[object], float], BatchPlan] = \
-            self.policy.plan_batch  # type: ignore[attr-defined]
+            policy.plan_batch  # type: ignore[assignment]
         # Holds shorter than a tick start at once, as on the engine's dispatcher.
         gpu.min_hold = self.cfg.tick
-        gpu.on_start = self.policy.start_batch  # type: ignore[attr-defined]
+        gpu.on_start = policy.start_batch  # type: ignore[assignment]
         recorder = self.decisions
         if recorder is None:
             def former(s: int, keys: list[object], t: float) -> tuple[tuple[int, ...], float]:
