@@ -242,6 +242,17 @@ class ProgressTracker:
         self._refresh_rates()
         return unit
 
+    def _unit(self, request_id: int) -> RunningUnit:
+        """``request_id``'s running unit.
+
+        Raises:
+            SchedulerStateError: the request has no running unit.
+        """
+        unit = self.units.get(request_id)
+        if unit is None:
+            raise SchedulerStateError(f"request {request_id} has no running unit")
+        return unit
+
     def defer(self, request_id: int) -> None:
         """Mark ``request_id``'s just launched unit as waiting: no work until :meth:`restart`.
 
@@ -255,9 +266,7 @@ class ProgressTracker:
         Raises:
             SchedulerStateError: the request has no running unit.
         """
-        unit = self.units.get(request_id)
-        if unit is None:
-            raise SchedulerStateError(f"request {request_id} has no running unit")
+        unit = self._unit(request_id)
         unit.compute_start = math.inf
         unit.work = 0.0
 
@@ -272,9 +281,7 @@ class ProgressTracker:
         Raises:
             SchedulerStateError: the request has no running unit.
         """
-        unit = self.units.get(request_id)
-        if unit is None:
-            raise SchedulerStateError(f"request {request_id} has no running unit")
+        unit = self._unit(request_id)
         self.advance(t)
         unit.compute_start = t + self.predictor.h[unit.stage]
         unit.work = 0.0
@@ -306,9 +313,7 @@ class ProgressTracker:
 
     def finish(self, request_id: int, t: float) -> RunningUnit:
         """Record the completion (or abort) of ``request_id``'s unit at ``t``."""
-        unit = self.units.get(request_id)
-        if unit is None:
-            raise SchedulerStateError(f"request {request_id} has no running unit")
+        unit = self._unit(request_id)
         self.advance(t)
         del self.units[request_id]
         self.counts[unit.stage] -= 1

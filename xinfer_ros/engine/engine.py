@@ -255,11 +255,10 @@ class StageEngine:
                                "slot", policy, level=logging.WARNING)
             policy = make_policy(policy, **args)
         former = batch_former(policy)
-        if former is not None and former.batch_cost is not None \
-                and former.batch_cost.max_batch != self.config.max_batch:
-            raise ValueError(f"policy {policy.name!r} forms batches of "
-                             f"{former.batch_cost.max_batch} but the engine runs max_batch "
-                             f"{self.config.max_batch}")
+        cost = former.batch_cost if former is not None else None
+        if cost is not None and cost.max_batch != self.config.max_batch:
+            raise ValueError(f"policy {policy.name!r} forms batches of {cost.max_batch} but "
+                             f"the engine runs max_batch {self.config.max_batch}")
         if self.rate_correction is not None:
             policy.predictor.set_correction(self.rate_correction)
         return policy
