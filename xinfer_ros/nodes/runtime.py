@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import _thread
 import faulthandler
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
@@ -30,6 +32,8 @@ __all__ = ["EXECUTORS", "EXECUTOR_PARAM", "StopFlag", "keep_discovery_local", "m
 
 #: Longest the events executor waits before it checks for shutdown again (s).
 _SHUTDOWN_POLL_S = 0.1
+#: How often the start-up watcher looks for an interrupt a finaliser swallowed (s).
+_LOST_POLL_S = 0.05
 
 
 def keep_discovery_local() -> None:
@@ -114,6 +118,13 @@ class _StopWhileStarting(_SignalPipe):
     :data:`STOP_GRACE_S` after the signal, the watcher says so and ends the process with
     status 0 (the user asked it to stop; nothing had been served). Action worker
     processes already started see their pipe close and exit.
+
+    A KeyboardInterrupt raised inside a callback that cannot raise (a weakref callback
+    such as importlib's module-lock cleanup, a ``__del__``) is handed to
+    :data:`sys.unraisablehook`, which would print its traceback and let the build go
+    on. While the build runs, that hook records the lost interrupt without printing,
+    and the watcher raises it in the main thread again (:func:`_thread.interrupt_main`)
+    once the callback has returned.
     """
 
     def __init__(self) -> None:
@@ -122,18 +133,44 @@ class _StopWhileStarting(_SignalPipe):
         # stays so until the spin installs its own handler (not restored on close: an
         # ignored SIGINT between the two would lose a Ctrl-C).
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._lost_at: float | None = None  # when a finaliser swallowed the interrupt
+        self._previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         super().__init__()
 
-    def _on_stop_signal(self) -> None:
-        if self._finished.wait(STOP_GRACE_S):
+    def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
+        # No lock here: the watcher re-raises a poll later, once this and the callback
+        # have returned (raised inside this hook, the interrupt would be lost again).
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
+                                                          KeyboardInterrupt):
+            self._lost_at = time.monotonic()
             return
-        print(f"stopped while starting: the node was still being built {STOP_GRACE_S:g} s "
-              "after the signal (inside a long native call)", file=sys.stderr, flush=True)
-        os._exit(0)
+        self._previous_hook(unraisable)
+
+    def _on_stop_signal(self) -> None:
+        deadline = time.monotonic() + STOP_GRACE_S
+        while not self._finished.wait(_LOST_POLL_S):
+            lost_at = self._lost_at
+            if lost_at is not None and time.monotonic() - lost_at >= _LOST_POLL_S:
+                self._lost_at = None
+                _thread.interrupt_main(signal.SIGINT)
+            if time.monotonic() >= deadline:
+                print(f"stopped while starting: the node was still being built "
+                      f"{STOP_GRACE_S:g} s after the signal (inside a long native call)",
+                      file=sys.stderr, flush=True)
+                os._exit(0)
 
     def close(self) -> None:
-        """The node is built (or its build failed): disarm the watcher."""
+        """The node is built (or its build failed): disarm the watcher.
+
+        Raises:
+            KeyboardInterrupt: An interrupt a finaliser swallowed that the watcher had
+                not raised again yet (the build ended within one poll of it).
+        """
+        sys.unraisablehook = self._previous_hook
         self._close_pipe()
+        if self._lost_at is not None:
+            raise KeyboardInterrupt
 
 
 class _StopOnSignal(_SignalPipe):
