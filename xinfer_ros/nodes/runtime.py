@@ -124,7 +124,7 @@ class _StopWhileStarting(_SignalPipe):
     :data:`sys.unraisablehook`, which would print its traceback and let the build go
     on. While the build runs, that hook records the lost interrupt without printing,
     and the watcher raises it in the main thread again (:func:`_thread.interrupt_main`)
-    once the callback has returned.
+    a poll later; should the build end first, :meth:`close` says it is owed.
     """
 
     def __init__(self) -> None:
@@ -134,13 +134,15 @@ class _StopWhileStarting(_SignalPipe):
         # ignored SIGINT between the two would lose a Ctrl-C).
         signal.signal(signal.SIGINT, signal.default_int_handler)
         self._lost_at: float | None = None  # when a finaliser swallowed the interrupt
+        self._closing = False  # set by close: the watcher raises nothing any more
+        self._handover = threading.Lock()  # the owed interrupt goes to one side only
+        super().__init__()
         self._previous_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
-        super().__init__()
 
     def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
-        # No lock here: the watcher re-raises a poll later, once this and the callback
-        # have returned (raised inside this hook, the interrupt would be lost again).
+        # No lock here, and the watcher waits a poll: raised while this hook runs, the
+        # interrupt would be swallowed again (then recorded again, until the grace).
         if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
                                                           KeyboardInterrupt):
             self._lost_at = time.monotonic()
@@ -150,27 +152,34 @@ class _StopWhileStarting(_SignalPipe):
     def _on_stop_signal(self) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
         while not self._finished.wait(_LOST_POLL_S):
-            lost_at = self._lost_at
-            if lost_at is not None and time.monotonic() - lost_at >= _LOST_POLL_S:
-                self._lost_at = None
-                _thread.interrupt_main(signal.SIGINT)
+            with self._handover:
+                lost_at = self._lost_at
+                if (not self._closing and lost_at is not None
+                        and time.monotonic() - lost_at >= _LOST_POLL_S):
+                    self._lost_at = None
+                    _thread.interrupt_main(signal.SIGINT)
             if time.monotonic() >= deadline:
                 print(f"stopped while starting: the node was still being built "
                       f"{STOP_GRACE_S:g} s after the signal (inside a long native call)",
                       file=sys.stderr, flush=True)
                 os._exit(0)
 
-    def close(self) -> None:
-        """The node is built (or its build failed): disarm the watcher.
+    def close(self) -> bool:
+        """The node is built (or its build failed): disarm the watcher; idempotent.
 
-        Raises:
-            KeyboardInterrupt: An interrupt a finaliser swallowed that the watcher had
-                not raised again yet (the build ended within one poll of it).
+        A second call finishes what an interrupt raised inside the first cut short.
+
+        Returns:
+            Whether an interrupt a finaliser swallowed is still owed (the build ended
+            within one poll of it): the caller raises KeyboardInterrupt.
         """
-        sys.unraisablehook = self._previous_hook
-        self._close_pipe()
-        if self._lost_at is not None:
-            raise KeyboardInterrupt
+        with self._handover:
+            self._closing = True
+            owed, self._lost_at = self._lost_at is not None, None
+        if not self._finished.is_set():
+            sys.unraisablehook = self._previous_hook
+            self._close_pipe()
+        return owed
 
 
 class _StopOnSignal(_SignalPipe):
@@ -288,7 +297,9 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         try:
             node = factory()
         finally:
-            starting.close()
+            owed = starting.close()
+        if owed:
+            raise KeyboardInterrupt
         kind = _executor_kind(node)
         executor = make_executor(kind, threads)
         stop = _StopOnSignal() if kind == "events" else None
@@ -308,6 +319,7 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
         if rclpy.ok():
             raise
     finally:
+        starting.close()  # a no-op, unless an interrupt cut the first call short
         _teardown(executor, node, stop)
     return status
 
