@@ -233,14 +233,14 @@ _STUCK_NODE = """
 import os, signal, sys
 import rclpy.executors
 from rclpy.node import Node
-from xinfer_ros.nodes import runtime
+from xinfer_ros.nodes import runtime, stopping
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.nodes.params import declare_params
 
-runtime.STOP_GRACE_S, runtime.TEARDOWN_GRACE_S = 1.0, 2.0
+stopping.STOP_GRACE_S, stopping.TEARDOWN_GRACE_S = 1.0, 2.0
 stuck_in = sys.argv[1]
 if stuck_in == "finaliser-then-built":  # the build ends long before the watcher's poll
-    runtime._LOST_POLL_S = 5.0
+    stopping._LOST_POLL_S = 5.0
 never, _writer = os.pipe()
 
 def swallow_the_ctrl_c_in_a_finaliser():
@@ -355,6 +355,73 @@ def test_ctrl_c_swallowed_by_a_finaliser_while_a_node_is_built_still_stops_it(
     # finaliser-then-built: the build ended before the watcher's poll, so the interrupt
     # is still owed when it closes; the process stops without a second signal instead
     # of spinning (_interrupt sends one).
+
+
+#: A node module whose import takes 30 s, in Python ("slow") or in one native call
+#: ("stuck"), as rclpy, torch and transformers take seconds.
+_SLOW_IMPORT = """
+import os, signal, sys, time
+print("importing", flush=True)
+if os.environ["SLOW_IMPORT"] == "stuck":
+    signal.signal(signal.SIGINT, lambda *_: None)  # KeyboardInterrupt never comes
+    never, _writer = os.pipe()
+    os.read(never, 1)
+for _ in range(300):
+    time.sleep(0.1)
+print("imported", flush=True)
+
+def main():
+    print("main ran", flush=True)
+    return 3
+"""
+
+#: A node script as installed (scripts/nodes/*), started with SIGINT ignored like a
+#: background job of a shell script.
+_NODE_SCRIPT = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+from xinfer_ros.nodes import stopping
+stopping.STOP_GRACE_S = 1.0
+sys.exit(stopping.run_node_main("slow_node_module"))
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["slow", "stuck"])
+def test_ctrl_c_while_a_node_script_imports_its_module_ends_the_process(
+        spawn, tmp_path, monkeypatch, case: str) -> None:
+    # Once a server started from a script's background job ignored a Ctrl-C sent during
+    # its imports and served on; run_node_main guards the import as spin_node the build.
+    (tmp_path / "slow_node_module.py").write_text(_SLOW_IMPORT)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("SLOW_IMPORT", case)
+    status, took, output = _interrupt(spawn([sys.executable, "-c", _NODE_SCRIPT]),
+                                      "importing")
+    assert status == 0, output
+    lines = output.splitlines()
+    assert "imported" not in lines and "main ran" not in lines, output
+    assert "Traceback" not in output, output
+    if case == "slow":  # KeyboardInterrupt unwound the import at once
+        assert took < 3.0 and "stopped while starting" not in output, output
+    else:  # the watcher, after the grace
+        assert 1.0 <= took < 1.0 + 3.0, output
+        assert "stopped while starting: the node's modules were still being imported 1 s " \
+            "after the signal" in output, output
+
+
+@pytest.mark.timeout(60)
+def test_a_node_script_without_a_signal_runs_main_and_returns_its_status(
+        tmp_path, monkeypatch) -> None:
+    (tmp_path / "slow_node_module.py").write_text(_SLOW_IMPORT.replace("range(300)",
+                                                                       "range(1)"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("SLOW_IMPORT", "slow")
+    done = subprocess.run([sys.executable, "-c", _NODE_SCRIPT], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "main ran" in done.stdout
 
 
 @pytest.mark.timeout(60)
