@@ -103,7 +103,9 @@ def test_sigterm_mid_run_leaves_a_readable_complete_bag(storage, tmp_path) -> No
         time.sleep(0.5)  # discovery settles both ways before the first message
         for i in range(12):
             pubs.publish_round(i)
-        time.sleep(0.3)
+        # Let delivery finish before the stop: the test is about what a SIGTERM keeps
+        # (with 0.3 s here a loaded runner once missed one best-effort frame, 65 of 66).
+        time.sleep(1.0)
         assert proc.poll() is None, "".join(lines)
         proc.send_signal(signal.SIGTERM)  # mid-run: no duration limit was set
         assert proc.wait(timeout=20) == 0, "".join(lines)
