@@ -128,7 +128,9 @@ class StopWhileStarting(SignalPipe):
                 os._exit(0)
 
     def close(self) -> bool:
-        """The node is built (or its build failed): disarm the watcher; idempotent.
+        """The guarded phase ended (the node's import or build, done or failed).
+
+        Disarms the watcher; idempotent.
 
         A second call finishes what an interrupt raised inside the first cut short.
 
