@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import sys
 from pathlib import Path
 
 from .source_imports import import_cycles, module_imports
@@ -145,6 +146,42 @@ def test_cli_modules_import_without_ros() -> None:
            for module in _module_level_imports(path)
            if _is_ros(module) or module.startswith("xinfer_ros.nodes")]
     assert not bad, "cli modules reaching ROS at import:\n" + "\n".join(bad)
+
+
+def _stdlib(module: str) -> bool:
+    return module.split(".", maxsplit=1)[0] in sys.stdlib_module_names
+
+
+def test_stopping_imports_only_the_standard_library() -> None:
+    # The node scripts import it before rclpy, torch or the model, to guard those
+    # imports against a lost Ctrl-C: anything heavier here is imported unguarded.
+    chain = [PACKAGE / "__init__.py", PACKAGE / "nodes" / "__init__.py",
+             PACKAGE / "nodes" / "stopping.py"]
+    bad = [f"{path.relative_to(PACKAGE)} imports {module}" for path in chain
+           for module in _module_level_imports(path) if not _stdlib(module)]
+    assert not bad, "\n".join(bad)
+
+
+def test_node_scripts_import_the_guard_only_and_run_a_node_with_a_main() -> None:
+    scripts = sorted((PACKAGE.parent / "scripts" / "nodes").iterdir())
+    assert len(scripts) >= 5
+    bad = []
+    for script in scripts:
+        bad += [f"{script.name} imports {module}" for module in _module_level_imports(script)
+                if not _stdlib(module) and module != "xinfer_ros.nodes.stopping"]
+        calls = [node for node in ast.walk(ast.parse(script.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Call) and ast.unparse(node.func) == "run_node_main"]
+        targets = [call.args[0].value for call in calls
+                   if call.args and isinstance(call.args[0], ast.Constant)]
+        if len(targets) != 1 or not str(targets[0]).startswith("xinfer_ros.nodes."):
+            bad.append(f"{script.name} does not run one xinfer_ros.nodes module: {targets}")
+            continue
+        module = PACKAGE.parent.joinpath(*str(targets[0]).split(".")).with_suffix(".py")
+        tree = ast.parse(module.read_text(encoding="utf-8")) if module.is_file() else None
+        if tree is None or not any(isinstance(n, ast.FunctionDef) and n.name == "main"
+                                   for n in tree.body):
+            bad.append(f"{script.name} runs {targets[0]}, which has no main()")
+    assert not bad, "\n".join(bad)
 
 
 def test_no_import_cycle() -> None:

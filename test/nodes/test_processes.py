@@ -237,7 +237,7 @@ from xinfer_ros.nodes import runtime, stopping
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
 from xinfer_ros.nodes.params import declare_params
 
-stopping.STOP_GRACE_S, stopping.TEARDOWN_GRACE_S = 1.0, 2.0
+stopping.STOP_GRACE_S, stopping.TEARDOWN_GRACE_S, stopping.BACKSTOP_S = 1.0, 2.0, 3.0
 stuck_in = sys.argv[1]
 if stuck_in == "finaliser-then-built":  # the build ends long before the watcher's poll
     stopping._LOST_POLL_S = 5.0
@@ -276,6 +276,9 @@ class Stuck(Node):
     def close(self):
         if stuck_in == "teardown":
             os.read(never, 1)
+        if stuck_in == "teardown-gil":  # a native call that keeps the GIL: the regex engine
+            import re
+            re.match(r"(a+)+$", "a" * 64 + "b")
 
 class StuckExecutor:
     def __init__(self, real):
@@ -293,6 +296,12 @@ class StuckExecutor:
 if stuck_in == "spin":
     make = runtime.make_executor
     runtime.make_executor = lambda kind, threads=1: StuckExecutor(make(kind, threads))
+if stuck_in == "init":  # before rclpy.init (a Ctrl-C right after the node's imports)
+    import time
+    def slow_init():
+        print("initialising", flush=True)
+        time.sleep(30)
+    runtime.keep_discovery_local = slow_init
 if stuck_in == "between":  # built, its executor not yet made (a first import's time)
     import time
     def slow_executor(kind, threads=1):
@@ -313,6 +322,17 @@ def test_a_node_stuck_in_rclpy_still_stops_after_the_grace(spawn, stuck_in, stat
     hung = "teardown" if stuck_in == "teardown" else "the executor"
     assert f"did not stop within {grace} s of the signal ({hung} hung)" in output, output
     assert "Thread" in output  # every thread's stack, for the diagnosis
+
+
+@pytest.mark.timeout(60)
+def test_a_teardown_that_holds_the_gil_still_ends_before_launch_kills_it(spawn) -> None:
+    # The watcher thread cannot run; faulthandler's C thread dumps the stacks and exits.
+    got, took, output = _interrupt(spawn([sys.executable, "-c", _STUCK_NODE, "teardown-gil"]),
+                                   "ready")
+    assert got == 1
+    assert took < 3.0 + 3.0
+    assert "Timeout (0:00:03)!" in output, output
+    assert "in close" in output  # the stack shows where it hung
 
 
 @pytest.mark.timeout(60)
@@ -361,16 +381,23 @@ def test_ctrl_c_swallowed_by_a_finaliser_while_a_node_is_built_still_stops_it(
 #: ("stuck"), as rclpy, torch and transformers take seconds.
 _SLOW_IMPORT = """
 import os, signal, sys, time
-print("importing", flush=True)
-if os.environ["SLOW_IMPORT"] == "stuck":
+case = os.environ["SLOW_IMPORT"]
+if case == "stuck":
     signal.signal(signal.SIGINT, lambda *_: None)  # KeyboardInterrupt never comes
     never, _writer = os.pipe()
+    print("importing", flush=True)
     os.read(never, 1)
-for _ in range(300):
-    time.sleep(0.1)
+if case == "slow":
+    print("importing", flush=True)
+    for _ in range(300):
+        time.sleep(0.1)
 print("imported", flush=True)
 
 def main():
+    if case == "main":  # a Ctrl-C after the import, before main guards the start again
+        print("in main", flush=True)
+        for _ in range(300):
+            time.sleep(0.1)
     print("main ran", flush=True)
     return 3
 """
@@ -387,7 +414,7 @@ sys.exit(stopping.run_node_main("slow_node_module"))
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("case", ["slow", "stuck"])
+@pytest.mark.parametrize("case", ["slow", "stuck", "main"])
 def test_ctrl_c_while_a_node_script_imports_its_module_ends_the_process(
         spawn, tmp_path, monkeypatch, case: str) -> None:
     # Once a server started from a script's background job ignored a Ctrl-C sent during
@@ -397,12 +424,13 @@ def test_ctrl_c_while_a_node_script_imports_its_module_ends_the_process(
         [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
     monkeypatch.setenv("SLOW_IMPORT", case)
     status, took, output = _interrupt(spawn([sys.executable, "-c", _NODE_SCRIPT]),
-                                      "importing")
+                                      "in main" if case == "main" else "importing")
     assert status == 0, output
     lines = output.splitlines()
-    assert "imported" not in lines and "main ran" not in lines, output
+    assert "main ran" not in lines, output
+    assert ("imported" in lines) == (case == "main"), output
     assert "Traceback" not in output, output
-    if case == "slow":  # KeyboardInterrupt unwound the import at once
+    if case in ("slow", "main"):  # KeyboardInterrupt unwound it at once
         assert took < 3.0 and "stopped while starting" not in output, output
     else:  # the watcher, after the grace
         assert 1.0 <= took < 1.0 + 3.0, output
@@ -425,10 +453,15 @@ def test_a_node_script_without_a_signal_runs_main_and_returns_its_status(
 
 
 @pytest.mark.timeout(60)
-def test_ctrl_c_between_the_build_and_the_spin_is_a_clean_stop(spawn) -> None:
+@pytest.mark.parametrize(("case", "ready"), [("between", "making the executor"),
+                                             ("init", "initialising")])
+def test_ctrl_c_between_the_build_and_the_spin_is_a_clean_stop(spawn, case: str,
+                                                               ready: str) -> None:
     # The robot simulator says it is ready from its constructor; a Ctrl-C then may land
-    # before the spin installs its handler (once while rclpy.experimental was imported).
-    status, _, output = _interrupt(spawn([sys.executable, "-c", _STUCK_NODE, "between"]),
-                                   "making the executor")
-    assert status == 0
+    # before the spin installs its handler (once while rclpy.experimental was imported),
+    # or before rclpy.init, as the node's imports end.
+    status, took, output = _interrupt(spawn([sys.executable, "-c", _STUCK_NODE, case]),
+                                      ready)
+    assert status == 0, output
+    assert took < 3.0, output
     assert "Traceback" not in output, output

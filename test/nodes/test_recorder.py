@@ -144,3 +144,44 @@ def test_recorder_refuses_to_overwrite(tmp_path) -> None:
     params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
         "output": str(tmp_path / "exists")}}}))
     assert main(["recorder", "--ros-args", "--params-file", str(params)]) == 2
+
+
+#: The recorder's main, with a slow start before rclpy.init that ends once the
+#: SIGINT handler in place says the stop was asked for.
+_SLOW_START = """
+import signal, sys, time
+from xinfer_ros.nodes import recorder
+
+def slow_start():
+    print("starting", flush=True)
+    while getattr(signal.getsignal(signal.SIGINT), "signal", None) is None:
+        time.sleep(0.05)
+
+recorder.keep_discovery_local = slow_start
+sys.exit(recorder.main(sys.argv))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_before_rclpy_init_leaves_an_empty_complete_bag(tmp_path) -> None:
+    # Under Python's default handling the signal would raise KeyboardInterrupt out of
+    # main (a traceback, status 1, no bag); the recorder's own flag is up by then.
+    bag = tmp_path / "bag_early"
+    params = tmp_path / "early.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "robots": [ROBOT], "cameras": CAMERAS, "output": str(bag)}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_START, "--ros-args", "--params-file", str(params)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "starting"
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output, output
+    with Reader(bag) as reader:
+        assert reader.message_count == 0

@@ -255,11 +255,13 @@ def run_recorder(recorder: Recorder, stop: Callable[[], bool],
 def main(argv: Sequence[str] | None = None) -> int:
     """Record until SIGINT/SIGTERM (or ``max_duration_s``); return the exit status."""
     # rclpy's own handlers would shut the context down at once and lose what DDS
-    # already delivered; ours only set a flag, and the loop drains before closing.
-    keep_discovery_local()
-    rclpy.init(args=list(sys.argv if argv is None else argv),
-               signal_handler_options=SignalHandlerOptions.NO)
+    # already delivered; ours only set a flag, and the loop drains before closing. The
+    # flag is up before rclpy.init: a Ctrl-C there (default handling would raise
+    # KeyboardInterrupt out of main) leaves an empty, complete bag instead.
     with StopFlag() as flag:
+        keep_discovery_local()
+        rclpy.init(args=list(sys.argv if argv is None else argv),
+                   signal_handler_options=SignalHandlerOptions.NO)
         try:
             recorder = Recorder()
         except (ValueError, OSError) as exc:

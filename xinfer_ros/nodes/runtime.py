@@ -19,12 +19,11 @@ from rclpy.executors import (
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions, install_signal_handlers
 
-from xinfer_ros.nodes.stopping import StopOnSignal, StopWhileStarting
+from xinfer_ros.nodes.stopping import StopOnSignal, StopWhileStarting, ignore_stop_signals
 from xinfer_ros.serving.params import EXECUTOR_PARAM, EXECUTORS
 
 __all__ = ["EXECUTORS", "EXECUTOR_PARAM", "StopFlag", "keep_discovery_local", "make_executor",
            "ros_session", "spin_node"]
-
 
 
 #: Longest the events executor waits before it checks for shutdown again (s).
@@ -100,17 +99,26 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     # Signal handling is set up once the executor is known (_spin); until then Ctrl-C
     # raises KeyboardInterrupt, and a build stuck in native code ends by the watcher
     # of StopWhileStarting.
-    keep_discovery_local()
-    rclpy.init(args=list(sys.argv if argv is None else argv),
-               signal_handler_options=SignalHandlerOptions.NO)
-    # One try from the build to the teardown: a Ctrl-C may land anywhere in between
-    # (e.g. while the events executor's module is first imported, before its own
-    # handler is installed), and is a clean stop wherever it does.
     node: Node | None = None
     executor: Executor | None = None
     stop: StopOnSignal | None = None
     status = 0
-    starting = StopWhileStarting()
+    starting = StopWhileStarting()  # before rclpy.init: a Ctrl-C there stops too
+    try:
+        keep_discovery_local()
+        rclpy.init(args=list(sys.argv if argv is None else argv),
+                   signal_handler_options=SignalHandlerOptions.NO)
+    except KeyboardInterrupt:
+        starting.close()
+        ignore_stop_signals()
+        rclpy.try_shutdown()
+        return 0
+    except BaseException:
+        starting.close()  # e.g. invalid ROS arguments: rclpy's error, unchanged
+        raise
+    # One try from the build to the teardown: a Ctrl-C may land anywhere in between
+    # (e.g. while the events executor's module is first imported, before its own
+    # handler is installed), and is a clean stop wherever it does.
     try:
         try:
             node = factory()
@@ -129,7 +137,9 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
             status = 2
         elif rclpy.ok():  # not the parameters: as any other error below
             raise
-    except (KeyboardInterrupt, ExternalShutdownException):
+    except KeyboardInterrupt:
+        ignore_stop_signals()  # the stop StopOnSignal's close would ignore after
+    except ExternalShutdownException:
         pass
     except Exception:
         # A multi-threaded executor may still be building a wait set when a signal

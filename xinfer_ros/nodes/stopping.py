@@ -18,8 +18,8 @@ import threading
 import time
 from types import FrameType
 
-__all__ = ["STOP_GRACE_S", "TEARDOWN_GRACE_S", "StopOnSignal", "StopWhileStarting",
-           "run_node_main"]
+__all__ = ["BACKSTOP_S", "STOP_GRACE_S", "TEARDOWN_GRACE_S", "StopOnSignal", "StopWhileStarting",
+           "ignore_stop_signals", "run_node_main"]
 
 #: Seconds after SIGINT or SIGTERM within which the spin loop must return (launch
 #: escalates to SIGTERM after 5 s).
@@ -27,6 +27,10 @@ STOP_GRACE_S = 4.0
 #: Seconds after the signal within which the node must be torn down (launch sends
 #: SIGKILL 15 s after SIGINT).
 TEARDOWN_GRACE_S = 10.0
+#: Seconds after the signal at which faulthandler's own C thread dumps every stack and
+#: ends a process whose main thread holds the GIL (the watchers cannot run then); before
+#: launch's SIGKILL, so the stacks are printed.
+BACKSTOP_S = 13.0
 #: How often the start-up watcher looks for an interrupt a finaliser swallowed (s).
 _LOST_POLL_S = 0.05
 
@@ -73,10 +77,10 @@ class StopWhileStarting(SignalPipe):
     """Ctrl-C while the node starts ends the process within :data:`STOP_GRACE_S`.
 
     Until the node exists Python's default applies: SIGINT raises KeyboardInterrupt in
-    the main thread, and :func:`spin_node` returns 0. Python raises it only between
-    bytecodes, though, and building a real-size model spends long single native calls
-    (π0's 257k-token embedding takes 7 s to initialise here, and on a loaded CI runner
-    one Ctrl-C went unanswered for over 40 s). Should the build still run
+    the main thread, and :func:`xinfer_ros.nodes.runtime.spin_node` returns 0. Python
+    raises it only between bytecodes, though, and building a real-size model spends
+    long single native calls (π0's 257k-token embedding takes 7 s to initialise here,
+    and on a loaded CI runner one Ctrl-C went unanswered for over 40 s). Should the build still run
     :data:`STOP_GRACE_S` after the signal, the watcher says so and ends the process with
     status 0 (the user asked it to stop; nothing had been served). Action worker
     processes already started see their pipe close and exit.
@@ -162,21 +166,34 @@ class StopOnSignal(SignalPipe):
     :data:`TEARDOWN_GRACE_S` after it (the server drains its engine while it tears
     down), the watcher prints every thread's stack and ends the process: with status 1
     when the spin loop never returned, 0 when only the teardown hung (the node's work
-    was over).
+    was over). A native call that holds the GIL starves the watcher too (once in a
+    slow-test run a robot_sim printed nothing for 15 s after SIGINT and launch killed
+    it); for that, faulthandler dumps the stacks and exits with status 1 at
+    :data:`BACKSTOP_S`.
     """
 
     def __init__(self) -> None:
         self.requested = False
         self.loop_done = False
+        self._backstop = False  # faulthandler's timer armed
         super().__init__()
         self._previous = {sig: signal.signal(sig, self._on_signal)
                           for sig in (signal.SIGINT, signal.SIGTERM)}
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _stop_requested(self) -> None:
+        # Armed by whichever side sees the signal first; a repeat would only move the timer.
         self.requested = True
+        if not self._backstop:
+            self._backstop = True
+            # File descriptor 2: sys.stderr may be a stream without one (pytest's capsys).
+            faulthandler.dump_traceback_later(BACKSTOP_S, exit=True, file=2)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_requested()
 
     def _on_stop_signal(self) -> None:
-        self.requested = True  # the loop polls it (the events executor has no guard conditions)
+        # The loop polls the flag (the events executor has no guard conditions).
+        self._stop_requested()
         if self._finished.wait(STOP_GRACE_S):
             return
         grace = STOP_GRACE_S
@@ -193,13 +210,15 @@ class StopOnSignal(SignalPipe):
     def close(self) -> None:
         """The node stopped: disarm the watcher, restore the previous signal handling.
 
-        After a stop by signal, further SIGINT and SIGTERM are ignored instead: the
-        process is on its way out, and a Ctrl-C reaches every node twice under launch
-        (the terminal signals the whole process group, and launch forwards its own),
-        which would otherwise turn a clean stop into death by signal (status -2).
+        After a stop by signal, further SIGINT and SIGTERM are ignored instead
+        (:func:`ignore_stop_signals`).
         """
-        for sig, handler in self._previous.items():
-            signal.signal(sig, signal.SIG_IGN if self.requested else handler)
+        faulthandler.cancel_dump_traceback_later()
+        if self.requested:
+            ignore_stop_signals()
+        else:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
         self._close_pipe()
 
 
@@ -210,13 +229,15 @@ def run_node_main(module: str) -> int:
     transformers (seconds), and a process started with SIGINT ignored (a background job
     of a shell script) would otherwise lose a Ctrl-C sent meanwhile and go on to serve.
     The import runs under :class:`StopWhileStarting`, so the signal stops it as it
-    stops a node's build.
+    stops a node's build. A KeyboardInterrupt out of ``main()`` (a Ctrl-C after the
+    import, before :func:`xinfer_ros.nodes.runtime.spin_node` guards the node's start
+    again) is a stop too.
 
     Args:
         module: Dotted name of a module with ``main() -> int``.
 
     Returns:
-        ``main()``'s exit status, or 0 when a signal stopped the import.
+        ``main()``'s exit status, or 0 when a Ctrl-C stopped it.
     """
     starting = StopWhileStarting("the node's modules were still being imported")
     try:
@@ -226,9 +247,21 @@ def run_node_main(module: str) -> int:
             owed = starting.close()
         if owed:
             raise KeyboardInterrupt
+        status: int = main()
     except KeyboardInterrupt:
-        return 0  # nothing had started yet
+        ignore_stop_signals()
+        return 0  # the user asked it to stop before it served
     finally:
         starting.close()  # a no-op, unless an interrupt cut the first call short
-    status: int = main()
     return status
+
+
+def ignore_stop_signals() -> None:
+    """Ignore further SIGINT and SIGTERM: after a stop the process is on its way out.
+
+    Under launch a Ctrl-C reaches every node twice (the terminal signals the whole
+    process group, and launch forwards its own); the second would turn a clean stop
+    into death by signal (status -2) or a traceback during the interpreter's exit.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
