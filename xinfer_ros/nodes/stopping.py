@@ -175,18 +175,16 @@ class StopOnSignal(SignalPipe):
     def __init__(self) -> None:
         self.requested = False
         self.loop_done = False
-        self._backstop = False  # faulthandler's timer armed
         super().__init__()
         self._previous = {sig: signal.signal(sig, self._on_signal)
                           for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _stop_requested(self) -> None:
         # Armed by whichever side sees the signal first; a repeat would only move the timer.
-        self.requested = True
-        if not self._backstop:
-            self._backstop = True
+        if not self.requested:
             # File descriptor 2: sys.stderr may be a stream without one (pytest's capsys).
             faulthandler.dump_traceback_later(BACKSTOP_S, exit=True, file=2)
+        self.requested = True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_requested()
