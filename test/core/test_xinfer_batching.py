@@ -176,3 +176,89 @@ def test_a_batch_leaves_a_robot_due_during_it_its_slack(spare):
         assert len(p.plan_batch(Stage.VIT, ids, t).members) == 4
     else:
         assert len(plan.members) == 4
+
+
+# -- the lane gate: units launch only into free lanes ------------------------------------------
+def make_gated() -> XInferPolicy:
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    p = make_policy("xinfer_batch_gated", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(p, XInferPolicy) and forms_batches("xinfer-batch-gated") and p.lane_gate
+    return p
+
+
+def running(p: XInferPolicy, stage: Stage) -> list[int]:
+    """Ids of the launched units of ``stage`` (on a lane or waiting for one)."""
+    return [rid for rid, u in p.tracker.units.items() if u.stage == stage]
+
+
+def test_gated_units_launch_into_free_lanes_only_and_wait_in_the_ready_queue():
+    p = make_gated()
+    assert [p._launch_limit(s) for s in Stage] == [4, 4, 8]  # 1, 1, 2 lanes, all free
+    first = launched(p, [2.0])
+    # Launched but not started: its lane is still free and more units may join it.
+    second = launched(p, [2.0])
+    assert len(first) == len(second) == 1
+    p.start_batch(Stage.VIT, first + second, 0.0)
+    # The one ViT lane runs a batch: arrivals wait in the ready queue, not on the lane.
+    assert launched(p, [2.0, 2.0, 2.0], t=0.001) == []
+    assert p._launch_limit(Stage.VIT) == 2 and len(p.ready_queue(Stage.VIT)) == 3
+    ungated = policy()
+    ids = launched(ungated, [2.0, 2.0])
+    ungated.start_batch(Stage.VIT, ids, 0.0)
+    assert len(launched(ungated, [2.0, 2.0, 2.0], t=0.001)) == 2  # up to the 4 slots
+
+
+def test_a_finished_batch_frees_its_lane_for_the_ready_units_at_the_next_decision():
+    p = make_gated()
+    ids = launched(p, [2.0, 2.0])
+    p.start_batch(Stage.VIT, ids, 0.0)
+    launched(p, [2.0] * 5, t=0.001)
+    assert len(p.ready_queue(Stage.VIT)) == 5
+    p.on_complete(ids[0], Stage.VIT, 0.002)
+    assert running(p, Stage.VIT) == [ids[1]]  # a member still runs: the lane is busy
+    p.on_complete(ids[1], Stage.VIT, 0.003)
+    # The lane is free: max_batch ready units launch for it.
+    assert len(running(p, Stage.VIT)) == 4 and len(p.ready_queue(Stage.VIT)) == 1
+
+
+def test_a_lightly_loaded_gated_server_gives_each_unit_a_free_lane():
+    """Two Action lanes: the second unit launches while the first one's batch runs."""
+    p = make_gated()
+    ids = launched(p, [2.0, 2.0])
+    p.start_batch(Stage.VIT, ids, 0.0)
+    for rid in ids:
+        p.on_complete(rid, Stage.VIT, 0.01)
+    assert sorted(running(p, Stage.PREFILL)) == sorted(ids)
+    p.start_batch(Stage.PREFILL, ids, 0.01)
+    p.on_complete(ids[0], Stage.PREFILL, 0.02)
+    assert running(p, Stage.ACTION) == [ids[0]]
+    p.start_batch(Stage.ACTION, [ids[0]], 0.02)
+    assert p._launch_limit(Stage.ACTION) == 1 + 4  # one lane busy, the other free
+    p.on_complete(ids[1], Stage.PREFILL, 0.021)
+    assert sorted(running(p, Stage.ACTION)) == sorted(ids)
+
+
+@pytest.mark.parametrize("preset", ["xinfer_batch_gated", "xinfer_batch_riders"])
+def test_riders_join_a_waiting_batch_past_vit_without_admission(preset):
+    """ride_along: an ordinary unit admission refuses launches beside a waiting one.
+
+    Strict priority refuses every ordinary unit while a request is protected; with
+    riders, relaxed r0's Prefill launches anyway once tight r1's waits for its batch
+    (the former then decides whether it joins). ViT units still pass admission.
+    """
+    from xinfer_ros.core.registry import make_policy
+
+    p = make_policy(preset, rate_table=BATCH4, slots=(4, 4, 8), strict_priority=True)
+    assert isinstance(p, XInferPolicy)
+    relaxed, tight = launched(p, [2.0]), launched(p, [BATCH4.isolated_request_s + 0.006])
+    assert len(relaxed + tight) == 2 and p.protected == frozenset(tight)
+    p.start_batch(Stage.VIT, relaxed + tight, 0.0)
+    for rid in relaxed + tight:
+        p.on_complete(rid, Stage.VIT, 0.002)
+    expected = sorted(relaxed + tight) if p.ride_along else tight
+    assert sorted(running(p, Stage.PREFILL)) == expected
+    # At ViT admission still decides: beside a tight arrival's waiting ViT unit, a
+    # relaxed one waits while a request is protected.
+    assert len(launched(p, [BATCH4.isolated_request_s + 0.006], t=0.003)) == 1
+    assert launched(p, [2.0], t=0.003) == []

@@ -16,6 +16,7 @@ import pytest
 
 from xinfer_ros.config_paths import config_dir
 from xinfer_ros.core.batch_formation import BatchPlan
+from xinfer_ros.core.policy import SchedulerOutput
 from xinfer_ros.core.rate_table import load_rate_table
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.xinfer_policy import XInferPolicy
@@ -328,3 +329,44 @@ def test_the_policy_is_told_when_each_formed_batch_starts() -> None:
     # r0's Action was held for a mate: its launch came well before its start.
     action = next(t for s, ids, t, _ in started if s is Stage.ACTION and r0.request_id in ids)
     assert action - _launched(spy, Stage.ACTION, r0.request_id) > 0.02
+
+
+@pytest.mark.parametrize("policy", ["xinfer_batch_gated", "xinfer_batch"])
+def test_gated_units_wait_in_the_ready_queue_while_their_lane_runs_a_batch(policy: str) -> None:
+    """The lane gate on the engine: arrivals launch once r0's slow ViT batch frees the lane.
+
+    Without the gate (``xinfer_batch``) they launch at once, up to the stage's four slots,
+    and wait for the lane as launched units.
+    """
+    engine, backend, spy = _engine(policy, slow={"r0": (Stage.VIT, 0.08)})
+    launches: dict[int, float] = {}  # request id -> when the policy launched its ViT unit
+    schedule = engine.policy.schedule
+
+    def record(t: float) -> SchedulerOutput:
+        out = schedule(t)
+        launches.update((x.request_id, x.t) for x in out.launches if x.stage is Stage.VIT)
+        return out
+
+    engine.policy.schedule = record  # type: ignore[method-assign]
+    engine.start()
+    try:
+        first = engine.submit(RequestInputs(seed=0), 2.0, "r0")
+        until = time.monotonic() + 10.0
+        while not backend.batches and time.monotonic() < until:
+            time.sleep(0.001)
+        later = [engine.submit(RequestInputs(seed=i), 2.0, f"r{i}") for i in (1, 2, 3)]
+        results = [first.result(10), *(f.result(10) for f in later)]
+    finally:
+        engine.close()
+    assert all(r.ok for r in results), [r.reason for r in results]
+    r0, *rest = results
+    (ids, started), = [(ids, t0) for s, ids, t0 in backend.batches if s is Stage.VIT
+                       and r0.request_id in ids]
+    assert ids == (r0.request_id,)
+    freed = started + 0.08  # r0's ViT held the one ViT lane at least this long
+    launched = [launches[r.request_id] for r in rest]
+    if policy == "xinfer_batch_gated":
+        assert min(launched) >= freed - 1e-3, (started, launched)
+    else:
+        assert max(launched) < freed - 0.02, (started, launched)
+    assert not spy.violations

@@ -137,3 +137,33 @@ def test_the_policy_is_told_when_each_simulated_batch_starts():
     result = sim.run()
     assert result.metrics.responses == result.metrics.requests > 0
     assert told and ran == told  # every batch, formed by the policy, told once at its start
+
+
+def test_gated_units_launch_only_into_lanes_the_simulated_batches_left_free():
+    """``xinfer_batch_gated``: no launch into a stage whose lanes all run started batches."""
+    sim = Simulation(cfg(policy="xinfer_batch_gated", robots=12))
+    policy = sim.policy
+    assert policy.lane_gate
+    schedule = policy.schedule
+    held_back = 0  # decisions where the gate kept ready units in the ready queue
+    over: list[tuple[float, int, int, int]] = []
+
+    def checked(t):
+        nonlocal held_back
+        counts = tuple(policy.tracker.counts)
+        limits = [policy._launch_limit(s) for s in range(3)]
+        ready = [len(policy.ready_queue(s)) for s in range(3)]
+        out = schedule(t)
+        for s in range(3):
+            n = sum(1 for x in out.launches if x.stage == s)
+            if n > max(0, limits[s] - counts[s]):
+                over.append((t, s, n, limits[s] - counts[s]))
+            if ready[s] and limits[s] < policy.slots[s] and counts[s] >= limits[s]:
+                held_back += 1
+        return out
+
+    policy.schedule = checked
+    result = sim.run()
+    assert result.metrics.responses == result.metrics.requests > 0
+    assert not over, over[:5]
+    assert held_back > 0  # the load was high enough for the gate to act

@@ -7,8 +7,9 @@ extensions: ``xinfer_no_slot_aware`` / ``xinfer_paper`` (slot-aware admission of
 Algorithm 1 as written), the experimental, default-off ``xinfer_projection`` and
 ``xinfer_forecast_load``, ``xinfer_spread`` (the settings for a server with phase
 spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28; without holds for
-mates: ``xinfer_batch_nohold``; the experiments ``xinfer_batch_deferred`` and
-``xinfer_batch_guarded``). Names are matched
+mates: ``xinfer_batch_nohold``; launching only into free lanes: ``xinfer_batch_gated``,
+and with mates past ViT launched without admission: ``xinfer_batch_riders``; the
+experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -61,6 +62,12 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch_deferred": {"max_batch": 4, "defer_batched_units": True},
     "xinfer_batch_guarded": {"max_batch": 4, "defer_batched_units": True,
                              "forecast_batch_guard": True},
+    # Units launch only into free lanes, so ready work waits where the policy orders it
+    # and batches form only when more units are ready than lanes are free.
+    "xinfer_batch_gated": {"max_batch": 4, "lane_gate": True},
+    # The same, and past ViT a batch's mates launch without admission (the former
+    # prices the extra batch time they cost).
+    "xinfer_batch_riders": {"max_batch": 4, "lane_gate": True, "ride_along": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -72,7 +79,8 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
 BATCH_FORMING = "xinfer_batch"
 #: Every preset that forms batches (see :func:`forms_batches`).
 BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
-                                           "xinfer_batch_deferred", "xinfer_batch_guarded"})
+                                           "xinfer_batch_deferred", "xinfer_batch_guarded",
+                                           "xinfer_batch_gated", "xinfer_batch_riders"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from xinfer_ros.core.batch_cost import BatchCost
 from xinfer_ros.core.batch_formation import BatchPlan, form_batch_of
+from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
 from xinfer_ros.core.errors import SchedulerStateError
 from xinfer_ros.core.policy import Launch, Policy, PolicyOptions
@@ -258,6 +259,22 @@ class XInferPolicy(Policy):
             launched unit does no work in the predictor until its batch starts
             (:meth:`start_batch`); by default it progresses from its launch, so the
             online correction also learns the time units wait for a lane.
+        lane_gate: with ``max_batch`` above one, launch a stage's units only into its
+            free lanes (``lanes_for(slots, max_batch)`` of them, a lane being free
+            while no batch :meth:`start_batch` recorded on it still runs): at most
+            ``max_batch`` units per free lane, counting the launched ones still waiting.
+            Ready work then waits in the policy's ready queue, ordered afresh at every
+            decision, instead of on a lane; a lightly loaded server launches one unit
+            per free lane (unbatched XInfer's behaviour) and batches form only when
+            more units are ready than lanes are free. False (default): units launch up
+            to the stage's slots and wait for a lane.
+        ride_along: an experiment, with ``lane_gate``: past ViT, while a launched unit
+            of the stage waits for its batch to start, ordinary ready units of the
+            stage launch without admission's checks, up to the gate's limit, and
+            :meth:`plan_batch` decides whether they join (its guard and floors price
+            the batch's extra time). The units a batch runs anyway cost only that extra
+            time, which admission, pricing each as a unit of its own, overstates; ViT
+            units still pass admission, which keeps new work out of the pipeline.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -296,6 +313,8 @@ class XInferPolicy(Policy):
         batch_hold: bool = True,
         forecast_batch_guard: bool = False,
         defer_batched_units: bool = False,
+        lane_gate: bool = False,
+        ride_along: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -308,6 +327,12 @@ class XInferPolicy(Policy):
         self.batch_hold = bool(batch_hold)
         self.forecast_batch_guard = bool(forecast_batch_guard)
         self.defer_batched_units = bool(defer_batched_units)
+        self.lane_gate = bool(lane_gate)
+        self.ride_along = bool(ride_along)
+        #: With the lane gate: request id -> (stage, batch number) of each unit whose
+        #: formed batch started (start_batch); stale entries are pruned when read.
+        self._started: dict[int, tuple[int, int]] = {}
+        self._batches_started = 0
         self.strict_priority = bool(strict_priority)
         self.arrival_aware = bool(arrival_aware)
         self.entry_only = bool(entry_only)
@@ -468,6 +493,42 @@ class XInferPolicy(Policy):
         if self._defers():
             for rid in request_ids:
                 tracker.restart(rid, t)
+        if self._gates():
+            self._batches_started += 1
+            for rid in request_ids:
+                self._started[rid] = (s, self._batches_started)
+
+    def _gates(self) -> bool:
+        """Whether units launch only into free lanes (``lane_gate`` with batches)."""
+        return self.lane_gate and self.batch_cost is not None
+
+    def _launch_limit(self, s: int) -> int:
+        """Most stage-``s`` units that may be launched (running or waiting) at once.
+
+        The stage's slots; with the lane gate, also the units already on a lane plus
+        ``max_batch`` for each lane with no started batch (its waiting units count).
+        """
+        slots = self.slots[s]
+        cost = self.batch_cost
+        if not self.lane_gate or cost is None:
+            return slots
+        on_lanes, batches = self._lane_use(s)
+        free = max(0, lanes_for(slots, cost.max_batch) - batches)
+        return min(slots, on_lanes + cost.max_batch * free)
+
+    def _lane_use(self, s: int) -> tuple[int, int]:
+        """Stage-``s`` units in started batches, and how many batches (lane gate)."""
+        units, started = self.tracker.units, self._started
+        on_lanes = 0
+        batches: set[int] = set()
+        for rid, (st, batch) in list(started.items()):
+            u = units.get(rid)
+            if u is None or u.stage != st:
+                del started[rid]  # finished (or moved on): its lane no longer holds it
+            elif st == s:
+                on_lanes += 1
+                batches.add(batch)
+        return on_lanes, len(batches)
 
     def _defers(self) -> bool:
         """Whether launched units wait without work until their batch starts."""
@@ -836,8 +897,11 @@ class XInferPolicy(Policy):
                         *, protected: set[int], nf: tuple[int, int, int],
                         launches: list[Launch]) -> tuple[set[int], tuple[int, int, int]]:
         """Launch stage ``s``'s ready units while slots are free; returns the new H, n_f."""
-        ready, counts, slots = self._ready[s], self.tracker.counts, self.slots
-        if not ready or counts[s] >= slots[s]:
+        ready, counts = self._ready[s], self.tracker.counts
+        if not ready:
+            return protected, nf
+        limit = self._launch_limit(s)
+        if counts[s] >= limit:
             return protected, nf
         checks = not (self.entry_only and s != Stage.VIT)
         order = _by_priority(ready.values(), protected)
@@ -849,8 +913,11 @@ class XInferPolicy(Policy):
         # are deferred without asking _admits, which would give the same answer.
         refused = False
         lazy = self.lazy_slots
+        # ride_along: the stage's units on lanes; more launched ones wait for a batch.
+        on_lanes = (self._lane_use(s)[0] if self.ride_along and self._gates()
+                    and s != Stage.VIT else None)
         i = 0
-        while i < len(order) and counts[s] < slots[s]:
+        while i < len(order) and counts[s] < limit:
             r = order[i]
             i += 1
             rid = r.request_id
@@ -859,7 +926,8 @@ class XInferPolicy(Policy):
                     counts[s] if lazy == "stage" else any(counts)):
                 deferred.add(rid)  # lazy_slots: ordinary work waits for a busy stage/device
                 continue
-            if not is_prot and checks:
+            if not is_prot and checks and not (on_lanes is not None
+                                               and counts[s] > on_lanes):
                 if refused:
                     deferred.add(rid)
                     continue
