@@ -259,22 +259,26 @@ class XInferPolicy(Policy):
             launched unit does no work in the predictor until its batch starts
             (:meth:`start_batch`); by default it progresses from its launch, so the
             online correction also learns the time units wait for a lane.
-        lane_gate: with ``max_batch`` above one, launch a stage's units only into its
-            free lanes (``lanes_for(slots, max_batch)`` of them, a lane being free
-            while no batch :meth:`start_batch` recorded on it still runs): at most
-            ``max_batch`` units per free lane, counting the launched ones still waiting.
+        lane_gate: an experiment (off by default: on the engine it lost to both XInfer
+            arms at 4-16 robots, docs/BENCHMARKS.md section 5.3): with ``max_batch``
+            above one, launch a stage's units only into its free lanes
+            (``lanes_for(slots, max_batch)`` of them, a lane being free while no batch
+            :meth:`start_batch` recorded on it still runs): at most ``max_batch``
+            units per free lane, counting the launched ones still waiting.
             Ready work then waits in the policy's ready queue, ordered afresh at every
             decision, instead of on a lane; a lightly loaded server launches one unit
             per free lane (unbatched XInfer's behaviour) and batches form only when
             more units are ready than lanes are free. False (default): units launch up
             to the stage's slots and wait for a lane.
-        ride_along: an experiment, with ``lane_gate``: past ViT, while a launched unit
-            of the stage waits for its batch to start, ordinary ready units of the
-            stage launch without admission's checks, up to the gate's limit, and
-            :meth:`plan_batch` decides whether they join (its guard and floors price
-            the batch's extra time). The units a batch runs anyway cost only that extra
-            time, which admission, pricing each as a unit of its own, overstates; ViT
-            units still pass admission, which keeps new work out of the pipeline.
+        ride_along: an experiment (off by default: level with lane batching only at 12
+            robots on the engine, section 5.3), with ``lane_gate``: past ViT, while a
+            launched unit of the stage waits for its batch to start, ordinary ready
+            units of the stage launch without admission's checks, up to the gate's
+            limit, and :meth:`plan_batch` decides whether they join (its guard and
+            floors price the batch's extra time). The units a batch runs anyway cost
+            only that extra time, which admission, pricing each as a unit of its own,
+            overstates; ViT units still pass admission, which keeps new work out of
+            the pipeline.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
