@@ -900,7 +900,7 @@ class XInferPolicy(Policy):
     def _dispatch_stage(self, s: Stage, t: float, units: dict[int, tuple[float, float, int]],
                         *, protected: set[int], nf: tuple[int, int, int],
                         launches: list[Launch]) -> tuple[set[int], tuple[int, int, int]]:
-        """Launch stage ``s``'s ready units while slots are free; returns the new H, n_f."""
+        """Launch stage ``s``'s ready units up to :meth:`_launch_limit`; returns the new H, n_f."""
         ready, counts = self._ready[s], self.tracker.counts
         if not ready:
             return protected, nf
