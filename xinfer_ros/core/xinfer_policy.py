@@ -506,17 +506,18 @@ class XInferPolicy(Policy):
         """Whether units launch only into free lanes (``lane_gate`` with batches)."""
         return self.lane_gate and self.batch_cost is not None
 
-    def _launch_limit(self, s: int) -> int:
+    def _launch_limit(self, s: int, lane_use: tuple[int, int] | None = None) -> int:
         """Most stage-``s`` units that may be launched (running or waiting) at once.
 
         The stage's slots; with the lane gate, also the units already on a lane plus
         ``max_batch`` for each lane with no started batch (its waiting units count).
+        ``lane_use``: :meth:`_lane_use` of ``s`` when the caller has it already.
         """
         slots = self.slots[s]
         cost = self.batch_cost
         if not self.lane_gate or cost is None:
             return slots
-        on_lanes, batches = self._lane_use(s)
+        on_lanes, batches = self._lane_use(s) if lane_use is None else lane_use
         free = max(0, lanes_for(slots, cost.max_batch) - batches)
         return min(slots, on_lanes + cost.max_batch * free)
 
@@ -904,7 +905,8 @@ class XInferPolicy(Policy):
         ready, counts = self._ready[s], self.tracker.counts
         if not ready:
             return protected, nf
-        limit = self._launch_limit(s)
+        lane_use = self._lane_use(s) if self._gates() else None
+        limit = self._launch_limit(s, lane_use)
         if counts[s] >= limit:
             return protected, nf
         checks = not (self.entry_only and s != Stage.VIT)
@@ -918,7 +920,7 @@ class XInferPolicy(Policy):
         refused = False
         lazy = self.lazy_slots
         # ride_along: the stage's units on lanes; more launched ones wait for a batch.
-        on_lanes = (self._lane_use(s)[0] if self.ride_along and self._gates()
+        on_lanes = (lane_use[0] if lane_use is not None and self.ride_along
                     and s != Stage.VIT else None)
         i = 0
         while i < len(order) and counts[s] < limit:
