@@ -61,3 +61,17 @@ def test_batched_calibration_runs_units_as_the_engine_batches_them(tmp_path: Pat
     assert result.table.model["settings"]["max_batch"] == 3
     assert result.measured[(0, 0, 2)]["A"] > 0
     assert 0 < result.table.rate(2, (0, 0, 1)) <= 1.0
+
+
+def test_monotone_calibration_writes_rates_in_order(tmp_path: Path, capsys) -> None:
+    from xinfer_ros.core.rate_monotone import monotone_rates
+
+    out = tmp_path / "table.json"
+    rc = calibrate_cli.main(["--backend", "emulated", "--out", str(out), "--bounds", "1,1,1",
+                             "--max-units", "2", "--window", "0.12", "--warmup", "0.03",
+                             "--iso-repeats", "3", "--monotone"])
+    assert rc == 0
+    assert "--monotone: " in capsys.readouterr().out
+    table = load_rate_table(out)
+    # Already in order: projecting again moves nothing.
+    assert monotone_rates(table)[1] == 0

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
+from xinfer_ros.core.rate_monotone import monotone_rates
 from xinfer_ros.core.rate_table import load_rate_table, resolve_rate_table, write_rate_table
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, make_backend
@@ -49,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=1, metavar="N",
                    help="calibrate for an engine that runs up to N units of a stage as one "
                         "batch (its max_batch; default 1)")
+    p.add_argument("--monotone", action="store_true",
+                   help="make each stage's rates non-increasing in every count of other "
+                        "units (xinfer_ros.core.rate_monotone): short windows on a shared "
+                        "CPU can measure a busier state as faster; the table's provenance "
+                        "says how many rates moved")
     p.add_argument("--json-summary", type=Path, default=None,
                    help="also write the raw measurements here")
     return p
@@ -80,9 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = calibrate(backend, settings, describe=describe,
                        progress=lambda line: print(prefix + line, flush=True))
     backend.close()
-    path = write_rate_table(result.table, args.out)
-    load_rate_table(path)
     t = result.table
+    if args.monotone:
+        t, moved = monotone_rates(t)
+        print(f"{prefix}--monotone: {moved} measured rate(s) moved to respect the order")
+    path = write_rate_table(t, args.out)
+    load_rate_table(path)
     print(f"{prefix}wrote {path} in {result.elapsed_s:.1f} s: W_ms="
           f"{[round(w * 1e3, 3) for w in t.work]} h_ms={[round(h * 1e3, 3) for h in t.overhead]} "
           f"h_out_ms={t.h_out * 1e3:.3f} bounds={list(t.bounds)}")

@@ -30,14 +30,14 @@ from xinfer_ros.core.errors import RateTableError
 from xinfer_ros.core.predictor import Predictor
 from xinfer_ros.core.rate_table import RateTable
 
-__all__ = ["BatchCost", "check_batch_table", "table_batch_bound"]
+__all__ = ["BatchCost", "calibrated_max_batch", "check_batch_table", "table_batch_bound"]
 
 #: Most loads :meth:`BatchCost.durations` keeps (loads are bounded by the slots, so a
 #: live policy stays far below; the bound only keeps a misuse from growing memory).
 _MEMO_LIMIT = 4096
 
 
-def _calibrated_max_batch(table: RateTable) -> int:
+def calibrated_max_batch(table: RateTable) -> int:
     """``model.settings.max_batch`` of the table; 1 when absent.
 
     Raises:
@@ -55,7 +55,7 @@ def _calibrated_max_batch(table: RateTable) -> int:
 
 def table_batch_bound(table: RateTable) -> tuple[int, int, int]:
     """Largest batch per stage whose cost the table measures: ``min(N, c_s + 1)``."""
-    n = _calibrated_max_batch(table)
+    n = calibrated_max_batch(table)
     c = table.bounds
     return (min(n, c[0] + 1), min(n, c[1] + 1), min(n, c[2] + 1))
 
