@@ -74,17 +74,18 @@ def test_tables_that_respect_the_order_come_back_unchanged() -> None:
 
 
 def test_a_busier_state_measured_faster_is_pulled_into_order() -> None:
-    # As calibrated on the CPU: Action next to a ViT and a Prefill unit at 0.23, with
-    # another Action unit besides at 0.32. Everything else follows a smooth model.
+    # As calibrated on the CPU (batches of up to 4): an Action unit in a batch of two
+    # beside one ViT and one Prefill unit at 0.23, in a batch of three beside the same
+    # at 0.32. Everything else follows a smooth model.
     def smooth(n: Vec3) -> tuple[float, float, float]:
         r = 1.0 / (1.0 + 0.3 * sum(n))
         return (r, r, r)
 
     rates = {n: smooth(n) for n in _grid()}
-    rates[(1, 1, 0)] = (*rates[(1, 1, 0)][:2], 0.23)
-    rates[(1, 1, 1)] = (*rates[(1, 1, 1)][:2], 0.32)
-    out, moved = monotone_rates(_table(rates))
-    assert out.rates[(1, 1, 1)][2] <= out.rates[(1, 1, 0)][2]
+    rates[(1, 1, 1)] = (*rates[(1, 1, 1)][:2], 0.23)
+    rates[(1, 1, 2)] = (*rates[(1, 1, 2)][:2], 0.32)
+    out, moved = monotone_rates(_table(rates, max_batch=4))
+    assert out.rates[(1, 1, 2)][2] <= out.rates[(1, 1, 1)][2]
     # Only the Action column of the states the outlier pair orders moves.
     assert moved >= 2 and all(out.rates[n][:2] == rates[n][:2] for n in _grid())
     assert "rates made monotone" in out.provenance and out.provenance.startswith("test; ")

@@ -2,9 +2,9 @@
 
 A calibration measures ρ_s(n) in short windows. On a shared CPU those windows can
 disagree with physics: the batch table calibrated on 2026-12-04 (``--repeats 1``) put
-an Action unit next to one ViT and one Prefill unit at ρ = 0.23 and next to the same
-plus another Action unit at 0.32. A predictor reading such a table prefers the busier
-state, and admission prices launches by it. :func:`monotone_rates` replaces each rate
+an Action unit in a batch of two beside one ViT and one Prefill unit at ρ = 0.23 and
+in a batch of three beside the same at 0.32. A predictor reading such a table prefers
+the busier state, and admission prices launches by it. :func:`monotone_rates` replaces each rate
 by the midpoint of two envelopes that respect the order: the least rate at or below
 ``n`` and the greatest at or above it. Both envelopes are non-increasing along every
 edge of the order, so their midpoint is too, and a table that already respects the order
