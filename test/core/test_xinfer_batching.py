@@ -262,3 +262,81 @@ def test_riders_join_a_waiting_batch_past_vit_without_admission(preset):
     # relaxed one waits while a request is protected.
     assert len(launched(p, [BATCH4.isolated_request_s + 0.006], t=0.003)) == 1
     assert launched(p, [2.0], t=0.003) == []
+
+
+# -- batching under pressure ------------------------------------------------------------------
+def make_pressed(**kwargs: object) -> XInferPolicy:
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    p = make_policy("xinfer_batch_pressure", rate_table=BATCH4, slots=(4, 4, 8), **kwargs)
+    assert isinstance(p, XInferPolicy) and forms_batches("xinfer-batch-pressure")
+    assert p.lane_gate and p.ride_along and p.batch_under_pressure
+    return p
+
+
+def test_on_time_counts_the_units_each_service_finishes_by_their_deadlines():
+    from xinfer_ros.core.xinfer_policy import _on_time
+
+    durations = (1.0, 1.2, 1.3, 1.4)
+    # One lane: alone the second unit ends at 2.0; together both end at 1.2.
+    assert _on_time([1.0, 1.5], [0.0], durations, 0.0, 1) == 1
+    assert _on_time([1.0, 1.5], [0.0], durations, 0.0, 4) == 1  # the first is late at 1.2
+    assert _on_time([1.3, 1.5], [0.0], durations, 0.0, 1) == 1
+    assert _on_time([1.3, 1.5], [0.0], durations, 0.0, 4) == 2
+    # The rest of the request counts after the stage; a lane busy until 0.5 starts late.
+    assert _on_time([1.3, 1.5], [0.0], durations, 0.2, 4) == 1
+    assert _on_time([1.0, 1.5], [0.0, 0.5], durations, 0.0, 1) == 2
+    assert _on_time([], [0.0], durations, 0.0, 4) == 0
+
+
+def test_an_unpressed_stage_launches_one_unit_per_free_lane_and_holds_none():
+    """Relaxed arrivals: serving them alone keeps every deadline, so none batch."""
+    p = make_pressed()
+    ids = launched(p, [2.0, 2.0, 2.0])
+    assert len(ids) == 1 and len(p.ready_queue(Stage.VIT)) == 2  # one ViT lane
+    assert not p._under_pressure(Stage.VIT, 0.0)
+    assert p.plan_batch(Stage.VIT, ids, 0.0).runs_now(0.0)  # no hold for mates
+    gated = make_gated()
+    assert len(launched(gated, [2.0, 2.0, 2.0])) == 3  # the gate alone fills the lane
+    assert not gated.plan_batch(Stage.VIT, running(gated, Stage.VIT), 0.0).runs_now(0.0)
+
+
+def test_a_pressed_stage_launches_a_batch_that_keeps_deadlines_serving_alone_would_miss():
+    p = make_pressed()
+    cost = p.batch_cost
+    assert cost is not None
+    d = cost.durations(0, (0, 0, 0))
+    rest = p.predictor.suffix((0, 0, 0))[1]
+    assert 4 * d[0] > d[3]  # on this table a batch of four beats four units alone
+    # Each deadline fits a batch of four started now, not the fourth unit served alone.
+    budget = d[3] + rest + p.delta + 0.2 * (4 * d[0] - d[3])
+    ids = launched(p, [budget] * 4)
+    assert p._under_pressure(Stage.VIT, 0.0)
+    assert len(ids) == 4
+    plan = p.plan_batch(Stage.VIT, ids, 0.0)
+    assert len(plan.members) == 4
+    for rid in plan.members:
+        assert plan.duration + rest <= p.requests[rid].deadline
+
+
+def test_unpressed_riders_wait_for_admission():
+    """Riders launch without admission's checks only while their stage is under pressure.
+
+    Strict priority refuses ordinary work while a request is protected. Tight's Prefill
+    unit waits for the one Prefill lane; serving relaxed alone after it keeps both
+    deadlines, so relaxed is no rider and waits in the ready queue (the riders preset
+    launches it: test_riders_join_a_waiting_batch_past_vit_without_admission).
+    """
+    p = make_pressed(strict_priority=True)
+    relaxed = launched(p, [2.0])
+    p.start_batch(Stage.VIT, relaxed, 0.0)
+    tight = launched(p, [BATCH4.isolated_request_s + 0.006])
+    assert tight == [] and p.protected == {len(relaxed)}  # the ViT lane is busy
+    p.on_complete(relaxed[0], Stage.VIT, 0.001)
+    tight = running(p, Stage.VIT)
+    assert len(tight) == 1 and p.protected == frozenset(tight)
+    p.start_batch(Stage.VIT, tight, 0.001)
+    p.on_complete(tight[0], Stage.VIT, 0.002)
+    assert running(p, Stage.PREFILL) == tight
+    assert not p._under_pressure(Stage.PREFILL, 0.002)
+    assert [r.request_id for r in p.ready_queue(Stage.PREFILL)] == relaxed

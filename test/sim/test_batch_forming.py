@@ -167,3 +167,36 @@ def test_gated_units_launch_only_into_lanes_the_simulated_batches_left_free():
     assert result.metrics.responses == result.metrics.requests > 0
     assert not over, over[:5]
     assert held_back > 0  # the load was high enough for the gate to act
+
+
+def test_batching_under_pressure_forms_batches_only_past_saturation():
+    """``xinfer_batch_pressure``: lone units at 3 robots, batches and more goodput at 12.
+
+    At 3 robots no stage's backlog is served better in batches, so every batch is one
+    unit, as unbatched XInfer on the same table runs them; at 12 the stages are under
+    pressure and batches both form and serve more requests in time than unbatched
+    XInfer on the lanes as slots (1, 1, 2).
+    """
+    def sizes_and_metrics(policy, robots, **kw):
+        sim = Simulation(cfg(policy=policy, robots=robots, duration=20.0,
+                             window=(5.0, 20.0), **kw))
+        sizes: list[int] = []
+        former = getattr(sim.gpu, "former", None)  # an unbatched GPU has none
+        if former is not None:
+            def record(stage, keys, t):
+                members, start_by = former(stage, keys, t)
+                if start_by <= t:
+                    sizes.append(len(members))
+                return members, start_by
+
+            sim.gpu.former = record
+        return sizes, sim.run().metrics
+
+    sizes, low = sizes_and_metrics("xinfer_batch_pressure", 3)
+    assert sizes and max(sizes) == 1
+    _, alone = sizes_and_metrics("xinfer", 3, slots=(1, 1, 2), max_batch=1)
+    assert low.attainment >= alone.attainment - 0.02
+    sizes, high = sizes_and_metrics("xinfer_batch_pressure", 12)
+    assert max(sizes) > 1
+    _, unbatched = sizes_and_metrics("xinfer", 12, slots=(1, 1, 2), max_batch=1)
+    assert high.goodput_rps > 1.2 * unbatched.goodput_rps

@@ -8,7 +8,8 @@ Algorithm 1 as written), the experimental, default-off ``xinfer_projection`` and
 ``xinfer_forecast_load``, ``xinfer_spread`` (the settings for a server with phase
 spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28; without holds for
 mates: ``xinfer_batch_nohold``; launching only into free lanes: ``xinfer_batch_gated``,
-and with mates past ViT launched without admission: ``xinfer_batch_riders``; the
+and with mates past ViT launched without admission: ``xinfer_batch_riders``, batching
+only under pressure: ``xinfer_batch_pressure``; the
 experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
@@ -68,6 +69,10 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # The same, and past ViT a batch's mates launch without admission (the former
     # prices the extra batch time they cost).
     "xinfer_batch_riders": {"max_batch": 4, "lane_gate": True, "ride_along": True},
+    # Riders that batch a stage only while batches keep more of its backlog's deadlines
+    # than serving units alone: unbatched XInfer's launches below saturation.
+    "xinfer_batch_pressure": {"max_batch": 4, "lane_gate": True, "ride_along": True,
+                              "batch_under_pressure": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -80,7 +85,8 @@ BATCH_FORMING = "xinfer_batch"
 #: Every preset that forms batches (see :func:`forms_batches`).
 BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_deferred", "xinfer_batch_guarded",
-                                           "xinfer_batch_gated", "xinfer_batch_riders"})
+                                           "xinfer_batch_gated", "xinfer_batch_riders",
+                                           "xinfer_batch_pressure"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

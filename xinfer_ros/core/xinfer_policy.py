@@ -279,6 +279,15 @@ class XInferPolicy(Policy):
             only that extra time, which admission, pricing each as a unit of its own,
             overstates; ViT units still pass admission, which keeps new work out of
             the pipeline.
+        batch_under_pressure: an experiment (off by default: on the engine it held
+            the figure of issue 28 at 4, 6 and 12 robots but not at 8, nor 1.5x
+            goodput at 12, docs/BENCHMARKS.md section 5.3), with ``lane_gate``: a
+            stage batches only while it is under pressure (:meth:`_under_pressure`:
+            its backlog served in batches keeps more deadlines than served one unit at
+            a time). Otherwise the gate launches one unit per free lane, slot-aware
+            admission sees those lanes as the stage's slots, riders wait for
+            admission and no lead holds for mates: a lightly loaded server runs as
+            unbatched XInfer on slots of one unit per lane does.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -319,6 +328,7 @@ class XInferPolicy(Policy):
         defer_batched_units: bool = False,
         lane_gate: bool = False,
         ride_along: bool = False,
+        batch_under_pressure: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -333,9 +343,13 @@ class XInferPolicy(Policy):
         self.defer_batched_units = bool(defer_batched_units)
         self.lane_gate = bool(lane_gate)
         self.ride_along = bool(ride_along)
+        self.batch_under_pressure = bool(batch_under_pressure)
         #: With the lane gate: request id -> (stage, batch number) of each unit whose
         #: formed batch started (start_batch); stale entries are pruned when read.
         self._started: dict[int, tuple[int, int]] = {}
+        #: Slots slot-aware admission sees per stage: the stage's slots, or with
+        #: ``batch_under_pressure`` and no pressure, the gate's one unit per lane.
+        self._admit_slots: list[int] = list(self.slots)
         self._batches_started = 0
         self.strict_priority = bool(strict_priority)
         self.arrival_aware = bool(arrival_aware)
@@ -459,8 +473,11 @@ class XInferPolicy(Policy):
         guard = self._batch_guard(members, t)
         if cost is not None and self.forecast_batch_guard and self.arrival_aware:
             guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
+        may_wait = cost is not None and self.batch_hold
+        if may_wait and self._gates() and self.batch_under_pressure:
+            may_wait = self._under_pressure(s, t)
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
-                             guard=guard, may_wait=cost is not None and self.batch_hold)
+                             guard=guard, may_wait=may_wait)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
@@ -506,12 +523,15 @@ class XInferPolicy(Policy):
         """Whether units launch only into free lanes (``lane_gate`` with batches)."""
         return self.lane_gate and self.batch_cost is not None
 
-    def _launch_limit(self, s: int, lane_use: tuple[int, int] | None = None) -> int:
+    def _launch_limit(self, s: int, lane_use: tuple[int, int] | None = None, *,
+                      pressed: bool = True) -> int:
         """Most stage-``s`` units that may be launched (running or waiting) at once.
 
         The stage's slots; with the lane gate, also the units already on a lane plus
-        ``max_batch`` for each lane with no started batch (its waiting units count).
-        ``lane_use``: :meth:`_lane_use` of ``s`` when the caller has it already.
+        ``max_batch`` for each lane with no started batch (its waiting units count),
+        or one per such lane when ``pressed`` is False (``batch_under_pressure`` and
+        the stage not under pressure). ``lane_use``: :meth:`_lane_use` of ``s`` when the
+        caller has it already.
         """
         slots = self.slots[s]
         cost = self.batch_cost
@@ -519,7 +539,51 @@ class XInferPolicy(Policy):
             return slots
         on_lanes, batches = self._lane_use(s) if lane_use is None else lane_use
         free = max(0, lanes_for(slots, cost.max_batch) - batches)
-        return min(slots, on_lanes + cost.max_batch * free)
+        return min(slots, on_lanes + (cost.max_batch if pressed else 1) * free)
+
+    def _under_pressure(self, s: int, t: float) -> bool:
+        """Whether stage ``s`` needs batches: batching its backlog keeps more deadlines.
+
+        The backlog, the stage's ready units and its launched units not yet on a lane,
+        is served in deadline order on the stage's lanes twice: one unit at a time,
+        each taking d_s(1), and in batches of up to ``max_batch`` consecutive units
+        taking d_s(k). A lane starts when predicted free (a busy lane when its batch's
+        longest predicted residual ends), durations are at the load of the units on
+        lanes, and each unit then runs its remaining stages. The stage is under
+        pressure when the batched service finishes more units in time. Upstream units
+        do not count: waiting for them made batches look worse than serving alone in
+        the simulator.
+        """
+        cost = self.batch_cost
+        if cost is None:
+            return False
+        tracker, pred, reqs = self.tracker, self.predictor, self._requests
+        units, started, n = tracker.units, self._started, self._nf
+        busy: dict[int, float] = {}
+        backlog = [r.deadline for r in self._ready[s].values()]
+        running = 0
+        for rid, u in units.items():
+            if u.stage != s:
+                continue
+            on = started.get(rid)
+            if on is not None and on[0] == s:
+                running += 1
+                end = t + tracker.residual(u, t, n)
+                busy[on[1]] = max(busy.get(on[1], t), end)
+            else:
+                backlog.append(reqs[rid].deadline)
+        lanes = lanes_for(self.slots[s], cost.max_batch)
+        idle = max(0, lanes - len(busy))
+        if len(backlog) <= idle:
+            return False  # a free lane for every unit: none waits
+        backlog.sort()
+        others = (running if s == 0 else n[0], running if s == 1 else n[1],
+                  running if s == 2 else n[2])
+        durations = cost.durations(s, others)
+        rest = pred.suffix_tab[pred.index(others)][s + 1]
+        lane_free = [t] * idle + list(busy.values())
+        return (_on_time(backlog, lane_free, durations, rest, len(durations))
+                > _on_time(backlog, lane_free, durations, rest, 1))
 
     def _lane_use(self, s: int) -> tuple[int, int]:
         """Stage-``s`` units in started batches, and how many batches (lane gate)."""
@@ -866,7 +930,7 @@ class XInferPolicy(Policy):
 
         def make_times() -> list[float]:
             inv_s = pred.inv_own[plus_index][s]
-            free_after = self.slots[s] - self.tracker.counts[s] - 1
+            free_after = self._admit_slots[s] - self.tracker.counts[s] - 1
             times = [0.0] * free_after if free_after > 0 else []
             for wait, left, st in units.values():
                 if st == s:
@@ -905,8 +969,13 @@ class XInferPolicy(Policy):
         ready, counts = self._ready[s], self.tracker.counts
         if not ready:
             return protected, nf
-        lane_use = self._lane_use(s) if self._gates() else None
-        limit = self._launch_limit(s, lane_use)
+        gates = self._gates()
+        lane_use = self._lane_use(s) if gates else None
+        pressed = not (gates and self.batch_under_pressure) or self._under_pressure(s, t)
+        limit = self._launch_limit(s, lane_use, pressed=pressed)
+        # Unpressed, admission must see the lanes as unbatched XInfer sees its slots:
+        # a unit it admits holds one until done, which protected work may need.
+        self._admit_slots[s] = self.slots[s] if pressed else limit
         if counts[s] >= limit:
             return protected, nf
         checks = not (self.entry_only and s != Stage.VIT)
@@ -921,7 +990,7 @@ class XInferPolicy(Policy):
         lazy = self.lazy_slots
         # ride_along: the stage's units on lanes; more launched ones wait for a batch.
         on_lanes = (lane_use[0] if lane_use is not None and self.ride_along
-                    and s != Stage.VIT else None)
+                    and pressed and s != Stage.VIT else None)
         i = 0
         while i < len(order) and counts[s] < limit:
             r = order[i]
@@ -1056,6 +1125,26 @@ class XInferPolicy(Policy):
         self._promoted.discard(rid)
         self._protected.discard(rid)
         self._late_set_cache.discard(rid)
+
+
+def _on_time(deadlines: Sequence[float], lane_free: Sequence[float],
+             durations: Sequence[float], rest: float, most: int) -> int:
+    """Units done by their ``deadlines`` (sorted) when lanes run batches of up to ``most``.
+
+    The lane predicted free first (``lane_free``) runs the next up to ``most`` units as
+    one batch of duration ``durations[k − 1]``; each unit then needs ``rest`` more.
+    """
+    free = list(lane_free)
+    heapq.heapify(free)
+    kept, i, n = 0, 0, len(deadlines)
+    while i < n:
+        k = min(most, n - i)
+        end = heapq.heappop(free) + durations[k - 1]
+        limit = end + rest
+        kept += sum(1 for dl in deadlines[i:i + k] if limit <= dl)
+        heapq.heappush(free, end)
+        i += k
+    return kept
 
 
 def batch_former(policy: Policy) -> XInferPolicy | None:
