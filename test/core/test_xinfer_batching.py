@@ -319,24 +319,90 @@ def test_a_pressed_stage_launches_a_batch_that_keeps_deadlines_serving_alone_wou
         assert plan.duration + rest <= p.requests[rid].deadline
 
 
-def test_unpressed_riders_wait_for_admission():
+def _through(p: XInferPolicy, rid: int, until: Stage, t: float, step: float = 1e-4) -> float:
+    """Run ``rid``'s launched units alone up to ``until``, which it is launched into
+    (and started on a lane); returns the time reached."""
+    for stage in Stage:
+        assert running(p, stage).count(rid) == 1, (rid, stage)
+        p.start_batch(stage, [rid], t)
+        if stage == until:
+            return t
+        t += step
+        p.on_complete(rid, stage, t)
+    raise AssertionError(f"{until} not reached")
+
+
+@pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_riders"])
+def test_unpressed_riders_wait_for_admission(preset):
     """Riders launch without admission's checks only while their stage is under pressure.
 
-    Strict priority refuses ordinary work while a request is protected. Tight's Prefill
-    unit waits for the one Prefill lane; serving relaxed alone after it keeps both
-    deadlines, so relaxed is no rider and waits in the ready queue (the riders preset
-    launches it: test_riders_join_a_waiting_batch_past_vit_without_admission).
+    Two Action lanes (8 slots, batches of 4) run fillers; relaxed, then tight
+    (protected) wait for Action in the ready queue. When both lanes are free, tight
+    launches and waits for its batch; strict priority refuses ordinary work while a
+    request is protected. Unpressed (two units, two free lanes), relaxed is no rider
+    and stays in the ready queue; plain riders launch it beside tight.
     """
-    p = make_pressed(strict_priority=True)
-    relaxed = launched(p, [2.0])
-    p.start_batch(Stage.VIT, relaxed, 0.0)
-    tight = launched(p, [BATCH4.isolated_request_s + 0.006])
-    assert tight == [] and p.protected == {len(relaxed)}  # the ViT lane is busy
-    p.on_complete(relaxed[0], Stage.VIT, 0.001)
-    tight = running(p, Stage.VIT)
-    assert len(tight) == 1 and p.protected == frozenset(tight)
-    p.start_batch(Stage.VIT, tight, 0.001)
-    p.on_complete(tight[0], Stage.VIT, 0.002)
-    assert running(p, Stage.PREFILL) == tight
-    assert not p._under_pressure(Stage.PREFILL, 0.002)
-    assert [r.request_id for r in p.ready_queue(Stage.PREFILL)] == relaxed
+    from xinfer_ros.core.registry import make_policy
+
+    p = make_policy(preset, rate_table=BATCH4, slots=(4, 4, 8), strict_priority=True)
+    assert isinstance(p, XInferPolicy)
+    fillers = launched(p, [2.0])
+    t = _through(p, fillers[0], Stage.ACTION, 0.0)
+    fillers += launched(p, [2.0], t)
+    t = _through(p, fillers[1], Stage.ACTION, t)
+    relaxed = launched(p, [2.0], t)
+    t = _through(p, relaxed[0], Stage.PREFILL, t) + 1e-4
+    p.on_complete(relaxed[0], Stage.PREFILL, t)
+    assert [r.request_id for r in p.ready_queue(Stage.ACTION)] == relaxed  # lanes busy
+    busy = p.tracker.counts
+    budget = p.predictor.suffix(busy)[0] + p.delta + 0.005
+    tight = launched(p, [budget], t)
+    assert p.protected == frozenset(tight)
+    t = _through(p, tight[0], Stage.PREFILL, t) + 1e-4
+    p.on_complete(tight[0], Stage.PREFILL, t)
+    for rid in fillers:
+        t += 1e-4
+        p.on_complete(rid, Stage.ACTION, t)
+    assert p.protected == frozenset(tight)
+    assert tight[0] in running(p, Stage.ACTION)
+    if p.batch_under_pressure:
+        assert not p._under_pressure(Stage.ACTION, t)
+        assert running(p, Stage.ACTION) == tight
+        assert [r.request_id for r in p.ready_queue(Stage.ACTION)] == relaxed
+    else:
+        assert sorted(running(p, Stage.ACTION)) == sorted(tight + relaxed)
+
+
+@pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_gated"])
+def test_unpressed_admission_sees_the_launch_limit_as_the_stage_slots(preset):
+    """A relaxed Action unit that would hold the last free lane a protected one needs.
+
+    A filler runs on one of the two Action lanes; relaxed is ready for Action while
+    protected tight runs ViT. On the 8 Action slots the gate sees, the slot check finds
+    a slot free for tight whenever it arrives, and relaxed launches; unpressed, the
+    launch limit (one unit per free lane: 2) is the slots, so relaxed would hold the
+    second lane and tight would wait beyond its spare for one: relaxed waits.
+    """
+    from xinfer_ros.core.registry import make_policy
+
+    p = make_policy(preset, rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(p, XInferPolicy)
+    filler = launched(p, [2.0])
+    t = _through(p, filler[0], Stage.ACTION, 0.0)
+    relaxed = launched(p, [2.0], t)
+    t = _through(p, relaxed[0], Stage.PREFILL, t)
+    budget = p.predictor.suffix(p.tracker.counts)[0] + p.delta + 0.02
+    tight = launched(p, [budget], t)
+    p.start_batch(Stage.VIT, tight, t)
+    t += 1e-4
+    p.on_complete(relaxed[0], Stage.PREFILL, t)
+    assert p.protected == frozenset(tight)
+    pressed = p.batch_under_pressure
+    assert (relaxed[0] in running(p, Stage.ACTION)) is not pressed
+    assert p._admit_slots[Stage.ACTION] == (2 if pressed else 8)
+
+
+@pytest.mark.parametrize("flag", ["ride_along", "batch_under_pressure"])
+def test_a_lane_gate_setting_without_the_gate_is_refused(flag):
+    with pytest.raises(ValueError, match=f"{flag} needs lane_gate"):
+        policy(**{flag: True})

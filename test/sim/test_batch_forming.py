@@ -193,6 +193,8 @@ def test_batching_under_pressure_forms_batches_only_past_saturation():
         return sizes, sim.run().metrics
 
     sizes, low = sizes_and_metrics("xinfer_batch_pressure", 3)
+    # Unpressed launched units may share a batch when two free lanes' units are planned
+    # together; at 3 robots on this table (deterministic: no noise) that never happens.
     assert sizes and max(sizes) == 1
     _, alone = sizes_and_metrics("xinfer", 3, slots=(1, 1, 2), max_batch=1)
     assert low.attainment >= alone.attainment - 0.02

@@ -284,10 +284,13 @@ class XInferPolicy(Policy):
             goodput at 12, docs/BENCHMARKS.md section 5.3), with ``lane_gate``: a
             stage batches only while it is under pressure (:meth:`_under_pressure`:
             its backlog served in batches keeps more deadlines than served one unit at
-            a time). Otherwise the gate launches one unit per free lane, slot-aware
-            admission sees those lanes as the stage's slots, riders wait for
-            admission and no lead holds for mates: a lightly loaded server runs as
-            unbatched XInfer on slots of one unit per lane does.
+            a time). Otherwise the gate launches at most one unit per free lane,
+            slot-aware admission sees that launch limit as the stage's slots, riders
+            wait for admission and no lead holds for mates, so a lightly loaded
+            server launches as unbatched XInfer on slots of one unit per lane does.
+            Units launched that way may still share a batch: a free lane plans every
+            waiting unit of its stage, and :meth:`plan_batch` adds mates whose
+            deadlines allow it (as measured; lone units only was not tried).
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -344,6 +347,10 @@ class XInferPolicy(Policy):
         self.lane_gate = bool(lane_gate)
         self.ride_along = bool(ride_along)
         self.batch_under_pressure = bool(batch_under_pressure)
+        for flag, on in (("ride_along", self.ride_along),
+                         ("batch_under_pressure", self.batch_under_pressure)):
+            if on and not self.lane_gate:
+                raise ValueError(f"{flag} needs lane_gate: without it, it would do nothing")
         #: With the lane gate: request id -> (stage, batch number) of each unit whose
         #: formed batch started (start_batch); stale entries are pruned when read.
         self._started: dict[int, tuple[int, int]] = {}
@@ -440,6 +447,8 @@ class XInferPolicy(Policy):
         with a predicted residual that ends before ``start_by`` (ViT mates are
         arrivals, which may always come). Holding for mates not due cost 4 to 7 points
         of attainment above the ERC in the simulator (docs/BENCHMARKS.md section 5.3).
+        With ``batch_under_pressure`` the lead holds only while ``stage`` is under
+        pressure (:meth:`_under_pressure`).
 
         Args:
             stage: the lane's stage.
@@ -546,13 +555,16 @@ class XInferPolicy(Policy):
 
         The backlog, the stage's ready units and its launched units not yet on a lane,
         is served in deadline order on the stage's lanes twice: one unit at a time,
-        each taking d_s(1), and in batches of up to ``max_batch`` consecutive units
-        taking d_s(k). A lane starts when predicted free (a busy lane when its batch's
-        longest predicted residual ends), durations are at the load of the units on
-        lanes, and each unit then runs its remaining stages. The stage is under
-        pressure when the batched service finishes more units in time. Upstream units
-        do not count: waiting for them made batches look worse than serving alone in
-        the simulator.
+        each taking d_s(1), and in batches of ``max_batch`` consecutive units (the
+        last may be smaller) taking d_s(k). A lane starts when predicted free (a busy
+        lane when its batch's longest predicted residual ends); durations are at n_f
+        with the stage's own count replaced by its units on lanes; each unit then runs
+        its remaining stages. The stage is under pressure when the batched service
+        finishes more units in time. Upstream units do not count: waiting for them
+        made batches look worse than serving alone in the simulator. Batches a
+        dispatcher has formed but not yet started (:meth:`start_batch` comes after
+        it has planned every free lane) still count as backlog on idle lanes, which
+        understates pressure for the lanes planned after the first in one pass.
         """
         cost = self.batch_cost
         if cost is None:
@@ -973,8 +985,8 @@ class XInferPolicy(Policy):
         lane_use = self._lane_use(s) if gates else None
         pressed = not (gates and self.batch_under_pressure) or self._under_pressure(s, t)
         limit = self._launch_limit(s, lane_use, pressed=pressed)
-        # Unpressed, admission must see the lanes as unbatched XInfer sees its slots:
-        # a unit it admits holds one until done, which protected work may need.
+        # Unpressed, admission must see the launch limit as unbatched XInfer sees its
+        # slots: a unit it admits holds a lane until done, which protected work may need.
         self._admit_slots[s] = self.slots[s] if pressed else limit
         if counts[s] >= limit:
             return protected, nf
