@@ -983,8 +983,12 @@ class XInferPolicy(Policy):
             return protected, nf
         gates = self._gates()
         lane_use = self._lane_use(s) if gates else None
-        pressed = not (gates and self.batch_under_pressure) or self._under_pressure(s, t)
-        limit = self._launch_limit(s, lane_use, pressed=pressed)
+        limit = self._launch_limit(s, lane_use)
+        # The pressure test only lowers the limit: skip it when nothing may launch anyway.
+        pressed = (counts[s] >= limit or not (gates and self.batch_under_pressure)
+                   or self._under_pressure(s, t))
+        if not pressed:
+            limit = self._launch_limit(s, lane_use, pressed=False)
         # Unpressed, admission must see the launch limit as unbatched XInfer sees its
         # slots: a unit it admits holds a lane until done, which protected work may need.
         self._admit_slots[s] = self.slots[s] if pressed else limit
