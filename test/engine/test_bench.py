@@ -29,7 +29,7 @@ def test_bench_engine_emulated_json(tmp_path: Path) -> None:
         "benchmark", "emulated", "notice", "backend", "engine", "config", "policy",
         "workload", "robots", "duration_s", "window_s", "rate_table", "rate_table_provenance",
         "time_scale", "phase_spread", "held", "host", "load_average", "metrics", "stage_ms",
-        "prediction", "rate_correction", "statuses", "dispatcher"]
+        "prediction", "rate_correction", "statuses", "dispatcher", "speed_probe"]
 
 
 def test_bench_engine_serial_is_slower_than_async() -> None:
@@ -180,3 +180,20 @@ def test_an_unreadable_rate_table_stops_the_benchmark_in_one_line(tmp_path: Path
     with pytest.raises(SystemExit, match=r"^error: rate table .*absent\.json does not exist$"):
         bench.main(["engine", "--backend", "emulated", "--duration", "2",
                     "--rate-table", str(tmp_path / "absent.json")])
+
+
+def test_the_report_names_its_arm_and_the_hosts_speed_unless_told_not_to(
+        tmp_path: Path) -> None:
+    common = ["engine", "--backend", "emulated", "--robots", "2", "--duration", "3",
+              "--warmup", "1"]
+    out = tmp_path / "r.json"
+    assert bench.main([*common, "--arm", "unb", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["arm"] == "unb"
+    probe = report["speed_probe"]
+    # Two seconds of window at one sample per 0.25 s, the child's start-up aside.
+    assert 4 <= probe["samples"] <= 9
+    assert probe["matmul"]["median_ms"] > 0 and probe["python"]["median_ms"] > 0
+    assert bench.main([*common, "--no-speed-probe", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert "speed_probe" not in report and "arm" not in report

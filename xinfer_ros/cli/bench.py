@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "transport": "latency the ROS path adds over the in-process engine",
     "openpi": "latency the openpi WebSocket path adds over the in-process engine",
     "peers": "xinfer side by side with openpi- and LeRobot-style serial servers",
+    "compare": "engine runs' arms compared at one host speed (speed-probe covariate)",
 }
 
 

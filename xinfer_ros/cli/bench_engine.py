@@ -16,6 +16,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.closed_loop import ClosedLoopRun, run_closed_loop
 from xinfer_ros.engine.engine import StageEngine
+from xinfer_ros.engine.speed_probe import PROBE_PERIOD_S, SpeedProbe, SpeedSummary
 from xinfer_ros.engine.types import (
     TABLE6,
     EngineConfig,
@@ -127,6 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "defaults)")
     parser.add_argument("--baseline-rate-table", type=Path, default=None,
                         help="rate table of the unbatched baseline (default: --rate-table)")
+    parser.add_argument("--arm", default=None, metavar="LABEL",
+                        help="name this run's arm in the report (xinfer-bench compare groups "
+                             "runs by it)")
+    parser.add_argument("--no-speed-probe", dest="speed_probe", action="store_false",
+                        help=f"do not time two fixed work units every {PROBE_PERIOD_S:g} s "
+                             "beside the run (the host-speed covariate of xinfer-bench "
+                             "compare)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
 
 
@@ -203,15 +212,26 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
     link = Link(args.link_ms * 1e-3, args.link_ms * 1e-3)
     # Before close: a closed backend no longer reports its Action worker processes.
     described = backend.describe()
+    probe = SpeedProbe() if getattr(args, "speed_probe", True) else None
+    if probe is not None:
+        probe.start()  # before the engine: the child's imports fall in the warm-up
     engine.start()
     try:
         engine.audit.keep_from = engine.clock.now() + warmup
+        t0 = time.monotonic()
         run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
                               link=link)
     finally:
+        if probe is not None:
+            probe.stop()
         engine.close(drain_timeout=2.0)
         if owned:
             backend.close()
+    # The window is in engine seconds; the probe's clock is the wall's.
+    scale = float(args.time_scale)
+    speed: SpeedSummary | None = (
+        probe.summary(t0 + window[0] / scale, t0 + window[1] / scale)
+        if probe is not None else None)
     metrics = summarize(run.records, window)
     statuses: dict[str, int] = {}
     for s in run.sent:
@@ -244,6 +264,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         statuses=statuses,
         dispatcher={"decisions": stats["decisions"],
                     "decision_ms_total": stats["decision_ms_total"]},
+        arm=getattr(args, "arm", None),
+        speed_probe=speed,
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -350,6 +372,12 @@ def _fmt(report: EngineReport) -> str:
                          "k=" + ",".join(f"{k:.2f}" for k in fix.factors) + ": attainment="
                          f"{fix.metrics.attainment * 100:.1f}%; engine - that = "
                          f"{(m.attainment - fix.metrics.attainment) * 100:+.1f} points")
+    if report.speed_probe is not None:
+        sp = report.speed_probe
+        lines.append(f"{prefix}speed probe, CPU ms median (p10/p90) over {sp.samples} "
+                     f"samples: matmul {sp.matmul.median_ms:.3f} ({sp.matmul.p10_ms:.3f}/"
+                     f"{sp.matmul.p90_ms:.3f}) python {sp.python.median_ms:.3f} "
+                     f"({sp.python.p10_ms:.3f}/{sp.python.p90_ms:.3f})")
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from typing import ClassVar, TypedDict
 from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.core.prediction_audit import AuditSummary
 from xinfer_ros.core.rate_correction import CorrectionSummary
+from xinfer_ros.engine.speed_probe import SpeedSummary
 
 __all__ = ["CorrectedSimulation", "Dispatcher", "EngineReport", "PairRow", "SimulatorRun"]
 
@@ -125,6 +126,8 @@ class EngineReport:
     pair: int | None = None
     wall_s: float | None = None
     arm: str | None = None
+    # How fast the host's cores ran in the window (None: --no-speed-probe, or no sample).
+    speed_probe: SpeedSummary | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""
@@ -145,4 +148,6 @@ class EngineReport:
         for key in ("pair", "wall_s", "arm"):
             if (value := getattr(self, key)) is not None:
                 out[key] = value
+        if self.speed_probe is not None:
+            out["speed_probe"] = self.speed_probe.to_dict()
         return out

@@ -1,0 +1,62 @@
+"""``xinfer-bench compare`` reads engine reports and judges a candidate at one speed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from xinfer_ros.cli import bench
+
+
+def _report(path: Path, arm: str | None, robots: int, attainment: float,
+            probe_ms: float | None, *, benchmark: str = "engine") -> Path:
+    data: dict[str, object] = {"benchmark": benchmark, "robots": robots,
+                               "metrics": {"attainment": attainment, "goodput_rps": 10.0}}
+    if arm is not None:
+        data["arm"] = arm
+    if probe_ms is not None:
+        stats = {"median_ms": probe_ms, "p10_ms": probe_ms, "p90_ms": probe_ms}
+        data["speed_probe"] = {"samples": 100, "matmul": stats, "python": stats}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _fleet(tmp_path: Path, cand_level: float) -> list[str]:
+    # Attainment falls 2 points per 1 % of host slowdown; the candidate ran on slow hosts.
+    files = []
+    for i, (arm, level, probes) in enumerate([
+            ("unb", 0.70, (0.88, 0.90, 0.92)), ("cand", cand_level, (0.95, 0.97, 0.99))]):
+        for j, p in enumerate(probes):
+            value = level - 2.0 * math.log(p / 0.9) + (0.002, -0.004, 0.002)[j]
+            files.append(str(_report(tmp_path / f"{i}{j}.json", arm, 12, value, p)))
+    return files
+
+
+def test_compare_judges_the_candidate_at_one_speed(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["compare", *_fleet(tmp_path, 0.70), "--candidate", "cand"]) == 0
+    out = capsys.readouterr().out
+    assert "12 robots: 6 runs" in out
+    diff = float(out.split("cand - unb = ")[1].split()[0])
+    assert abs(diff) < 0.1 and ": holds" in out
+    assert bench.main(["compare", *_fleet(tmp_path, 0.60), "--candidate", "cand"]) == 0
+    out = capsys.readouterr().out
+    diff = float(out.split("cand - unb = ")[1].split()[0])
+    assert abs(diff + 10.0) < 0.1 and ": fails" in out
+
+
+def test_compare_stops_in_one_line_on_a_report_it_cannot_use(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _fleet(tmp_path, 0.7)
+    for bad, why in [(_report(tmp_path / "a.json", None, 12, 0.5, 0.9), "names no arm"),
+                     (_report(tmp_path / "b.json", "x", 12, 0.5, None), "no matmul speed probe"),
+                     (_report(tmp_path / "c.json", "x", 12, 0.5, 0.9, benchmark="decision"),
+                      "not an xinfer-bench engine report")]:
+        assert bench.main(["compare", *good, str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert why in err and str(bad) in err and len(err.strip().splitlines()) == 1
+    assert bench.main(["compare", *good, "--candidate", "nobody"]) == 2
+    assert "no runs of arm 'nobody'" in capsys.readouterr().err

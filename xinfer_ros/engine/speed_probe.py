@@ -1,0 +1,172 @@
+"""How fast this host's cores ran while a benchmark measured: a probe in its own process.
+
+On a shared VM a core's speed drifts by 10-20 % within seconds (neighbours on the
+host), and at 8-12 robots on the CPU engine a few per cent of speed moves attainment
+by many points: the same command run twice lands 5-20 points apart. The probe runs
+two fixed work units every ``period_s`` in a separate process and times each in thread
+CPU time, so that waiting for a core (the benchmark's own load) does not count, only
+how fast the core ran once it had it:
+
+- ``matmul``: small single-threaded BLAS matrix products, the kind of work the model's
+  stages do. In our runs at 8 and 12 robots its median explained 58-79 % of the
+  run-to-run variance of attainment (docs/BENCHMARKS.md 5.3), so it is the covariate
+  :mod:`xinfer_ros.engine.speed_adjust` compares arms at by default;
+- ``python``: integer arithmetic in the interpreter's loop, the kind of work the
+  dispatcher does. It explained less in the same runs.
+
+Both stay in cache and together cost about 2 ms per period, under 1 % of a core.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+
+__all__ = ["PROBES", "PROBE_PERIOD_S", "ProbeStats", "SpeedProbe", "SpeedSummary", "probe_work"]
+
+#: Seconds between two work units: about 120 samples in a 30 s window.
+PROBE_PERIOD_S = 0.25
+
+#: The work units, in the order a sample carries them.
+PROBES: tuple[str, ...] = ("matmul", "python")
+
+#: Iterations of the interpreter's work unit (about 0.9 ms on this project's 2-core VM).
+_WORK_ITERATIONS = 20_000
+#: Side and count of the matrix products (about 1.1 ms on the same VM).
+_MATMUL_SIDE, _MATMUL_COUNT = 96, 30
+
+#: Environment that keeps the child's BLAS on its calling thread: thread CPU time
+#: would not see work done on BLAS's own threads.
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def probe_work(iterations: int = _WORK_ITERATIONS) -> int:
+    """The fixed work unit: integer arithmetic in the interpreter's loop."""
+    total = 0
+    for i in range(iterations):
+        total += i * i % 7
+    return total
+
+
+def _probe_loop(period_s: float, stop: Event, out: Connection) -> None:
+    """Child process: time the work units once per period until ``stop``; send the samples."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.random((_MATMUL_SIDE, _MATMUL_SIDE))
+    b = rng.random((_MATMUL_SIDE, _MATMUL_SIDE))
+    samples: list[tuple[float, float, float]] = []
+    while not stop.is_set():
+        c0 = time.thread_time()
+        for _ in range(_MATMUL_COUNT):
+            a @ b
+        c1 = time.thread_time()
+        probe_work()
+        c2 = time.thread_time()
+        samples.append((time.monotonic(), (c1 - c0) * 1e3, (c2 - c1) * 1e3))
+        stop.wait(period_s)
+    out.send(samples)
+    out.close()
+
+
+@dataclass(frozen=True)
+class ProbeStats:
+    """One work unit's CPU milliseconds inside the window."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> ProbeStats:
+        """Median and deciles of ``values`` (one value: all three)."""
+        deciles = statistics.quantiles(values, n=10) if len(values) > 1 else values * 9
+        return cls(statistics.median(values), deciles[0], deciles[-1])
+
+
+@dataclass(frozen=True)
+class SpeedSummary:
+    """The probe's samples inside one measurement window."""
+
+    matmul: ProbeStats
+    python: ProbeStats
+    # Samples (each both work units) inside the window.
+    samples: int
+
+    def median_ms(self, probe: str) -> float:
+        """The median of work unit ``probe`` (one of :data:`PROBES`)."""
+        stats: ProbeStats = getattr(self, probe)
+        return stats.median_ms
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form."""
+        return {"samples": self.samples, **{
+            name: {"median_ms": st.median_ms, "p10_ms": st.p10_ms, "p90_ms": st.p90_ms}
+            for name, st in (("matmul", self.matmul), ("python", self.python))}}
+
+
+class SpeedProbe:
+    """Times a fixed work unit beside a run; a context manager.
+
+    ``time.monotonic`` is system-wide on Linux, so the child's sample times and the
+    parent's window share one clock.
+    """
+
+    def __init__(self, period_s: float = PROBE_PERIOD_S) -> None:
+        if period_s <= 0:
+            raise ValueError(f"period_s must be > 0, got {period_s}")
+        # Spawn: a forked child would inherit the engine's threads' locks.
+        ctx = mp.get_context("spawn")
+        self._stop = ctx.Event()
+        self._recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_probe_loop, args=(period_s, self._stop, send),
+                                 name="xinfer-speed-probe", daemon=True)
+        self._send = send
+        self._samples: list[tuple[float, float, float]] | None = None
+
+    def __enter__(self) -> SpeedProbe:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Start the child process (before the caller starts threads: it sets environment)."""
+        saved = {k: os.environ.get(k) for k in _ONE_THREAD}
+        os.environ.update(_ONE_THREAD)  # a spawned child takes the environment at start
+        try:
+            self._proc.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self._send.close()  # the child holds its own end
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the child and collect its samples (idempotent)."""
+        if self._samples is not None:
+            return
+        self._stop.set()
+        self._samples = self._recv.recv() if self._recv.poll(timeout_s) else []
+        self._proc.join(timeout_s)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+    def summary(self, start: float, end: float) -> SpeedSummary | None:
+        """The samples taken in ``[start, end)`` (``time.monotonic`` s); None if none."""
+        self.stop()
+        assert self._samples is not None
+        inside = [(mm, py) for t, mm, py in self._samples if start <= t < end]
+        if not inside:
+            return None
+        return SpeedSummary(matmul=ProbeStats.of([mm for mm, _ in inside]),
+                            python=ProbeStats.of([py for _, py in inside]),
+                            samples=len(inside))
