@@ -14,7 +14,8 @@ from xinfer_ros.cli import bench, bench_engine
 def test_bench_engine_emulated_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     rc = bench.main(["engine", "--backend", "emulated", "--robots", "4", "--duration", "4",
-                     "--warmup", "1", "--time-scale", "2", "--json", str(out)])
+                     "--warmup", "1", "--time-scale", "2", "--no-speed-probe",
+                     "--json", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
     assert report["emulated"] is True and "EMULATED" in report["notice"]
@@ -29,7 +30,7 @@ def test_bench_engine_emulated_json(tmp_path: Path) -> None:
         "benchmark", "emulated", "notice", "backend", "engine", "config", "policy",
         "workload", "robots", "duration_s", "window_s", "rate_table", "rate_table_provenance",
         "time_scale", "phase_spread", "held", "host", "load_average", "metrics", "stage_ms",
-        "prediction", "rate_correction", "statuses", "dispatcher", "speed_probe"]
+        "prediction", "rate_correction", "statuses", "dispatcher"]
 
 
 def test_bench_engine_serial_is_slower_than_async() -> None:
@@ -191,8 +192,8 @@ def test_the_report_names_its_arm_and_the_hosts_speed_unless_told_not_to(
     report = json.loads(out.read_text())
     assert report["arm"] == "unb"
     probe = report["speed_probe"]
-    # Two seconds of window at one sample per 0.25 s, the child's start-up aside.
-    assert 4 <= probe["samples"] <= 9
+    # Two seconds of window at one sample per 0.25 s, less the child's start-up.
+    assert 2 <= probe["samples"] <= 9
     assert probe["matmul"]["median_ms"] > 0 and probe["python"]["median_ms"] > 0
     assert bench.main([*common, "--no-speed-probe", "--json", str(out)]) == 0
     report = json.loads(out.read_text())

@@ -45,12 +45,42 @@ def test_a_real_difference_survives_the_adjustment_and_noise_shrinks() -> None:
     assert {a.runs for a in fit.arms} == {6}
 
 
+def test_the_standard_errors_are_the_closed_form_ones() -> None:
+    # One slope and two levels: var(a_i - a_j) = s2 (1/n_i + 1/n_j + (xbar_i - xbar_j)^2 / Sxx),
+    # Sxx the within-arm sum of squares of x.
+    probes = {"A": [0.88, 0.93, 0.97, 0.90], "B": [0.95, 0.92, 0.99, 1.01, 0.96]}
+    runs = _runs({"A": 70.0, "B": 64.0}, probes, slope=-150.0, noise=2.0, seed=3)
+    fit = fit_common_slope(runs)
+    x = {a: np.log(ps) for a, ps in probes.items()}
+    y = {a: np.array([r.value for r in runs if r.arm == a]) for a in probes}
+    sxx = sum(float(((v - v.mean()) ** 2).sum()) for v in x.values())
+    sxy = sum(float(((x[a] - x[a].mean()) * (y[a] - y[a].mean())).sum()) for a in probes)
+    slope = sxy / sxx
+    rss = sum(float(((y[a] - y[a].mean() - slope * (x[a] - x[a].mean())) ** 2).sum())
+              for a in probes)
+    s2 = rss / (9 - 3)
+    gap = float(x["A"].mean() - x["B"].mean())
+    diff, se = fit.difference("A", "B")
+    assert fit.slope == pytest.approx(slope)
+    assert fit.slope_se == pytest.approx(math.sqrt(s2 / sxx))
+    assert fit.residual_sd == pytest.approx(math.sqrt(s2))
+    assert diff == pytest.approx(float(y["A"].mean() - y["B"].mean()) - slope * gap)
+    assert se == pytest.approx(math.sqrt(s2 * (1 / 4 + 1 / 5 + gap ** 2 / sxx)))
+    assert fit.arm("A").probe_ms == pytest.approx(math.exp(x["A"].mean()))
+
+
 def test_the_fit_refuses_runs_it_cannot_fit() -> None:
     with pytest.raises(SpeedAdjustError, match="need at least 4"):
         fit_common_slope([ArmRun("A", 1.0, 1.0), ArmRun("B", 2.0, 1.1),
                           ArmRun("A", 1.5, 1.2)])
     with pytest.raises(SpeedAdjustError, match="same probe time"):
         fit_common_slope([ArmRun("A", v, 1.0) for v in (1.0, 2.0, 3.0)])
+    with pytest.raises(SpeedAdjustError, match="cannot be told apart"):
+        fit_common_slope([ArmRun("A", 1.0, 1.0), ArmRun("A", 2.0, 1.0),
+                          ArmRun("B", 1.5, 1.1), ArmRun("B", 2.5, 1.1)])
+    with pytest.raises(SpeedAdjustError, match="finite"):
+        fit_common_slope([ArmRun("A", v, p) for v, p in ((math.nan, 1.0), (2.0, 1.1),
+                                                         (3.0, 1.2))])
     with pytest.raises(SpeedAdjustError, match="positive"):
         fit_common_slope([ArmRun("A", v, p) for v, p in ((1.0, 0.0), (2.0, 1.0), (3.0, 2.0))])
     fit = fit_common_slope([ArmRun("A", v, p) for v, p in ((1.0, 1.0), (2.0, 1.1), (3.0, 1.3))])

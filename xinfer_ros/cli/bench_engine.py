@@ -213,20 +213,22 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
     # Before close: a closed backend no longer reports its Action worker processes.
     described = backend.describe()
     probe = SpeedProbe() if getattr(args, "speed_probe", True) else None
-    if probe is not None:
-        probe.start()  # before the engine: the child's imports fall in the warm-up
-    engine.start()
     try:
-        engine.audit.keep_from = engine.clock.now() + warmup
-        t0 = time.monotonic()
-        run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
-                              link=link)
+        if probe is not None:
+            probe.start()  # before the engine: the child's imports fall in the warm-up
+        engine.start()
+        try:
+            engine.audit.keep_from = engine.clock.now() + warmup
+            t0 = time.monotonic()
+            run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
+                                  link=link)
+        finally:
+            engine.close(drain_timeout=2.0)
+            if owned:
+                backend.close()
     finally:
         if probe is not None:
             probe.stop()
-        engine.close(drain_timeout=2.0)
-        if owned:
-            backend.close()
     # The window is in engine seconds; the probe's clock is the wall's.
     scale = float(args.time_scale)
     speed: SpeedSummary | None = (

@@ -8,21 +8,36 @@ are measured at the same load and a separate slope per arm would need many more 
 The residual spread against the raw spread says how much of the run-to-run noise the
 host's speed explained.
 
-The interval is estimate +- 2 standard errors: about 95 %, a little narrower than
-Student's t would give (2.07 standard errors at 23 degrees of freedom, 2.36 at 7).
+The interval is estimate +- :data:`INTERVAL_SE` standard errors: about 95 %, narrower
+than Student's t would give (2.07 standard errors at 23 degrees of freedom, 2.36 at 7,
+3.18 at 3), so a verdict on few runs is less sure than it reads.
+
+A run far from the others' speed weighs on the slope: in our 27-run blocks, dropping
+the one slowest run moved the slope by half. Each arm's mean probe time is reported so
+that a reader sees whether the arms ran at comparable speeds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from xinfer_ros.errors import XInferRosError
 
-__all__ = ["AdjustedArm", "ArmRun", "SpeedAdjustError", "SpeedFit", "fit_common_slope"]
+__all__ = [
+    "INTERVAL_SE",
+    "AdjustedArm",
+    "ArmRun",
+    "SpeedAdjustError",
+    "SpeedFit",
+    "fit_common_slope",
+]
+
+#: Half-width of the interval a verdict reads, in standard errors.
+INTERVAL_SE = 2.0
 
 
 class SpeedAdjustError(XInferRosError, ValueError):
@@ -50,6 +65,8 @@ class AdjustedArm:
     adjusted: float
     # Standard error of ``adjusted``.
     se: float
+    # Geometric mean of this arm's probe times (ms): the arms' balance in speed.
+    probe_ms: float
 
 
 @dataclass(frozen=True)
@@ -67,7 +84,8 @@ class SpeedFit:
     dof: int
     # The probe's geometric mean over the runs (ms): the speed the arms are compared at.
     probe_ms: float
-    _cov: np.ndarray
+    # Covariance of the arm levels, in the order of ``arms``.
+    level_cov: np.ndarray = field(repr=False, compare=False)
 
     def arm(self, name: str) -> AdjustedArm:
         """The adjusted figure of arm ``name``."""
@@ -77,27 +95,41 @@ class SpeedFit:
         raise SpeedAdjustError(f"no runs of arm {name!r}")
 
     def difference(self, arm: str, other: str) -> tuple[float, float]:
-        """``arm - other`` at the common speed, and its standard error."""
+        """``arm - other`` at the common speed, and its standard error.
+
+        Raises:
+            SpeedAdjustError: either arm has no runs.
+        """
         names = [a.arm for a in self.arms]
         i, j = names.index(self.arm(arm).arm), names.index(self.arm(other).arm)
-        c = np.zeros(len(self._cov))
+        c = np.zeros(len(self.level_cov))
         c[i], c[j] = 1.0, -1.0
         return (self.arms[i].adjusted - self.arms[j].adjusted,
-                math.sqrt(max(float(c @ self._cov @ c), 0.0)))
+                math.sqrt(max(float(c @ self.level_cov @ c), 0.0)))
 
 
 def fit_common_slope(runs: Sequence[ArmRun]) -> SpeedFit:
     """Fit one slope on log(probe) and one level per arm (least squares).
 
+    Args:
+        runs: the runs of one robot count, each with its arm, figure and probe time.
+
+    Returns:
+        The fit: each arm's level at the runs' mean speed, the slope, the spreads.
+
     Raises:
-        SpeedAdjustError: fewer runs than parameters + 1, or every run at one speed.
+        SpeedAdjustError: fewer runs than parameters + 1, a non-finite figure, a probe
+            time that is not positive, or no run that differs in speed from the other
+            runs of its arm (then speed and arm cannot be told apart).
     """
     names = sorted({r.arm for r in runs})
     n, p = len(runs), len(names) + 1
     if n < p + 1:
         raise SpeedAdjustError(f"{n} runs cannot fit {len(names)} arm levels and a slope "
                                f"with a residual: need at least {p + 1}")
-    if any(r.probe_ms <= 0 for r in runs):
+    if not all(math.isfinite(r.value) for r in runs):
+        raise SpeedAdjustError("a run's figure is not a finite number")
+    if not all(r.probe_ms > 0 and math.isfinite(r.probe_ms) for r in runs):
         raise SpeedAdjustError("a run has no positive speed-probe time")
     x = np.log([r.probe_ms for r in runs])
     x_mean = float(x.mean())
@@ -108,6 +140,9 @@ def fit_common_slope(runs: Sequence[ArmRun]) -> SpeedFit:
     for row, r in enumerate(runs):
         design[row, names.index(r.arm)] = 1.0
     design[:, -1] = x - x_mean
+    if np.linalg.matrix_rank(design) < p:
+        raise SpeedAdjustError("within each arm every run has the same probe time: speed "
+                               "and arm cannot be told apart")
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     resid = y - design @ coef
     dof = n - p
@@ -115,13 +150,13 @@ def fit_common_slope(runs: Sequence[ArmRun]) -> SpeedFit:
     cov = s2 * np.linalg.pinv(design.T @ design)
     group_mean = design[:, :-1] @ np.array([y[design[:, k] == 1].mean()
                                             for k in range(len(names))])
-    raw_dof = n - len(names)
-    raw_sd = math.sqrt(float(((y - group_mean) ** 2).sum()) / raw_dof) if raw_dof else math.nan
+    raw_sd = math.sqrt(float(((y - group_mean) ** 2).sum()) / (n - len(names)))
     arms = tuple(
         AdjustedArm(arm=name, runs=int(design[:, k].sum()),
                     raw_median=float(np.median(y[design[:, k] == 1])),
-                    adjusted=float(coef[k]), se=math.sqrt(float(cov[k, k])))
+                    adjusted=float(coef[k]), se=math.sqrt(float(cov[k, k])),
+                    probe_ms=math.exp(float(x[design[:, k] == 1].mean())))
         for k, name in enumerate(names))
     return SpeedFit(arms=arms, slope=float(coef[-1]), slope_se=math.sqrt(float(cov[-1, -1])),
                     raw_sd=raw_sd, residual_sd=math.sqrt(s2), dof=dof,
-                    probe_ms=math.exp(x_mean), _cov=cov[:-1, :-1])
+                    probe_ms=math.exp(x_mean), level_cov=cov[:-1, :-1])

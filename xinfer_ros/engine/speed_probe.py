@@ -27,7 +27,17 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 
-__all__ = ["PROBES", "PROBE_PERIOD_S", "ProbeStats", "SpeedProbe", "SpeedSummary", "probe_work"]
+from xinfer_ros.errors import XInferRosError
+
+__all__ = [
+    "PROBES",
+    "PROBE_PERIOD_S",
+    "ProbeStats",
+    "SpeedProbe",
+    "SpeedProbeError",
+    "SpeedSummary",
+    "probe_work",
+]
 
 #: Seconds between two work units: about 120 samples in a 30 s window.
 PROBE_PERIOD_S = 0.25
@@ -43,6 +53,10 @@ _MATMUL_SIDE, _MATMUL_COUNT = 96, 30
 #: Environment that keeps the child's BLAS on its calling thread: thread CPU time
 #: would not see work done on BLAS's own threads.
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class SpeedProbeError(XInferRosError, ValueError):
+    """A probe asked for with settings it cannot run with."""
 
 
 def probe_work(iterations: int = _WORK_ITERATIONS) -> int:
@@ -84,8 +98,12 @@ class ProbeStats:
 
     @classmethod
     def of(cls, values: list[float]) -> ProbeStats:
-        """Median and deciles of ``values`` (one value: all three)."""
-        deciles = statistics.quantiles(values, n=10) if len(values) > 1 else values * 9
+        """Median and deciles of ``values`` (one value: all three).
+
+        Inclusive deciles: with few samples they stay inside the data.
+        """
+        deciles = (statistics.quantiles(values, n=10, method="inclusive")
+                   if len(values) > 1 else values * 9)
         return cls(statistics.median(values), deciles[0], deciles[-1])
 
 
@@ -98,28 +116,39 @@ class SpeedSummary:
     # Samples (each both work units) inside the window.
     samples: int
 
-    def median_ms(self, probe: str) -> float:
-        """The median of work unit ``probe`` (one of :data:`PROBES`)."""
-        stats: ProbeStats = getattr(self, probe)
-        return stats.median_ms
+    def stats(self, probe: str) -> ProbeStats:
+        """The statistics of work unit ``probe`` (one of :data:`PROBES`)."""
+        if probe not in PROBES:
+            raise SpeedProbeError(f"no work unit {probe!r}: one of {', '.join(PROBES)}")
+        found: ProbeStats = getattr(self, probe)
+        return found
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON form."""
-        return {"samples": self.samples, **{
-            name: {"median_ms": st.median_ms, "p10_ms": st.p10_ms, "p90_ms": st.p90_ms}
-            for name, st in (("matmul", self.matmul), ("python", self.python))}}
+        """The JSON form: ``samples`` and, per work unit, its median and deciles (ms)."""
+        out: dict[str, object] = {"samples": self.samples}
+        for name in PROBES:
+            st = self.stats(name)
+            out[name] = {"median_ms": st.median_ms, "p10_ms": st.p10_ms, "p90_ms": st.p90_ms}
+        return out
 
 
 class SpeedProbe:
-    """Times a fixed work unit beside a run; a context manager.
+    """Times the work units beside a run; a context manager.
 
     ``time.monotonic`` is system-wide on Linux, so the child's sample times and the
-    parent's window share one clock.
+    parent's window share one clock. A child that dies leaves no samples; the run it
+    probed goes on and its report carries no probe.
+
+    Args:
+        period_s: seconds between two samples.
+
+    Raises:
+        SpeedProbeError: ``period_s`` is not positive.
     """
 
     def __init__(self, period_s: float = PROBE_PERIOD_S) -> None:
-        if period_s <= 0:
-            raise ValueError(f"period_s must be > 0, got {period_s}")
+        if not period_s > 0:
+            raise SpeedProbeError(f"period_s must be > 0, got {period_s}")
         # Spawn: a forked child would inherit the engine's threads' locks.
         ctx = mp.get_context("spawn")
         self._stop = ctx.Event()
@@ -127,6 +156,7 @@ class SpeedProbe:
         self._proc = ctx.Process(target=_probe_loop, args=(period_s, self._stop, send),
                                  name="xinfer-speed-probe", daemon=True)
         self._send = send
+        self._started = False
         self._samples: list[tuple[float, float, float]] | None = None
 
     def __enter__(self) -> SpeedProbe:
@@ -134,7 +164,11 @@ class SpeedProbe:
         return self
 
     def start(self) -> None:
-        """Start the child process (before the caller starts threads: it sets environment)."""
+        """Start the child process.
+
+        Call it before the caller starts threads: it sets BLAS's thread count in this
+        process's environment for the moment the child is spawned.
+        """
         saved = {k: os.environ.get(k) for k in _ONE_THREAD}
         os.environ.update(_ONE_THREAD)  # a spawned child takes the environment at start
         try:
@@ -146,25 +180,37 @@ class SpeedProbe:
                 else:
                     os.environ[k] = v
         self._send.close()  # the child holds its own end
+        self._started = True
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the child and collect its samples (idempotent)."""
+        """Stop the child and collect its samples (idempotent; never raises for the child)."""
         if self._samples is not None:
             return
+        self._samples = []
+        if not self._started:
+            self._send.close()
+            self._recv.close()
+            return
         self._stop.set()
-        self._samples = self._recv.recv() if self._recv.poll(timeout_s) else []
+        try:
+            if self._recv.poll(timeout_s):
+                self._samples = self._recv.recv()
+        except (EOFError, OSError):  # the child died before it sent
+            pass
+        finally:
+            self._recv.close()
         self._proc.join(timeout_s)
         if self._proc.is_alive():
             self._proc.kill()
+            self._proc.join(timeout_s)
 
     def summary(self, start: float, end: float) -> SpeedSummary | None:
         """The samples taken in ``[start, end)`` (``time.monotonic`` s); None if none."""
         self.stop()
-        assert self._samples is not None
-        inside = [(mm, py) for t, mm, py in self._samples if start <= t < end]
+        inside = [(mm, py) for t, mm, py in self._samples or () if start <= t < end]
         if not inside:
             return None
         return SpeedSummary(matmul=ProbeStats.of([mm for mm, _ in inside]),
