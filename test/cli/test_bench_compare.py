@@ -81,5 +81,8 @@ def test_compare_stops_in_one_line_on_a_report_it_cannot_use(
     assert bench.main(["compare", *good, str(no_metric)]) == 2
     err = capsys.readouterr().err
     assert "lacks" in err and len(err.strip().splitlines()) == 1
+    lone = str(_report(tmp_path / "l.json", "unb", 4, 0.9, 0.9))
+    assert bench.main(["compare", *good, lone]) == 2
+    assert "phases, 4 robots: 1 runs cannot fit" in capsys.readouterr().err
     assert bench.main(["compare", *good, "--candidate", "nobody"]) == 2
     assert "no runs of arm 'nobody'" in capsys.readouterr().err

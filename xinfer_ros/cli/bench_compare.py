@@ -148,8 +148,11 @@ def run(args: argparse.Namespace) -> int:
                 r.arm == args.candidate for runs in by_group.values() for r in runs):
             raise SpeedAdjustError(f"no runs of arm {args.candidate!r}")
         for group in sorted(by_group):
-            _print_fit(group, fit_common_slope(by_group[group]), args.candidate,
-                       args.tolerance)
+            try:
+                fit = fit_common_slope(by_group[group])
+            except SpeedAdjustError as exc:
+                raise SpeedAdjustError(f"{group[0]}, {group[1]} robots: {exc}") from None
+            _print_fit(group, fit, args.candidate, args.tolerance)
     except (ReportError, SpeedAdjustError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
