@@ -397,9 +397,9 @@ def test_unpressed_admission_sees_the_launch_limit_as_the_stage_slots(preset):
     t += 1e-4
     p.on_complete(relaxed[0], Stage.PREFILL, t)
     assert p.protected == frozenset(tight)
-    pressed = p.batch_under_pressure
-    assert (relaxed[0] in running(p, Stage.ACTION)) is not pressed
-    assert p._admit_slots[Stage.ACTION] == (2 if pressed else 8)
+    pressure_preset = p.batch_under_pressure  # and its stage is not under pressure here
+    assert (relaxed[0] in running(p, Stage.ACTION)) is not pressure_preset
+    assert p._admit_slots[Stage.ACTION] == (2 if pressure_preset else 8)
 
 
 @pytest.mark.parametrize("flag", ["ride_along", "batch_under_pressure"])

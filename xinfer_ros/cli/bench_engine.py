@@ -212,7 +212,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
     link = Link(args.link_ms * 1e-3, args.link_ms * 1e-3)
     # Before close: a closed backend no longer reports its Action worker processes.
     described = backend.describe()
-    probe = SpeedProbe() if getattr(args, "speed_probe", True) else None
+    probe = SpeedProbe() if args.speed_probe else None
     try:
         if probe is not None:
             probe.start()  # before the engine: the child's imports fall in the warm-up
@@ -266,7 +266,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         statuses=statuses,
         dispatcher={"decisions": stats["decisions"],
                     "decision_ms_total": stats["decision_ms_total"]},
-        arm=getattr(args, "arm", None),
+        arm=args.arm,
         speed_probe=speed,
     )
     if args.compare_sim:

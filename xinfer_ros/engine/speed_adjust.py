@@ -89,9 +89,12 @@ class SpeedFit:
 
     def arm(self, name: str) -> AdjustedArm:
         """The adjusted figure of arm ``name``."""
-        for a in self.arms:
+        return self.arms[self._index(name)]
+
+    def _index(self, name: str) -> int:
+        for k, a in enumerate(self.arms):
             if a.arm == name:
-                return a
+                return k
         raise SpeedAdjustError(f"no runs of arm {name!r}")
 
     def difference(self, arm: str, other: str) -> tuple[float, float]:
@@ -100,8 +103,7 @@ class SpeedFit:
         Raises:
             SpeedAdjustError: either arm has no runs.
         """
-        names = [a.arm for a in self.arms]
-        i, j = names.index(self.arm(arm).arm), names.index(self.arm(other).arm)
+        i, j = self._index(arm), self._index(other)
         c = np.zeros(len(self.level_cov))
         c[i], c[j] = 1.0, -1.0
         return (self.arms[i].adjusted - self.arms[j].adjusted,
@@ -133,14 +135,13 @@ def fit_common_slope(runs: Sequence[ArmRun]) -> SpeedFit:
         raise SpeedAdjustError("a run has no positive speed-probe time")
     x = np.log([r.probe_ms for r in runs])
     x_mean = float(x.mean())
-    if float(np.ptp(x)) == 0.0:
-        raise SpeedAdjustError("every run has the same probe time: no slope to fit")
     y = np.array([r.value for r in runs], dtype=float)
+    arm_of = np.array([names.index(r.arm) for r in runs])
+    members = [arm_of == k for k in range(len(names))]
     design = np.zeros((n, p))
-    for row, r in enumerate(runs):
-        design[row, names.index(r.arm)] = 1.0
+    design[np.arange(n), arm_of] = 1.0
     design[:, -1] = x - x_mean
-    if np.linalg.matrix_rank(design) < p:
+    if np.linalg.matrix_rank(design) < p:  # also when every run has one probe time
         raise SpeedAdjustError("within each arm every run has the same probe time: speed "
                                "and arm cannot be told apart")
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
@@ -148,15 +149,13 @@ def fit_common_slope(runs: Sequence[ArmRun]) -> SpeedFit:
     dof = n - p
     s2 = float(resid @ resid) / dof
     cov = s2 * np.linalg.pinv(design.T @ design)
-    group_mean = design[:, :-1] @ np.array([y[design[:, k] == 1].mean()
-                                            for k in range(len(names))])
+    group_mean = np.array([y[m].mean() for m in members])[arm_of]
     raw_sd = math.sqrt(float(((y - group_mean) ** 2).sum()) / (n - len(names)))
     arms = tuple(
-        AdjustedArm(arm=name, runs=int(design[:, k].sum()),
-                    raw_median=float(np.median(y[design[:, k] == 1])),
+        AdjustedArm(arm=name, runs=int(m.sum()), raw_median=float(np.median(y[m])),
                     adjusted=float(coef[k]), se=math.sqrt(float(cov[k, k])),
-                    probe_ms=math.exp(float(x[design[:, k] == 1].mean())))
-        for k, name in enumerate(names))
+                    probe_ms=math.exp(float(x[m].mean())))
+        for k, (name, m) in enumerate(zip(names, members, strict=True)))
     return SpeedFit(arms=arms, slope=float(coef[-1]), slope_se=math.sqrt(float(cov[-1, -1])),
                     raw_sd=raw_sd, residual_sd=math.sqrt(s2), dof=dof,
                     probe_ms=math.exp(x_mean), level_cov=cov[:-1, :-1])

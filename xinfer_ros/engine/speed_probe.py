@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 
+import numpy as np
+
+from xinfer_ros.core.metrics import nan_percentiles
 from xinfer_ros.errors import XInferRosError
 
 __all__ = [
@@ -69,8 +71,6 @@ def probe_work(iterations: int = _WORK_ITERATIONS) -> int:
 
 def _probe_loop(period_s: float, stop: Event, out: Connection) -> None:
     """Child process: time the work units once per period until ``stop``; send the samples."""
-    import numpy as np
-
     rng = np.random.default_rng(0)
     a = rng.random((_MATMUL_SIDE, _MATMUL_SIDE))
     b = rng.random((_MATMUL_SIDE, _MATMUL_SIDE))
@@ -100,11 +100,10 @@ class ProbeStats:
     def of(cls, values: list[float]) -> ProbeStats:
         """Median and deciles of ``values`` (one value: all three).
 
-        Inclusive deciles: with few samples they stay inside the data.
+        Interpolated between samples, so with few samples they stay inside the data.
         """
-        deciles = (statistics.quantiles(values, n=10, method="inclusive")
-                   if len(values) > 1 else values * 9)
-        return cls(statistics.median(values), deciles[0], deciles[-1])
+        median, p10, p90 = nan_percentiles(np.asarray(values), (50, 10, 90))
+        return cls(median, p10, p90)
 
 
 @dataclass(frozen=True)
