@@ -319,6 +319,36 @@ def test_a_pressed_stage_launches_a_batch_that_keeps_deadlines_serving_alone_wou
         assert plan.duration + rest <= p.requests[rid].deadline
 
 
+def test_ties_batch_a_backlog_that_misses_its_deadlines_either_way():
+    """``batch_on_ties``: a backlog lost alone and batched alike is batched; one kept alone is not.
+
+    Four arrivals whose budgets no service can meet (shorter than one ViT unit and the
+    stages after it): the pressure test finds no gain and serves them one unit per
+    lane; with ties it launches them all, to be cleared in batches. Relaxed arrivals
+    are kept serving alone, so neither setting batches them.
+    """
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    lost = [0.001] * 4
+    pressure = make_pressed()
+    assert len(launched(pressure, lost)) == 1
+    assert not pressure._under_pressure(Stage.VIT, 0.0)
+    ties = make_policy("xinfer_batch_ties", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(ties, XInferPolicy) and forms_batches("xinfer-batch-ties")
+    assert ties.batch_on_ties and ties.batch_under_pressure
+    assert len(launched(ties, lost)) == 4
+    assert ties._under_pressure(Stage.VIT, 0.0)
+    relaxed = make_policy("xinfer_batch_ties", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(relaxed, XInferPolicy)
+    assert len(launched(relaxed, [2.0] * 3)) == 1
+    assert not relaxed._under_pressure(Stage.VIT, 0.0)
+
+
+def test_ties_without_the_pressure_test_are_refused():
+    with pytest.raises(ValueError, match="batch_on_ties needs batch_under_pressure"):
+        policy(lane_gate=True, batch_on_ties=True)
+
+
 def _through(p: XInferPolicy, rid: int, until: Stage, t: float, step: float = 1e-4) -> float:
     """Run ``rid``'s launched units alone up to ``until``, which it is launched into
     (and started on a lane); returns the time reached."""

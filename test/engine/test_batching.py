@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -11,7 +13,21 @@ import pytest
 from xinfer_ros.core.batching import batch_sizes, lanes_for
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine import EngineConfig, StageEngine, Status, make_backend
-from xinfer_ros.engine.batching import BatchQueue
+from xinfer_ros.engine.batching import BatchQueue, BatchSizes
+
+
+def test_batch_sizes_count_batches_from_keep_from_on() -> None:
+    sizes = BatchSizes()
+    assert math.isnan(BatchSizes.mean_size(sizes.snapshot()["action"]))
+    sizes.keep_from = 10.0
+    sizes.record(Stage.ACTION, 4, 9.9)  # warm-up: not counted
+    sizes.record(Stage.ACTION, 4, 10.0)
+    sizes.record(Stage.ACTION, 1, 12.0)
+    sizes.record(Stage.ACTION, 1, 13.0)
+    sizes.record(Stage.VIT, 2, 11.0)
+    snap = sizes.snapshot()
+    assert snap == {"vit": {"2": 1}, "prefill": {}, "action": {"1": 2, "4": 1}}
+    assert BatchSizes.mean_size(snap["action"]) == pytest.approx(2.0)
 
 
 def test_lanes_and_even_batches() -> None:
@@ -74,9 +90,15 @@ class _Batches:
         self._run(stage, states, lane)
 
 
-def _serve(backend: Any, config: EngineConfig, previous: list[Any] | None = None) -> list[Any]:
-    """Four requests prepared before the dispatcher starts: its first decision sees all."""
+def _serve(backend: Any, config: EngineConfig, previous: list[Any] | None = None,
+           counted: list[BatchSizes] | None = None) -> list[Any]:
+    """Four requests prepared before the dispatcher starts: its first decision sees all.
+
+    ``counted`` receives the engine's batch counter.
+    """
     engine = StageEngine(backend, "fifo", config)
+    if counted is not None:
+        counted.append(engine.batches)
     try:
         futures = [engine.submit(backend.example_inputs(i, None if previous is None
                                                         else previous[i]), 5.0, f"r{i}")
@@ -97,10 +119,17 @@ def test_batched_engine_matches_one_at_a_time(pi0_backend: Any,
     alone_rtc = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4)), [r.actions for r in alone])
     spy = _Batches(pi0_backend)
     monkeypatch.setattr(pi0_backend, "run_batch", spy)
-    batched = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4))
+    counted: list[BatchSizes] = []
+    batched = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4),
+                     counted=counted)
     # One decision launched the four ViT units; one lane task took them as one batch.
     assert spy.sizes[0] == (Stage.VIT, 4), spy.sizes
     assert all(n <= 4 for _, n in spy.sizes)
+    # The engine's own count of what ran, as the benchmark reports it, is the spy's.
+    assert counted[0].snapshot() == {
+        stage.name.lower(): {str(k): n for k, n in sorted(
+            Counter(size for st, size in spy.sizes if st == stage).items())}
+        for stage in Stage}
     batched_rtc = _serve(pi0_backend, EngineConfig(slots=(4, 4, 4), max_batch=4),
                          [r.actions for r in batched])
     for one, many in zip(alone + alone_rtc, batched + batched_rtc, strict=True):

@@ -195,6 +195,11 @@ def test_the_report_names_its_arm_and_the_hosts_speed_unless_told_not_to(
     # Two seconds of window at one sample per 0.25 s, less the child's start-up.
     assert 2 <= probe["samples"] <= 9
     assert probe["matmul"]["median_ms"] > 0 and probe["python"]["median_ms"] > 0
+    # Unbatched (max_batch 1): every unit ran as a batch of one, counted in the window.
+    batches = report["batches"]
+    assert set(batches) == {"vit", "prefill", "action"}
+    assert all(set(counts) == {"1"} and counts["1"] > 0 for counts in batches.values())
+    assert batches["action"]["1"] < report["metrics"]["requests"] + 2 * report["robots"]
     assert bench.main([*common, "--no-speed-probe", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert "speed_probe" not in report and "arm" not in report

@@ -36,6 +36,7 @@ from xinfer_ros.core.rate_table import RateTable, resolve_rate_table, write_rate
 from xinfer_ros.core.registry import policy_names
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
+from xinfer_ros.engine.batching import BatchSizes
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.closed_loop import ClosedLoopRun, run_closed_loop
 from xinfer_ros.engine.engine import StageEngine
@@ -218,7 +219,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
             probe.start()  # before the engine: the child's imports fall in the warm-up
         engine.start()
         try:
-            engine.audit.keep_from = engine.clock.now() + warmup
+            engine.audit.keep_from = engine.batches.keep_from = engine.clock.now() + warmup
             t0 = time.monotonic()
             run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
                                   link=link)
@@ -268,6 +269,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
                     "decision_ms_total": stats["decision_ms_total"]},
         arm=args.arm,
         speed_probe=speed,
+        batches=engine.batches.snapshot(),
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -374,6 +376,10 @@ def _fmt(report: EngineReport) -> str:
                          "k=" + ",".join(f"{k:.2f}" for k in fix.factors) + ": attainment="
                          f"{fix.metrics.attainment * 100:.1f}%; engine - that = "
                          f"{(m.attainment - fix.metrics.attainment) * 100:+.1f} points")
+    if report.batches is not None:
+        lines.append(f"{prefix}units per batch (batches run): " + " ".join(
+            f"{stage}={BatchSizes.mean_size(counts):.2f} ({sum(counts.values())})"
+            for stage, counts in report.batches.items()))
     if report.speed_probe is not None:
         sp = report.speed_probe
         lines.append(f"{prefix}speed probe, CPU ms median (p10/p90) over {sp.samples} "

@@ -128,6 +128,9 @@ class EngineReport:
     arm: str | None = None
     # How fast the host's cores ran in the window (None: --no-speed-probe, or no sample).
     speed_probe: SpeedSummary | None = None
+    # Batches each stage ran in the window, by stage and size (BatchSizes.snapshot);
+    # None: not recorded (reports written before it existed).
+    batches: dict[str, dict[str, int]] | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""
@@ -150,4 +153,6 @@ class EngineReport:
                 out[key] = value
         if self.speed_probe is not None:
             out["speed_probe"] = self.speed_probe.to_dict()
+        if self.batches is not None:
+            out["batches"] = self.batches
         return out

@@ -9,7 +9,8 @@ Algorithm 1 as written), the experimental, default-off ``xinfer_projection`` and
 spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28; without holds for
 mates: ``xinfer_batch_nohold``; launching only into free lanes: ``xinfer_batch_gated``,
 and with mates past ViT launched without admission: ``xinfer_batch_riders``, batching
-only under pressure: ``xinfer_batch_pressure``; the
+only under pressure: ``xinfer_batch_pressure``, and also when serving alone misses a
+deadline that batches would not save: ``xinfer_batch_ties``; the
 experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
@@ -73,6 +74,10 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # than serving units alone: unbatched XInfer's launches below saturation.
     "xinfer_batch_pressure": {"max_batch": 4, "lane_gate": True, "ride_along": True,
                               "batch_under_pressure": True},
+    # The same, erring towards batching: a backlog that misses deadlines either way
+    # (past saturation) is served in batches, which clear it sooner.
+    "xinfer_batch_ties": {"max_batch": 4, "lane_gate": True, "ride_along": True,
+                          "batch_under_pressure": True, "batch_on_ties": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -86,7 +91,7 @@ BATCH_FORMING = "xinfer_batch"
 BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_deferred", "xinfer_batch_guarded",
                                            "xinfer_batch_gated", "xinfer_batch_riders",
-                                           "xinfer_batch_pressure"})
+                                           "xinfer_batch_pressure", "xinfer_batch_ties"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

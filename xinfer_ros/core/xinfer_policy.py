@@ -291,6 +291,12 @@ class XInferPolicy(Policy):
             Units launched that way may still share a batch: a free lane plans every
             waiting unit of its stage, and :meth:`plan_batch` adds mates whose
             deadlines allow it (as measured; lone units only was not tried).
+        batch_on_ties: an experiment (off by default), with ``batch_under_pressure``:
+            the pressure test errs towards batching past saturation. A stage is also
+            under pressure when serving its backlog alone misses a deadline and
+            batches keep at least as many, so a backlog whose deadlines are lost
+            either way (a saturated server) is cleared in batches, the faster way,
+            instead of one unit at a time.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -332,6 +338,7 @@ class XInferPolicy(Policy):
         lane_gate: bool = False,
         ride_along: bool = False,
         batch_under_pressure: bool = False,
+        batch_on_ties: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -347,10 +354,14 @@ class XInferPolicy(Policy):
         self.lane_gate = bool(lane_gate)
         self.ride_along = bool(ride_along)
         self.batch_under_pressure = bool(batch_under_pressure)
+        self.batch_on_ties = bool(batch_on_ties)
         for flag, on in (("ride_along", self.ride_along),
                          ("batch_under_pressure", self.batch_under_pressure)):
             if on and not self.lane_gate:
                 raise ValueError(f"{flag} needs lane_gate: without it, it would do nothing")
+        if self.batch_on_ties and not self.batch_under_pressure:
+            raise ValueError("batch_on_ties needs batch_under_pressure: "
+                             "without it, it would do nothing")
         #: With the lane gate: request id -> (stage, batch number) of each unit whose
         #: formed batch started (start_batch); stale entries are pruned when read.
         self._started: dict[int, tuple[int, int]] = {}
@@ -560,7 +571,8 @@ class XInferPolicy(Policy):
         lane when its batch's longest predicted residual ends); durations are at n_f
         with the stage's own count replaced by its units on lanes; each unit then runs
         its remaining stages. The stage is under pressure when the batched service
-        finishes more units in time. Upstream units do not count: waiting for them
+        finishes more units in time (with ``batch_on_ties``, also when it finishes as
+        many and serving alone misses one). Upstream units do not count: waiting for them
         made batches look worse than serving alone in the simulator. Batches a
         dispatcher has formed but not yet started (:meth:`start_batch` comes after
         it has planned every free lane) still count as backlog on idle lanes, which
@@ -594,8 +606,11 @@ class XInferPolicy(Policy):
         durations = cost.durations(s, others)
         rest = pred.suffix_tab[pred.index(others)][s + 1]
         lane_free = [t] * idle + list(busy.values())
-        return (_on_time(backlog, lane_free, durations, rest, len(durations))
-                > _on_time(backlog, lane_free, durations, rest, 1))
+        batched = _on_time(backlog, lane_free, durations, rest, len(durations))
+        alone = _on_time(backlog, lane_free, durations, rest, 1)
+        if self.batch_on_ties:
+            return batched > alone or batched == alone < len(backlog)
+        return batched > alone
 
     def _lane_use(self, s: int) -> tuple[int, int]:
         """Stage-``s`` units in started batches, and how many batches (lane gate)."""

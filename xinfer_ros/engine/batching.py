@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from xinfer_ros.engine.admission import LiveRequest
     from xinfer_ros.engine.backends.base import AnyBackend
 
-__all__ = ["BatchQueue", "FormedBatches", "Planner", "UnitRunner", "Waiting"]
+__all__ = ["BatchQueue", "BatchSizes", "FormedBatches", "Planner", "UnitRunner", "Waiting"]
 
 #: ``plan(stage, request ids oldest first, t)``: the batch-forming policy's plan for a
 #: free lane (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`).
@@ -264,6 +264,46 @@ def _groups(waiting: list[Waiting], owner: object) -> list[list[Waiting]]:
     return groups
 
 
+class BatchSizes:
+    """How many batches of each size every stage ran: what batching actually did.
+
+    A diagnostic the benchmark reports beside attainment, so that an arm that batches
+    too rarely (or too often) shows it. Batches that started before ``keep_from``
+    (engine seconds; the benchmark's warm-up) are not counted. Counts only, so a
+    long-running server stays bounded (at most ``max_batch`` keys per stage).
+    """
+
+    __slots__ = ("_counts", "_lock", "keep_from")
+
+    def __init__(self) -> None:
+        #: Engine time from which batches count.
+        self.keep_from = -math.inf
+        self._counts: tuple[dict[int, int], ...] = tuple({} for _ in STAGES)
+        self._lock = threading.Lock()
+
+    def record(self, stage: Stage, size: int, started: float) -> None:
+        """Count one batch of ``size`` units of ``stage`` that started at ``started``."""
+        if started < self.keep_from:
+            return
+        with self._lock:  # lane threads of one stage record at once
+            counts = self._counts[stage]
+            counts[size] = counts.get(size, 0) + 1
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """Batches by stage name (lower case) and size (a string, as JSON keys are)."""
+        with self._lock:
+            return {stage.name.lower(): {str(k): self._counts[stage][k]
+                                         for k in sorted(self._counts[stage])}
+                    for stage in STAGES}
+
+    @staticmethod
+    def mean_size(counts: dict[str, int]) -> float:
+        """Units per batch over one stage's ``snapshot`` entry (NaN without batches)."""
+        batches = sum(counts.values())
+        return (sum(int(k) * n for k, n in counts.items()) / batches if batches
+                else math.nan)
+
+
 class UnitRunner:
     """The lane task: run the oldest waiting unit of a stage with its batch mates.
 
@@ -273,15 +313,18 @@ class UnitRunner:
         gate: model units hold it shared (the "CPU overlap off" ablation).
         clock: engine clock of the reported times.
         done: called once per unit, on the lane thread, with its time span and error.
+        sizes: counts the batches run (a fresh :class:`BatchSizes` by default).
     """
 
     def __init__(self, backend: AnyBackend, waiting: BatchQueue, gate: SharedExclusiveGate,
-                 clock: Clock, done: Callable[[UnitDone], None]) -> None:
+                 clock: Clock, done: Callable[[UnitDone], None], *,
+                 sizes: BatchSizes | None = None) -> None:
         self.backend = backend
         self.waiting = waiting
         self.gate = gate
         self.clock = clock
         self.done = done
+        self.sizes = BatchSizes() if sizes is None else sizes
 
     def run(self, stage: Stage) -> None:
         """One lane task for ``stage`` (see the module docstring)."""
@@ -331,6 +374,7 @@ class UnitRunner:
             lane.issued_at = issued
         with self.gate.shared():
             t0 = self.clock.now()
+            self.sizes.record(stage, len(batch), t0)
             errors = self._run(stage, [w.live for w in batch], lane)
             t1 = self.clock.now()
         if release is not None:

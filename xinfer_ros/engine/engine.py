@@ -65,7 +65,7 @@ from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
 from xinfer_ros.engine.api import EngineStats
 from xinfer_ros.engine.backends.base import AnyBackend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
-from xinfer_ros.engine.batching import BatchQueue, FormedBatches, UnitRunner, Waiting
+from xinfer_ros.engine.batching import BatchQueue, BatchSizes, FormedBatches, UnitRunner, Waiting
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.delivery import ResultDelivery
 from xinfer_ros.engine.events import (
@@ -208,8 +208,10 @@ class StageEngine:
         #: Launched units waiting for a lane; lanes take them in batches and run them.
         self._waiting = BatchQueue(cfg.max_batch,
                                    lambda stage, live: backend.batch_key(stage, live.state))
+        #: Batches each stage ran, by size (the benchmark reports them).
+        self.batches = BatchSizes()
         self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
-                                 self._report)
+                                 self._report, sizes=self.batches)
         #: Launched units of a batch-forming policy: batched by its plan on this
         #: dispatcher, not by the lanes' queue (issue 28).
         self._formed = FormedBatches(
