@@ -344,6 +344,18 @@ def test_ties_batch_a_backlog_that_misses_its_deadlines_either_way():
     assert not relaxed._under_pressure(Stage.VIT, 0.0)
 
 
+def test_the_pressure_verdict_with_and_without_ties():
+    from xinfer_ros.core.xinfer_policy import _pressed
+
+    # (batched, alone, units): batches keep more; as many with a miss; as many, none
+    # missed; fewer, with a miss alone.
+    cases = [((3, 2, 4), True, True), ((2, 2, 4), False, True), ((0, 0, 4), False, True),
+             ((4, 4, 4), False, False), ((1, 2, 4), False, False)]
+    for (batched, alone, units), plain, ties in cases:
+        assert _pressed(batched, alone, units, ties=False) is plain, (batched, alone)
+        assert _pressed(batched, alone, units, ties=True) is ties, (batched, alone)
+
+
 def test_ties_without_the_pressure_test_are_refused():
     with pytest.raises(ValueError, match="batch_on_ties needs batch_under_pressure"):
         policy(lane_gate=True, batch_on_ties=True)
@@ -362,7 +374,8 @@ def _through(p: XInferPolicy, rid: int, until: Stage, t: float, step: float = 1e
     raise AssertionError(f"{until} not reached")
 
 
-@pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_riders"])
+@pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_ties",
+                                    "xinfer_batch_riders"])
 def test_unpressed_riders_wait_for_admission(preset):
     """Riders launch without admission's checks only while their stage is under pressure.
 
@@ -403,7 +416,8 @@ def test_unpressed_riders_wait_for_admission(preset):
         assert sorted(running(p, Stage.ACTION)) == sorted(tight + relaxed)
 
 
-@pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_gated"])
+@pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_ties",
+                                    "xinfer_batch_gated"])
 def test_unpressed_admission_sees_the_launch_limit_as_the_stage_slots(preset):
     """A relaxed Action unit that would hold the last free lane a protected one needs.
 

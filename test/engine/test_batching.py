@@ -19,12 +19,13 @@ from xinfer_ros.engine.batching import BatchQueue, BatchSizes
 def test_batch_sizes_count_batches_from_keep_from_on() -> None:
     sizes = BatchSizes()
     assert math.isnan(BatchSizes.mean_size(sizes.snapshot()["action"]))
-    sizes.keep_from = 10.0
+    sizes.keep_from, sizes.keep_until = 10.0, 20.0
     sizes.record(Stage.ACTION, 4, 9.9)  # warm-up: not counted
     sizes.record(Stage.ACTION, 4, 10.0)
     sizes.record(Stage.ACTION, 1, 12.0)
     sizes.record(Stage.ACTION, 1, 13.0)
     sizes.record(Stage.VIT, 2, 11.0)
+    sizes.record(Stage.VIT, 2, 20.0)  # the drain after the window: not counted
     snap = sizes.snapshot()
     assert snap == {"vit": {"2": 1}, "prefill": {}, "action": {"1": 2, "4": 1}}
     assert BatchSizes.mean_size(snap["action"]) == pytest.approx(2.0)

@@ -219,7 +219,9 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
             probe.start()  # before the engine: the child's imports fall in the warm-up
         engine.start()
         try:
-            engine.audit.keep_from = engine.batches.keep_from = engine.clock.now() + warmup
+            start = engine.clock.now()
+            engine.audit.keep_from = engine.batches.keep_from = start + warmup
+            engine.batches.keep_until = start + duration  # not the drain after it
             t0 = time.monotonic()
             run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
                                   link=link)
@@ -377,7 +379,7 @@ def _fmt(report: EngineReport) -> str:
                          f"{fix.metrics.attainment * 100:.1f}%; engine - that = "
                          f"{(m.attainment - fix.metrics.attainment) * 100:+.1f} points")
     if report.batches is not None:
-        lines.append(f"{prefix}units per batch (batches run): " + " ".join(
+        lines.append(f"{prefix}units per forward (forwards): " + " ".join(
             f"{stage}={BatchSizes.mean_size(counts):.2f} ({sum(counts.values())})"
             for stage, counts in report.batches.items()))
     if report.speed_probe is not None:

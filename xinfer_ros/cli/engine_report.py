@@ -13,6 +13,7 @@ from typing import ClassVar, TypedDict
 from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.core.prediction_audit import AuditSummary
 from xinfer_ros.core.rate_correction import CorrectionSummary
+from xinfer_ros.engine.batching import BatchCounts
 from xinfer_ros.engine.speed_probe import SpeedSummary
 
 __all__ = ["CorrectedSimulation", "Dispatcher", "EngineReport", "PairRow", "SimulatorRun"]
@@ -128,9 +129,9 @@ class EngineReport:
     arm: str | None = None
     # How fast the host's cores ran in the window (None: --no-speed-probe, or no sample).
     speed_probe: SpeedSummary | None = None
-    # Batches each stage ran in the window, by stage and size (BatchSizes.snapshot);
-    # None: not recorded (reports written before it existed).
-    batches: dict[str, dict[str, int]] | None = None
+    # Forwards each stage started in the window, by stage and batch size
+    # (BatchSizes.snapshot); None: not recorded.
+    batches: BatchCounts | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""

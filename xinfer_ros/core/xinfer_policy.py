@@ -291,12 +291,14 @@ class XInferPolicy(Policy):
             Units launched that way may still share a batch: a free lane plans every
             waiting unit of its stage, and :meth:`plan_batch` adds mates whose
             deadlines allow it (as measured; lone units only was not tried).
-        batch_on_ties: an experiment (off by default), with ``batch_under_pressure``:
-            the pressure test errs towards batching past saturation. A stage is also
-            under pressure when serving its backlog alone misses a deadline and
-            batches keep at least as many, so a backlog whose deadlines are lost
-            either way (a saturated server) is cleared in batches, the faster way,
-            instead of one unit at a time.
+        batch_on_ties: an experiment (off by default: on the engine it batched Action as
+            often as lane batching at 12 robots and still fell short of it and of
+            unbatched XInfer at 8, docs/BENCHMARKS.md section 5.3), with
+            ``batch_under_pressure``: the pressure test errs towards batching. A
+            stage is also under pressure when serving its backlog alone misses a
+            deadline and batches keep at least as many, so deadlines lost either way
+            (most of a saturated server's backlog, but one late unit suffices) no
+            longer keep the backlog on one unit at a time.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -608,9 +610,7 @@ class XInferPolicy(Policy):
         lane_free = [t] * idle + list(busy.values())
         batched = _on_time(backlog, lane_free, durations, rest, len(durations))
         alone = _on_time(backlog, lane_free, durations, rest, 1)
-        if self.batch_on_ties:
-            return batched > alone or batched == alone < len(backlog)
-        return batched > alone
+        return _pressed(batched, alone, len(backlog), ties=self.batch_on_ties)
 
     def _lane_use(self, s: int) -> tuple[int, int]:
         """Stage-``s`` units in started batches, and how many batches (lane gate)."""
@@ -1156,6 +1156,17 @@ class XInferPolicy(Policy):
         self._promoted.discard(rid)
         self._protected.discard(rid)
         self._late_set_cache.discard(rid)
+
+
+def _pressed(batched: int, alone: int, units: int, *, ties: bool) -> bool:
+    """The pressure verdict on a backlog of ``units``, given how many each service keeps.
+
+    Batches win when they keep more deadlines; with ``ties`` also when they keep as
+    many and serving alone misses one.
+    """
+    if ties:
+        return batched >= alone and alone < units
+    return batched > alone
 
 
 def _on_time(deadlines: Sequence[float], lane_free: Sequence[float],

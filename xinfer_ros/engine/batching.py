@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from xinfer_ros.core.batch_formation import BatchPlan
 from xinfer_ros.core.stages import STAGES, Stage
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from xinfer_ros.engine.admission import LiveRequest
     from xinfer_ros.engine.backends.base import AnyBackend
 
-__all__ = ["BatchQueue", "BatchSizes", "FormedBatches", "Planner", "UnitRunner", "Waiting"]
+__all__ = ["BatchCounts", "BatchQueue", "BatchSizes", "FormedBatches", "Planner", "UnitRunner",
+           "Waiting"]
 
 #: ``plan(stage, request ids oldest first, t)``: the batch-forming policy's plan for a
 #: free lane (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`).
@@ -264,41 +265,49 @@ def _groups(waiting: list[Waiting], owner: object) -> list[list[Waiting]]:
     return groups
 
 
+#: Batches by stage name (lower case) and size (a string, as JSON keys are).
+BatchCounts: TypeAlias = dict[str, dict[str, int]]
+
+
 class BatchSizes:
-    """How many batches of each size every stage ran: what batching actually did.
+    """How many forwards of each batch size every stage started: what batching did.
 
     A diagnostic the benchmark reports beside attainment, so that an arm that batches
-    too rarely (or too often) shows it. Batches that started before ``keep_from``
-    (engine seconds; the benchmark's warm-up) are not counted. Counts only, so a
-    long-running server stays bounded (at most ``max_batch`` keys per stage).
+    too rarely (or too often) shows it. Every forward a lane starts counts: a batch
+    that raises counts at its size, and so does each unit then rerun alone; a lane
+    that could not start runs nothing and counts nothing. Forwards that started
+    outside ``[keep_from, keep_until)`` (engine seconds: the benchmark's window) are
+    not counted. Counts only, so a long-running server stays bounded (at most
+    ``max_batch`` keys per stage).
     """
 
-    __slots__ = ("_counts", "_lock", "keep_from")
+    __slots__ = ("_counts", "_lock", "keep_from", "keep_until")
 
     def __init__(self) -> None:
-        #: Engine time from which batches count.
+        #: Engine times between which forwards count.
         self.keep_from = -math.inf
+        self.keep_until = math.inf
         self._counts: tuple[dict[int, int], ...] = tuple({} for _ in STAGES)
         self._lock = threading.Lock()
 
     def record(self, stage: Stage, size: int, started: float) -> None:
-        """Count one batch of ``size`` units of ``stage`` that started at ``started``."""
-        if started < self.keep_from:
+        """Count one forward of ``size`` units of ``stage`` that started at ``started``."""
+        if not self.keep_from <= started < self.keep_until:
             return
         with self._lock:  # lane threads of one stage record at once
             counts = self._counts[stage]
             counts[size] = counts.get(size, 0) + 1
 
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        """Batches by stage name (lower case) and size (a string, as JSON keys are)."""
+    def snapshot(self) -> BatchCounts:
+        """The counts so far, by stage name and size."""
         with self._lock:
             return {stage.name.lower(): {str(k): self._counts[stage][k]
                                          for k in sorted(self._counts[stage])}
                     for stage in STAGES}
 
     @staticmethod
-    def mean_size(counts: dict[str, int]) -> float:
-        """Units per batch over one stage's ``snapshot`` entry (NaN without batches)."""
+    def mean_size(counts: Mapping[str, int]) -> float:
+        """Units per forward over one stage's :meth:`snapshot` entry (NaN without any)."""
         batches = sum(counts.values())
         return (sum(int(k) * n for k, n in counts.items()) / batches if batches
                 else math.nan)
@@ -313,7 +322,8 @@ class UnitRunner:
         gate: model units hold it shared (the "CPU overlap off" ablation).
         clock: engine clock of the reported times.
         done: called once per unit, on the lane thread, with its time span and error.
-        sizes: counts the batches run (a fresh :class:`BatchSizes` by default).
+        sizes: counts the forwards run, by batch size (a fresh :class:`BatchSizes` by
+            default).
     """
 
     def __init__(self, backend: AnyBackend, waiting: BatchQueue, gate: SharedExclusiveGate,
@@ -374,25 +384,27 @@ class UnitRunner:
             lane.issued_at = issued
         with self.gate.shared():
             t0 = self.clock.now()
-            self.sizes.record(stage, len(batch), t0)
-            errors = self._run(stage, [w.live for w in batch], lane)
+            errors = self._run(stage, [w.live for w in batch], lane, t0)
             t1 = self.clock.now()
         if release is not None:
             release(stage)
         return [UnitDone(unit.live, stage, t0, t1, error)
                 for unit, error in zip(batch, errors, strict=True)]
 
-    def _run(self, stage: Stage, lives: list[LiveRequest],
-             lane: LaneInfo | None) -> list[BaseException | None]:
+    def _run(self, stage: Stage, lives: list[LiveRequest], lane: LaneInfo | None,
+             started: float) -> list[BaseException | None]:
         """Run the units; returns each unit's error (None when it ran).
 
         A batch that raises is rerun one unit at a time, so that a faulty request fails
-        alone: the stages write a state only after their forward.
+        alone: the stages write a state only after their forward. Each forward is
+        counted in ``sizes`` at ``started``.
         """
         if lane is not None and lane.setup_error is not None:
             error = RuntimeError(f"lane {lane.group}/{lane.index} could not start: "
                                  f"{type(lane.setup_error).__name__}: {lane.setup_error}")
             return [error] * len(lives)
+        record = self.sizes.record
+        record(stage, len(lives), started)
         try:
             self.backend.run_batch(stage, [live.state for live in lives], lane)
             return [None] * len(lives)
@@ -401,6 +413,7 @@ class UnitRunner:
                 return [exc]
         errors: list[BaseException | None] = []
         for live in lives:
+            record(stage, 1, started)
             try:
                 self.backend.run_stage(stage, live.state, lane)
                 errors.append(None)
