@@ -274,11 +274,11 @@ class BatchSizes:
 
     A diagnostic the benchmark reports beside attainment, so that an arm that batches
     too rarely (or too often) shows it. Every forward a lane starts counts: a batch
-    that raises counts at its size, and so does each unit then rerun alone; a lane
-    that could not start runs nothing and counts nothing. Forwards that started
-    outside ``[keep_from, keep_until)`` (engine seconds: the benchmark's window) are
-    not counted. Counts only, so a long-running server stays bounded (at most
-    ``max_batch`` keys per stage).
+    that raises counts at its size, and each of its units then rerun alone counts as
+    a forward of one; a lane that could not start runs nothing and counts nothing.
+    Forwards that started outside ``[keep_from, keep_until)`` (engine seconds: the
+    benchmark's window) are not counted. Counts only, so a long-running server stays
+    bounded (at most ``max_batch`` keys per stage).
     """
 
     __slots__ = ("_counts", "_lock", "keep_from", "keep_until")
