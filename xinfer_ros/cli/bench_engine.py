@@ -220,8 +220,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         engine.start()
         try:
             start = engine.clock.now()
-            engine.audit.keep_from = engine.batches.keep_from = start + warmup
-            engine.batches.keep_until = start + duration  # not the drain after it
+            engine.audit.keep_from = engine.batches.keep_from = start + window[0]
+            engine.batches.keep_until = start + window[1]  # not the drain after it
             t0 = time.monotonic()
             run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
                                   link=link)

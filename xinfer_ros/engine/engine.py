@@ -208,7 +208,7 @@ class StageEngine:
         #: Launched units waiting for a lane; lanes take them in batches and run them.
         self._waiting = BatchQueue(cfg.max_batch,
                                    lambda stage, live: backend.batch_key(stage, live.state))
-        #: Batches each stage ran, by size (the benchmark reports them).
+        #: Forwards each stage started, by batch size (the benchmark reports them).
         self.batches = BatchSizes()
         self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
                                  self._report, sizes=self.batches)
