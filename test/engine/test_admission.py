@@ -72,6 +72,20 @@ def test_take_expired_returns_only_idle_requests_past_their_deadline() -> None:
     assert table.take_robot("c") == [preparing] and len(table) == 0
 
 
+def test_a_request_that_cannot_be_on_time_alone_expires_one_service_time_late() -> None:
+    table = LiveTable(8, Overflow.REJECT, supersede=False)
+    hopeless, feasible = _live(table, "a", 0.0, 0.1), _live(table, "b", 0.0, 0.5)
+    for live in (hopeless, feasible):
+        table.admit(live)
+        live.policy = make_policy("fifo")
+    # Windows 0.096 s and 0.496 s against 0.2 s of service alone: the first counts
+    # its window from the earliest answer the device allows (expires after 0.296 s).
+    assert table.take_expired(0.29, service_s=0.2) == []
+    assert table.take_expired(0.30, service_s=0.2) == [hopeless]
+    assert table.take_expired(0.49, service_s=0.2) == []
+    assert table.take_expired(0.50, service_s=0.2) == [feasible]
+
+
 @pytest.mark.parametrize(("switch", "blocked"), [
     ({"cross_stage": False}, Stage.ACTION),
     ({"intra_stage": False}, Stage.PREFILL),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from dataclasses import replace
@@ -9,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from xinfer_ros.core.rate_table import default_rate_table
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine import EngineConfig, ExecMode, Overflow, Status, mode_config
 from xinfer_ros.model.inputs import RequestInputs
@@ -271,6 +273,26 @@ def test_requests_past_their_deadline_before_starting_are_shed(shed_expired: boo
             assert r.actions is None
     else:
         assert not shed and all(r.ok for r in results)
+
+
+def test_a_budget_shorter_than_the_service_alone_is_served_late_not_shed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Shedding a request that cannot be on time only has its robot resend one that
+    cannot be on time either (the eager-π0-on-a-GPU churn, docs/BENCHMARKS.md)."""
+    table = default_rate_table()
+    service = table.isolated_request_s
+    # Two requests at once, one slot per stage: the second waits for the first's
+    # Action, well past a window of 0.4 x service, yet within one service after it.
+    engine, _ = make_engine("fifo", config=EngineConfig(slots=(1, 1, 1)), table=table)
+    with caplog.at_level(logging.WARNING, logger="xinfer_ros.engine"), engine:
+        futs = [engine.submit(RequestInputs(seed=i), 0.4 * service, f"r{i}") for i in range(2)]
+        results = [f.result(TIMEOUT) for f in futs]
+        engine.submit(RequestInputs(seed=9), 0.2, "feasible").result(TIMEOUT)
+    assert [r.status for r in results] == [Status.OK, Status.OK], [r.reason for r in results]
+    assert all(r.timings.total_ms > 0.4 * service * 1e3 for r in results)
+    # Said once for that budget, never for one the device can meet.
+    notes = [r.getMessage() for r in caplog.records if "cannot be on time" in r.getMessage()]
+    assert len(notes) == 1 and f"budget {0.4 * service * 1e3:.0f} ms" in notes[0], notes
 
 
 def test_lane_that_cannot_start_fails_its_requests_instead_of_hanging() -> None:

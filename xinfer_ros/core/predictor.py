@@ -170,6 +170,13 @@ class Predictor:
         """h_s + W_s: a stage's duration alone on the GPU."""
         return self.h[stage] + self.work[stage]
 
+    def isolated_request(self) -> float:
+        """R_j(0) of a request whose ViT has not started: every stage alone, then output.
+
+        The same entry the XInfer policy's late set L compares slack against.
+        """
+        return self.suffix_tab[0][0]
+
     def isolated_base_duration(self, stage: int) -> float:
         """h_s + W_s of the calibrated table, without any online correction."""
         return self.h[stage] + self.base_work[stage]

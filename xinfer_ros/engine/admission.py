@@ -175,11 +175,21 @@ class LiveTable:
                 self._detach(live)
         return lives
 
-    def take_expired(self, now: float) -> list[LiveRequest]:
-        """Detach and return idle requests whose deadline passed before ``now``."""
+    def take_expired(self, now: float, *, service_s: float = 0.0) -> list[LiveRequest]:
+        """Detach and return idle requests whose deadline passed before ``now``.
+
+        Args:
+            now: Engine-clock time (s).
+            service_s: A request's whole service alone on the device (s). A request
+                whose window ``deadline - arrival`` is shorter cannot be on time
+                whatever the schedule; it expires ``service_s`` after its deadline,
+                i.e. its window counts from the earliest answer the device allows.
+        """
         with self._lock:
             expired = [lv for lv in self._live.values()
-                       if lv.idle and lv.drop is None and now > lv.deadline]
+                       if lv.idle and lv.drop is None and now > lv.deadline
+                       and (lv.deadline - lv.arrival >= service_s
+                            or now > lv.deadline + service_s)]
             for live in expired:
                 self._detach(live)
         return expired

@@ -100,6 +100,8 @@ from xinfer_ros.model.inputs import RequestInputs
 __all__ = ["ResultCallback", "StageEngine"]
 
 _LOG = logging.getLogger("xinfer_ros.engine")
+#: Budgets the engine warns about as shorter than a request alone (then it stays quiet).
+_HOPELESS_NOTES = 32
 
 #: Resolved forecasts the prediction audit keeps (the latest), so that a server running
 #: for days does not grow with it (about 200 bytes each, 10 MB at most). A 60 s engine
@@ -190,6 +192,8 @@ class StageEngine:
                                 self.config.supersede)
         #: Dispatcher-owned: what runs, and what the slots and switches allow next.
         self._gates = ExecutionGates(self.config)
+        #: Windows (ms) already reported as shorter than a request alone on the device.
+        self._hopeless_noted: set[int] = set()
         #: Release times of OK results (phase spreading) and the arrivals they avoid.
         self.releases = ReleasePlanner(self.config.phase_spread, self.config.delta,
                                        self.config.phase_spread_margin)
@@ -366,6 +370,7 @@ class StageEngine:
             return fut
         for dropped in admission.dropped:
             self._events.put(Dropped(dropped))
+        self._note_if_hopeless(live)
         if self._may_chain(live):
             try:
                 self._fast.submit(self._chain_task, live)
@@ -664,6 +669,25 @@ class StageEngine:
         if lives:
             self._note("cancelled %d request(s) of robot %s (%s)", len(lives), robot_id, reason)
 
+    def _note_if_hopeless(self, live: LiveRequest) -> None:
+        """Warn once per budget that the device cannot meet it even alone (R_j(0)).
+
+        At most :data:`_HOPELESS_NOTES` budgets are remembered, so a client sending
+        ever-new budgets cannot grow the set or flood the log.
+        """
+        window = live.deadline - live.arrival
+        service = self.policy.predictor.isolated_request()
+        key = round(window * MS_PER_S)
+        if (window >= service or key in self._hopeless_noted
+                or len(self._hopeless_noted) >= _HOPELESS_NOTES):
+            return
+        self._hopeless_noted.add(key)
+        self._note("budget %.0f ms (robot %s) is shorter than one request alone on this "
+                   "device (%.0f ms by the rate table): such requests cannot be on time; "
+                   "they are served late and shed only %.0f ms after their deadline",
+                   live.budget * MS_PER_S, live.robot_id, service * MS_PER_S,
+                   service * MS_PER_S, level=logging.WARNING)
+
     def _shed_expired(self, now: float) -> bool:
         """Shed requests whose deadline passed while they waited for a stage.
 
@@ -671,10 +695,20 @@ class StageEngine:
         would make every request behind it late too. Its robot gets an answer at once
         and sends a fresh request (Eq. 1). Running units are never interrupted.
 
+        A request whose budget is shorter than a request's whole service alone on the
+        device (R_j(0), with the online correction) cannot be on time at all: its
+        window counts from the earliest answer the device allows, so it is shed only
+        R_j(0) after its deadline. Shedding it at its deadline would have its robot
+        send another request that cannot be on time either, and throw away the work
+        spent on its early stages: on a model slower than every budget (eager π0 on a
+        GPU under 90 and 400 ms budgets) that churn of ViT and Prefill units let the
+        async engine finish almost no request (docs/BENCHMARKS.md, "On one H200").
+
         Returns:
             Whether any request was shed.
         """
-        expired = self._table.take_expired(now)
+        expired = self._table.take_expired(
+            now, service_s=self.policy.predictor.isolated_request())
         for live in expired:
             live.drop = (Status.SHED, f"deadline passed while waiting for a stage "
                                       f"(budget {live.budget * MS_PER_S:.0f} ms)")

@@ -86,6 +86,8 @@ class EngineConfig:
         shed_expired: a request whose deadline passed while it waited for a stage is
             shed (status SHED) instead of being served late; its robot gets an answer
             at once and can send a fresh request. Running units are not interrupted.
+            A budget shorter than a request's service alone (R_j(0)) counts from the
+            earliest answer the device allows, i.e. R_j(0) later.
         cpu_workers: threads of the CPU pool (preparation and output processing).
         intra_stage: M: more than one unit of a stage may run at once.
         cpu_overlap: C: CPU preparation/output may overlap model work.
