@@ -48,6 +48,7 @@ import torch
 from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.backends.base import Backend, StateFactory
+from xinfer_ros.engine.backends.graph_threads import LaneAdopter, lane_adopter
 from xinfer_ros.engine.backends.streams import make_streams
 from xinfer_ros.engine.lanes import LaneInfo
 from xinfer_ros.model.inputs import RequestInputs
@@ -140,6 +141,9 @@ class TorchBackend(Backend[StagedState]):
             cpus = tuple(int(c) for c in action_cpus) if action_cpus is not None else None
             self._workers = _ActionWorkers(action_processes,
                                            _WorkerSpec(source, self.threads, guidance, cpus))
+        #: Run by each lane thread at set-up to replay the CUDA graphs recorded on the
+        #: compiling thread (None: eager, or this torch needs nothing; graph_threads).
+        self._graph_adopter: LaneAdopter | None = None
         #: Seconds the Action loop took to compile (0 when eager).
         self.compile_s = self._warm_up() if compile != "off" else 0.0
         self._worker_compile = compile
@@ -166,6 +170,8 @@ class TorchBackend(Backend[StagedState]):
         except Exception:
             self.model.set_compile(previous)  # never serve in a mode that failed to build
             raise
+        if mode == "off":
+            self._graph_adopter = None
         return self.compile_s
 
     @property
@@ -181,6 +187,9 @@ class TorchBackend(Backend[StagedState]):
             self._compile_units()
         finally:
             self.inline_idle_action = inline
+        # This thread recorded the graphs; lanes are other threads (graph_threads).
+        self._graph_adopter = (lane_adopter() if self.model.compile_mode == "cudagraphs"
+                               else None)
         seconds = time.perf_counter() - t0
         _LOG.info("torch backend: Action loop compiled in %.1f s", seconds)
         return seconds
@@ -209,10 +218,16 @@ class TorchBackend(Backend[StagedState]):
 
     # -- lanes --------------------------------------------------------------------------
     def lane_setup(self, lane: LaneInfo) -> None:
-        """Give CUDA lanes their own stream; pin CPU lanes' intra-op threads."""
+        """Set up a lane thread: its stream, CPU threads and CUDA graphs.
+
+        CUDA lanes get a stream of their own and, under ``cudagraphs``, the graph trees
+        the compiling thread recorded; CPU lanes get their intra-op thread count.
+        """
         lane.stream = self._streams.create()
         if lane.stream is None:
             torch.set_num_threads(self.threads)
+        if self._graph_adopter is not None:
+            self._graph_adopter()
 
     # -- request path ---------------------------------------------------------------------
     def prepare(self, inputs: RequestInputs, request_id: int, robot_id: str) -> StagedState:
