@@ -79,19 +79,24 @@ def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "engine_bench.json").read_text())
     assert report["dry_run"] and report["backend"]["dtype"] == "torch.bfloat16"
     runs = report["runs"]
+    # Compiled on one Action lane first (torch.compile standing in for CUDA graphs),
+    # then eager, then batched; each group on a table calibrated the way it serves.
     assert [(r["robots"], r["arm"]) for r in runs] == [
-        (2, "async"), (2, "serial"), (4, "async"), (4, "serial"),
-        (2, "async+batch4"), (4, "async+batch4"),
-        (2, "async+compile-on"), (4, "async+compile-on")]
+        (2, "async+compile-on"), (2, "serial+compile-on"),
+        (4, "async+compile-on"), (4, "serial+compile-on"),
+        (4, "async"), (4, "serial"), (4, "async+batch4")]
     for run in runs:
         assert run["backend"]["backend"] == "torch" and not run["emulated"]
         assert run["metrics"]["responses"] > 0 and run["statuses"].get("ERROR", 0) == 0
-    assert [r["config"]["max_batch"] for r in runs] == [1, 1, 1, 1, 4, 4, 1, 1]
-    assert [r["backend"]["compile"] for r in runs[-2:]] == ["on", "on"]
+    assert [r["config"]["max_batch"] for r in runs] == [1, 1, 1, 1, 1, 1, 4]
+    assert [r["backend"]["compile"] for r in runs] == ["on"] * 4 + ["off"] * 3
+    assert [r["config"]["slots"] for r in runs[:4]] == [[4, 4, 1]] * 4
     assert "compile_error" not in report and report["steps"]["compile_s"] > 0
-    assert (tmp_path / "rate_table_pi0-tiny_cpu.json").is_file()
-    assert (tmp_path / "rate_table_pi0-tiny_cpu_batch4.json").is_file()
-    assert [c["max_batch"] for c in report["calibration"]] == [1, 4]
+    assert [(c["max_batch"], c["compile"], c["table"]) for c in report["calibration"]] == [
+        (1, "on", "rate_table_pi0-tiny_cpu_on.json"), (1, "off", "rate_table_pi0-tiny_cpu.json"),
+        (4, "off", "rate_table_pi0-tiny_cpu_batch4.json")]
+    for calib in report["calibration"]:
+        assert (tmp_path / calib["table"]).is_file()
 
 
 def test_bench_engine_phase_spread_holds_late_responses(tmp_path: Path) -> None:

@@ -1,15 +1,25 @@
 """One-process benchmark suite behind ``scripts/gpu_bench.sh``.
 
-Builds the model once (the real-shape ``pi0`` preset in bfloat16 by default), checks
-one request end to end, calibrates a rate table on the same lanes (and a second one for
-batches of up to ``--max-batch`` units), then runs the closed-loop engine benchmark
-with that torch backend for every (robots, engine) pair, then the batched async arm
-and, once the Action loop is compiled, the compiled async arm at ``--arm-robots``.
-The JSON report is rewritten after every run, so a suite cut short keeps its runs.
+Builds the model once (the real-shape ``pi0`` preset in bfloat16 by default) and checks
+one request end to end. Then three groups of closed-loop engine runs with that torch
+backend, each on a rate table calibrated the way it serves:
+
+1. the Action loop compiled (``--compile``, CUDA graphs by default) on one Action lane
+   (``--compiled-slots``), async against serial at every ``--robots``: what a GPU
+   should serve with. The first H200 run (docs/BENCHMARKS.md, "On one H200") found the
+   eager Action unit launch-bound at about 0.5 s, slower than every budget, and CUDA
+   graphs 13x faster;
+2. the eager Action loop, async against serial at ``--eager-robots``;
+3. the eager async engine with batches of up to ``--max-batch`` units per stage at
+   ``--arm-robots``.
+
+The JSON report is rewritten after every run, so a suite cut short keeps its runs, and
+the groups come in that order so that a cut costs the least informative one.
 Building once matters: ``pi0`` takes far longer to build than one benchmark run.
 ``--dry-run`` runs the same code on the CPU: the torch backend with ``pi0-tiny`` in the
-same dtype, two small fleets, a few seconds each, so that everything but the device is
-exercised before a lent GPU's minutes are spent.
+same dtype, small fleets, a few seconds each, and ``torch.compile`` standing in for
+CUDA graphs (which need CUDA) on the same one-lane layout, so that everything but the
+device is exercised before a lent GPU's minutes are spent.
 """
 
 from __future__ import annotations
@@ -32,10 +42,14 @@ from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineConfig
 from xinfer_ros.model.presets import COMPILE_MODES
 
-__all__ = ["DRY_RUN_ROBOTS", "build_parser", "main"]
+__all__ = ["DRY_RUN_ARM_ROBOTS", "DRY_RUN_COMPILE", "DRY_RUN_ROBOTS", "build_parser", "main"]
 
 #: Fleets of a dry run: the CPU serves pi0-tiny to a few robots at most.
 DRY_RUN_ROBOTS = (2, 4)
+#: Fleets of a dry run's eager and batched groups.
+DRY_RUN_ARM_ROBOTS = (4,)
+#: What a dry run compiles with where CUDA graphs were asked for: they need CUDA.
+DRY_RUN_COMPILE = "on"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,16 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default="xinfer")
     p.add_argument("--duration", type=float, default=15.0, help="seconds per benchmark run")
     p.add_argument("--warmup", type=float, default=5.0)
+    p.add_argument("--compile", choices=COMPILE_MODES, default="cudagraphs",
+                   help="Action loop of the first group (off: that group runs eager)")
+    p.add_argument("--compiled-slots", default="4,4,1",
+                   help="V,P,A slots of the first group (CUDA graphs allow one Action lane)")
+    p.add_argument("--eager-robots", type=int, nargs="*", default=[16],
+                   help="robot counts of the eager group (none: no such group)")
     p.add_argument("--max-batch", type=int, default=4, metavar="N",
-                   help="also run the async engine with batches of up to N units per stage "
-                        "on --batch-slots, with a table calibrated the same way (1: off)")
-    p.add_argument("--batch-slots", default="4,4,8", help="V,P,A slots of the batched arm")
-    p.add_argument("--compile", choices=COMPILE_MODES, default="on",
-                   help="also run the async engine with the Action loop compiled this way, "
-                        "on the eager table (its rate correction learns the speed-up); off: "
-                        "no such arm")
-    p.add_argument("--arm-robots", type=int, nargs="+", default=[16, 32],
-                   help="robot counts of the batched and compiled arms")
+                   help="batches of up to N units per stage in the last group (1: no such "
+                        "group)")
+    p.add_argument("--batch-slots", default="4,4,8", help="V,P,A slots of the batched group")
+    p.add_argument("--arm-robots", type=int, nargs="*", default=[16],
+                   help="robot counts of the batched group")
     p.add_argument("--calib-window", type=float, default=0.5)
     p.add_argument("--calib-max-units", type=int, default=4)
     p.add_argument("--out", type=Path, required=True, help="output directory")
@@ -88,53 +104,77 @@ def _smoke(backend: Backend) -> dict[str, Any]:
 
 
 def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
-                backend: str, *, batched: bool = False) -> argparse.Namespace:
+                backend: str, *, slots: str | None = None,
+                max_batch: int = 1) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     bench_engine.add_arguments(parser)
     argv = ["--backend", backend, "--model", ns.model, "--device", ns.device,
             "--dtype", ns.dtype,
             "--robots", str(robots), "--engine", engine, "--workload", ns.workload,
             "--policy", ns.policy, "--duration", str(ns.duration), "--warmup", str(ns.warmup),
-            "--rate-table", str(table)]
-    if batched:
-        argv += ["--max-batch", str(ns.max_batch), "--slots", ns.batch_slots]
+            "--rate-table", str(table), "--max-batch", str(max_batch)]
+    if slots is not None:
+        argv += ["--slots", slots]
     return parser.parse_args(argv)
 
 
-def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int) -> dict[str, Any]:
-    """Calibrate a table for ``max_batch`` and write it under ``ns.out``."""
+def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int, tag: str,
+               action_lanes: int = 2) -> dict[str, Any]:
+    """Calibrate a table for ``max_batch`` and write it under ``ns.out``.
+
+    ``action_lanes`` bounds the Action units measured at once: one where the Action
+    loop replays CUDA graphs, which a second lane may not share.
+    """
     t0 = time.perf_counter()
     # With batches, one more same-stage unit measures a batch of max_batch on Action
     # (the dry run's one lane per stage would otherwise never batch).
-    bounds = (1, 1, 1) if ns.dry_run else (2, 2, 2)
+    bounds = (1, 1, min(1, action_lanes)) if ns.dry_run else (2, 2, action_lanes)
     extra = 1 if max_batch > 1 else 0
     settings = CalibrationSettings(bounds=(bounds[0], bounds[1], bounds[2] + extra),
                                    max_units=ns.calib_max_units + extra,
                                    window_s=ns.calib_window,
                                    warmup_s=0.1 if ns.dry_run else 0.2,
                                    iso_repeats=3 if ns.dry_run else 8, max_batch=max_batch)
-    tag = "" if max_batch == 1 else f"_batch{max_batch}"
-    calib = calibrate(backend, settings, describe=f"model={ns.model} device={ns.device}",
+    calib = calibrate(backend, settings, describe=f"model={ns.model} device={ns.device} "
+                                                  f"compile={backend.compile_mode}",
                       progress=lambda line: print(f"[calibrate{tag}] {line}", flush=True))
     path = write_rate_table(calib.table, ns.out / f"rate_table_{ns.model}_"
                             f"{ns.device.replace(':', '')}{tag}.json")
-    return {"table": path, "max_batch": max_batch, "seconds": time.perf_counter() - t0,
-            "isolated_ms": calib.isolated_ms,
+    return {"table": path, "max_batch": max_batch, "compile": backend.compile_mode,
+            "seconds": time.perf_counter() - t0, "isolated_ms": calib.isolated_ms,
             "measured_ms": {",".join(map(str, n)): row for n, row in calib.measured.items()}}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the suite; returns the exit status."""
-    ns = build_parser().parse_args(argv)
+def _one_action_lane(slots: str) -> bool:
+    """Whether a ``V,P,A`` slot string gives Action one lane (unbatched)."""
+    return int(slots.split(",")[2]) == 1
+
+
+def _settle(ns: argparse.Namespace) -> None:
+    """Apply the dry run's small settings and refuse a layout CUDA graphs cannot serve."""
     if ns.dry_run:
         ns.model, ns.device = "pi0-tiny", "cpu"
-        ns.robots = ns.arm_robots = list(DRY_RUN_ROBOTS)
+        ns.robots = list(DRY_RUN_ROBOTS)
+        ns.eager_robots = list(DRY_RUN_ARM_ROBOTS) if ns.eager_robots else []
+        ns.arm_robots = list(DRY_RUN_ARM_ROBOTS) if ns.arm_robots else []
+        if ns.compile == "cudagraphs":
+            ns.compile = DRY_RUN_COMPILE
         # Long enough for every arm to answer: the dry run checks code paths, not speed.
         ns.duration, ns.warmup = min(ns.duration, 2.5), min(ns.warmup, 0.5)
         ns.calib_window, ns.calib_max_units = min(ns.calib_window, 0.1), min(ns.calib_max_units, 2)
+    if ns.compile == "cudagraphs" and not _one_action_lane(ns.compiled_slots):
+        raise SystemExit(f"--compile cudagraphs needs one Action slot, got --compiled-slots "
+                         f"{ns.compiled_slots}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 (one script, in order)
+    """Run the suite; returns the exit status."""
+    ns = build_parser().parse_args(argv)
+    _settle(ns)
     ns.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"dry_run": ns.dry_run, "host": platform.node(),
-                              "python": sys.version.split()[0], "steps": {}}
+                              "python": sys.version.split()[0], "steps": {},
+                              "calibration": []}
     t0 = time.perf_counter()
     backend = make_backend("torch", model=ns.model, device=ns.device, dtype=ns.dtype)
     report["backend"] = backend.describe()
@@ -143,16 +183,20 @@ def main(argv: Sequence[str] | None = None) -> int:
           flush=True)
     report["smoke"] = _smoke(backend)
     print(f"[suite] smoke ok: {report['smoke']}", flush=True)
-    calibrations = [_calibrate(backend, ns, 1)]
-    if ns.max_batch > 1:
-        calibrations.append(_calibrate(backend, ns, ns.max_batch))
-    report["steps"]["calibrate_s"] = sum(c["seconds"] for c in calibrations)
-    report["calibration"] = [{**c, "table": c["table"].name} for c in calibrations]
     runs: list[EngineReport] = []
     out = ns.out / "engine_bench.json"
 
-    def bench(robots: int, label: str, engine: str, table: Path, batched: bool) -> None:
-        args = _bench_args(ns, robots, engine, table, "torch", batched=batched)
+    def calibrated(max_batch: int, tag: str, action_lanes: int = 2) -> Path:
+        calib = _calibrate(backend, ns, max_batch, tag, action_lanes)
+        report["calibration"].append({**calib, "table": calib["table"].name})
+        report["steps"]["calibrate_s"] = sum(c["seconds"] for c in report["calibration"])
+        _write(out, report, runs)
+        path: Path = calib["table"]
+        return path
+
+    def bench(robots: int, label: str, engine: str, table: Path, *, slots: str | None = None,
+              max_batch: int = 1) -> None:
+        args = _bench_args(ns, robots, engine, table, "torch", slots=slots, max_batch=max_batch)
         t2 = time.perf_counter()
         rep = bench_engine.run_benchmark(args, backend)
         rep.wall_s, rep.arm = time.perf_counter() - t2, label
@@ -164,27 +208,43 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{rep.prediction.get('mae_ms', float('nan')):.2f} ms", flush=True)
         _write(out, report, runs)  # a suite cut short by its timeout keeps what it ran
 
-    eager_table = calibrations[0]["table"]
-    for robots in ns.robots:
-        for engine in ns.engines:
-            bench(robots, engine, engine, eager_table, False)
-    if ns.max_batch > 1:
-        for robots in ns.arm_robots:
-            bench(robots, f"async+batch{ns.max_batch}", "async", calibrations[-1]["table"], True)
-    if ns.compile != "off":
+    # 1. Compiled: what a GPU serves with. A compiler failure must not cost the rest.
+    compiled = ns.compile != "off"
+    if compiled:
         try:
             report["steps"]["compile_s"] = backend.set_compile(ns.compile)
-        except Exception as exc:  # a compiler failure must not cost the other arms
+        except Exception as exc:
             report["compile_error"] = f"{type(exc).__name__}: {exc}"
             print(f"[suite] compile {ns.compile} failed: {report['compile_error']}", flush=True)
+            compiled = False
         else:
             print(f"[suite] Action loop compiled ({ns.compile}) in "
                   f"{report['steps']['compile_s']:.1f} s", flush=True)
-            for robots in ns.arm_robots:
-                bench(robots, f"async+compile-{ns.compile}", "async", eager_table, False)
+    if compiled:
+        lanes = 1 if _one_action_lane(ns.compiled_slots) else 2
+        table = calibrated(1, f"_{ns.compile}", action_lanes=lanes)
+        for robots in ns.robots:
+            for engine in ns.engines:
+                bench(robots, f"{engine}+compile-{ns.compile}", engine, table,
+                      slots=ns.compiled_slots)
+        backend.set_compile("off")
+    # 2. Eager, side by side in the same run (every robot count if compiling failed).
+    eager_robots = ns.eager_robots if compiled else ns.robots
+    batched = ns.max_batch > 1 and ns.arm_robots
+    if eager_robots or batched:
+        eager = calibrated(1, "")
+        for robots in eager_robots:
+            for engine in ns.engines:
+                bench(robots, engine, engine, eager)
+    # 3. Batched units, eager (a compiled step would compile once per batch size).
+    if batched:
+        table = calibrated(ns.max_batch, f"_batch{ns.max_batch}")
+        for robots in ns.arm_robots:
+            bench(robots, f"async+batch{ns.max_batch}", "async", table,
+                  slots=ns.batch_slots, max_batch=ns.max_batch)
     report["steps"]["total_s"] = time.perf_counter() - t0
     _write(out, report, runs)
-    print(f"[suite] wrote {out} and {len(calibrations)} table(s) in "
+    print(f"[suite] wrote {out} and {len(report['calibration'])} table(s) in "
           f"{report['steps']['total_s']:.1f} s", flush=True)
     backend.close()
     return 0
