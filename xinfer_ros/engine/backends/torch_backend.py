@@ -78,8 +78,9 @@ class TorchBackend(Backend[StagedState]):
         action_cpus: CPU only, with ``action_processes``: pin the worker processes to
             these CPUs (see :mod:`xinfer_ros.engine.affinity`); None leaves them free.
         compile: how the Action loop runs: ``off`` (eager), ``on`` (``torch.compile``
-            of the expert step) or ``cudagraphs`` (CUDA graphs; one Action lane only,
-            never run on a GPU yet); π0 family only. The backend compiles guided and
+            of the expert step) or ``cudagraphs`` (CUDA graphs; one Action lane only;
+            13x eager on an H200 alone, not yet served by the engine on a GPU); π0
+            family only. The backend compiles guided and
             unguided steps for a batch of one with every camera before it returns, in
             each worker process too; another batch size or camera set compiles once
             on its first unit.
@@ -149,6 +150,11 @@ class TorchBackend(Backend[StagedState]):
         self._worker_compile = compile
         _LOG.info("torch backend: model=%s device=%s dtype=%s threads/lane=%d compile=%s",
                   self.model_name, self.device, self.model.dtype, self.threads, compile)
+        if self.device.startswith("cuda") and compile == "off" and self.io.family == "pi0":
+            _LOG.warning("torch backend: eager π0 Action loop on %s, which kernel launches "
+                         "bound on a GPU (CUDA graphs ran it 13x faster on an H200, "
+                         "docs/BENCHMARKS.md 1.4): set compile 'cudagraphs' with one "
+                         "Action slot", self.device)
 
     def set_compile(self, mode: str) -> float:
         """Switch the in-process Action loop to ``mode``, compiling it now.
