@@ -9,16 +9,18 @@ import pytest
 from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.engine.admission import LiveRequest, LiveTable
+from xinfer_ros.engine.admission import LiveRequest, LiveTable, expiry
 from xinfer_ros.engine.gates import ExecutionGates
 from xinfer_ros.engine.types import EngineConfig, Overflow, Status
 
 
 def _live(table: LiveTable, robot: str, submitted: float = 0.0,
-          budget: float = 0.1) -> LiveRequest:
+          budget: float = 0.1, service: float = 0.0) -> LiveRequest:
     rid = table.next_id()
-    return LiveRequest(rid, robot, Request(rid, robot, submitted, budget), None, None,
-                       Future(), submitted, arrival=submitted)
+    request = Request(rid, robot, submitted, budget)
+    return LiveRequest(rid, robot, request, None, None, Future(), submitted,
+                       arrival=submitted,
+                       expires_at=expiry(request.deadline, submitted, service))
 
 
 def test_full_table_refuses_and_a_robot_supersedes_itself() -> None:
@@ -73,17 +75,21 @@ def test_take_expired_returns_only_idle_requests_past_their_deadline() -> None:
 
 
 def test_a_request_that_cannot_be_on_time_alone_expires_one_service_time_late() -> None:
+    # Windows 0.096 s and 0.496 s against 0.2 s of service alone: the first counts
+    # its window from the earliest answer the device allows (expires after 0.296 s).
+    assert expiry(0.096, 0.0, 0.2) == pytest.approx(0.296)
+    assert expiry(0.496, 0.0, 0.2) == 0.496
+    assert expiry(0.2, 0.0, 0.2) == 0.2  # a window of exactly R_j(0) can be on time
     table = LiveTable(8, Overflow.REJECT, supersede=False)
-    hopeless, feasible = _live(table, "a", 0.0, 0.1), _live(table, "b", 0.0, 0.5)
+    hopeless = _live(table, "a", 0.0, 0.1, service=0.2)
+    feasible = _live(table, "b", 0.0, 0.5, service=0.2)
     for live in (hopeless, feasible):
         table.admit(live)
         live.policy = make_policy("fifo")
-    # Windows 0.096 s and 0.496 s against 0.2 s of service alone: the first counts
-    # its window from the earliest answer the device allows (expires after 0.296 s).
-    assert table.take_expired(0.29, service_s=0.2) == []
-    assert table.take_expired(0.30, service_s=0.2) == [hopeless]
-    assert table.take_expired(0.49, service_s=0.2) == []
-    assert table.take_expired(0.50, service_s=0.2) == [feasible]
+    assert table.take_expired(0.29) == []
+    assert table.take_expired(0.30) == [hopeless]
+    assert table.take_expired(0.49) == []
+    assert table.take_expired(0.50) == [feasible]
 
 
 @pytest.mark.parametrize(("switch", "blocked"), [

@@ -210,3 +210,25 @@ def test_the_report_names_its_arm_and_the_hosts_speed_unless_told_not_to(
     assert bench.main([*common, "--no-speed-probe", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert "speed_probe" not in report and "arm" not in report
+
+
+def test_gpu_suite_records_a_failed_group_and_goes_on(tmp_path: Path) -> None:
+    # One device lease runs every group: a group that raises (e.g. CUDA graphs that
+    # fail on their first lane) is written to the report, and the next group runs.
+    import argparse
+
+    from xinfer_ros.cli.gpu_suite import _Suite
+
+    report: dict[str, object] = {"steps": {}, "calibration": []}
+    suite = _Suite(argparse.Namespace(out=tmp_path), backend=None,  # type: ignore[arg-type]
+                   report=report)
+
+    def broken() -> None:
+        raise RuntimeError("graph replay failed")
+
+    ran: list[str] = []
+    assert not suite.group("compiled", broken)
+    assert suite.group("eager", lambda: ran.append("eager"))
+    assert ran == ["eager"]
+    written = json.loads((tmp_path / "engine_bench.json").read_text())
+    assert written["errors"] == {"compiled": "RuntimeError: graph replay failed"}

@@ -281,18 +281,20 @@ def test_a_budget_shorter_than_the_service_alone_is_served_late_not_shed(
     cannot be on time either (the eager-π0-on-a-GPU churn, docs/BENCHMARKS.md)."""
     table = default_rate_table()
     service = table.isolated_request_s
-    # Two requests at once, one slot per stage: the second waits for the first's
-    # Action, well past a window of 0.4 x service, yet within one service after it.
+    # Two requests at once, one slot per stage: the second waits for the first's Action
+    # (until about 1.2 x service), past its window of 0.9 x service - δ, yet well within
+    # one service after it (about 1.6 x service).
+    budget = 0.9 * service
     engine, _ = make_engine("fifo", config=EngineConfig(slots=(1, 1, 1)), table=table)
     with caplog.at_level(logging.WARNING, logger="xinfer_ros.engine"), engine:
-        futs = [engine.submit(RequestInputs(seed=i), 0.4 * service, f"r{i}") for i in range(2)]
+        futs = [engine.submit(RequestInputs(seed=i), budget, f"r{i}") for i in range(2)]
         results = [f.result(TIMEOUT) for f in futs]
         engine.submit(RequestInputs(seed=9), 0.2, "feasible").result(TIMEOUT)
     assert [r.status for r in results] == [Status.OK, Status.OK], [r.reason for r in results]
-    assert all(r.timings.total_ms > 0.4 * service * 1e3 for r in results)
+    assert results[1].timings.total_ms > budget * 1e3  # served late, not shed
     # Said once for that budget, never for one the device can meet.
     notes = [r.getMessage() for r in caplog.records if "cannot be on time" in r.getMessage()]
-    assert len(notes) == 1 and f"budget {0.4 * service * 1e3:.0f} ms" in notes[0], notes
+    assert len(notes) == 1 and f"budget {budget * 1e3:.0f} ms" in notes[0], notes
 
 
 def test_lane_that_cannot_start_fails_its_requests_instead_of_hanging() -> None:

@@ -12,10 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from xinfer_ros.engine.backends import make_backend  # noqa: E402
-from xinfer_ros.engine.backends.graph_threads import (  # noqa: E402
-    lane_adopter,
-    share_graph_trees,
-)
+from xinfer_ros.engine.backends.graph_threads import lane_adopter  # noqa: E402
 from xinfer_ros.engine.lanes import LaneInfo  # noqa: E402
 
 _NAMES = ("tree_manager_containers", "tree_manager_locks")
@@ -40,13 +37,12 @@ def _on_fresh_thread(fn: Callable[[], Any]) -> Any:
     return out[0]
 
 
-def _fake_trees(*, fresh_threads_ok: bool) -> SimpleNamespace:
+def _fake_trees() -> SimpleNamespace:
     """A cudagraph_trees look-alike whose lookups fail off the main thread, like torch 2.11."""
     objects = {name: {"owner": name} for name in _NAMES}
 
     def get_obj(local: object, name: str) -> object:
-        main = threading.current_thread() is threading.main_thread()
-        if main or fresh_threads_ok:
+        if threading.current_thread() is threading.main_thread():
             return objects[name]
         if torch._C._is_key_in_tls(name):
             return torch._C._get_obj_in_tls(name)
@@ -56,10 +52,13 @@ def _fake_trees(*, fresh_threads_ok: bool) -> SimpleNamespace:
 
 
 def test_an_adopting_thread_finds_the_compiling_threads_graph_trees() -> None:
+    # The installed torch: without adopting, a fresh thread gets state of its own (a
+    # torch with pytorch#184357) or fails the lookup (one without).
     from torch._inductor import cudagraph_trees as trees
 
     mine = {name: trees.get_obj(trees.local, name) for name in _NAMES}
-    adopt = share_graph_trees(trees)
+    adopt = lane_adopter(trees)
+    assert adopt is not None
 
     def looked_up() -> dict[str, object]:
         adopt()
@@ -69,8 +68,8 @@ def test_an_adopting_thread_finds_the_compiling_threads_graph_trees() -> None:
     assert all(seen[name] is mine[name] for name in _NAMES)
 
 
-def test_a_torch_whose_fresh_threads_fail_gets_an_adopter_that_fixes_them() -> None:
-    old = _fake_trees(fresh_threads_ok=False)
+def test_on_a_torch_whose_fresh_threads_fail_the_lookup_an_adopting_lane_succeeds() -> None:
+    old = _fake_trees()
     with pytest.raises(AssertionError):
         _on_fresh_thread(lambda: old.get_obj(old.local, _NAMES[0]))
     adopt = lane_adopter(old)  # type: ignore[arg-type]
@@ -81,8 +80,12 @@ def test_a_torch_whose_fresh_threads_fail_gets_an_adopter_that_fixes_them() -> N
         return [old.get_obj(old.local, name) for name in _NAMES]
 
     assert _on_fresh_thread(after_adopting) == [old.objects[name] for name in _NAMES]
-    # A torch that gives every thread its own state needs nothing.
-    assert lane_adopter(_fake_trees(fresh_threads_ok=True)) is None  # type: ignore[arg-type]
+
+
+def test_without_torchs_thread_local_store_no_adopter_is_made(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch._C, "_stash_obj_in_tls")
+    assert lane_adopter(_fake_trees()) is None  # type: ignore[arg-type]
 
 
 def test_each_lane_runs_the_adopter_at_set_up_and_eager_clears_it() -> None:

@@ -29,12 +29,13 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from xinfer_ros.cli import bench_engine
 from xinfer_ros.cli.engine_report import EngineReport
+from xinfer_ros.cli.torch_options import stage_counts
 from xinfer_ros.core.rate_table import write_rate_table
 from xinfer_ros.engine.backends import Backend, make_backend
 from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
@@ -68,14 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--compile", choices=COMPILE_MODES, default="cudagraphs",
                    help="Action loop of the first group (off: that group runs eager)")
-    p.add_argument("--compiled-slots", default="4,4,1",
+    p.add_argument("--compiled-slots", type=stage_counts(1), default=(4, 4, 1),
                    help="V,P,A slots of the first group (CUDA graphs allow one Action lane)")
     p.add_argument("--eager-robots", type=int, nargs="*", default=[16],
                    help="robot counts of the eager group (none: no such group)")
     p.add_argument("--max-batch", type=int, default=4, metavar="N",
                    help="batches of up to N units per stage in the last group (1: no such "
                         "group)")
-    p.add_argument("--batch-slots", default="4,4,8", help="V,P,A slots of the batched group")
+    p.add_argument("--batch-slots", type=stage_counts(1), default=(4, 4, 8),
+                   help="V,P,A slots of the batched group")
     p.add_argument("--arm-robots", type=int, nargs="*", default=[16],
                    help="robot counts of the batched group")
     p.add_argument("--calib-window", type=float, default=0.5)
@@ -128,7 +130,7 @@ def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int, tag: st
     t0 = time.perf_counter()
     # With batches, one more same-stage unit measures a batch of max_batch on Action
     # (the dry run's one lane per stage would otherwise never batch).
-    bounds = (1, 1, min(1, action_lanes)) if ns.dry_run else (2, 2, action_lanes)
+    bounds = (1, 1, 1) if ns.dry_run else (2, 2, action_lanes)
     extra = 1 if max_batch > 1 else 0
     settings = CalibrationSettings(bounds=(bounds[0], bounds[1], bounds[2] + extra),
                                    max_units=ns.calib_max_units + extra,
@@ -145,9 +147,8 @@ def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int, tag: st
             "measured_ms": {",".join(map(str, n)): row for n, row in calib.measured.items()}}
 
 
-def _one_action_lane(slots: str) -> bool:
-    """Whether a ``V,P,A`` slot string gives Action one lane (unbatched)."""
-    return int(slots.split(",")[2]) == 1
+def _slot_text(slots: tuple[int, int, int]) -> str:
+    return ",".join(map(str, slots))
 
 
 def _settle(ns: argparse.Namespace) -> None:
@@ -162,13 +163,99 @@ def _settle(ns: argparse.Namespace) -> None:
         # Long enough for every arm to answer: the dry run checks code paths, not speed.
         ns.duration, ns.warmup = min(ns.duration, 2.5), min(ns.warmup, 0.5)
         ns.calib_window, ns.calib_max_units = min(ns.calib_window, 0.1), min(ns.calib_max_units, 2)
-    if ns.compile == "cudagraphs" and not _one_action_lane(ns.compiled_slots):
+    # The engine's own rule (one Action lane per slot, unbatched), checked before the
+    # model is built rather than after minutes of compiling.
+    if ns.compile == "cudagraphs" and ns.compiled_slots[2] != 1:
         raise SystemExit(f"--compile cudagraphs needs one Action slot, got --compiled-slots "
-                         f"{ns.compiled_slots}")
+                         f"{_slot_text(ns.compiled_slots)}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 (one script, in order)
-    """Run the suite; returns the exit status."""
+class _Suite:
+    """The three groups on one backend; each group's failure is recorded, not fatal."""
+
+    def __init__(self, ns: argparse.Namespace, backend: Backend,
+                 report: dict[str, Any]) -> None:
+        self.ns, self.backend, self.report = ns, backend, report
+        self.runs: list[EngineReport] = []
+        self.out = ns.out / "engine_bench.json"
+
+    def write(self) -> None:
+        _write(self.out, self.report, self.runs)
+
+    def group(self, name: str, body: Callable[[], None]) -> bool:
+        """Run one group; on an exception record it under ``errors`` and go on."""
+        try:
+            body()
+        except Exception as exc:  # a later group must still run (one device lease)
+            self.report.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+            print(f"[suite] group {name} failed: {self.report['errors'][name]}", flush=True)
+            self.write()
+            return False
+        return True
+
+    def calibrated(self, max_batch: int, tag: str, action_lanes: int = 2) -> Path:
+        calib = _calibrate(self.backend, self.ns, max_batch, tag, action_lanes)
+        self.report["calibration"].append({**calib, "table": calib["table"].name})
+        self.report["steps"]["calibrate_s"] = sum(
+            c["seconds"] for c in self.report["calibration"])
+        self.write()
+        path: Path = calib["table"]
+        return path
+
+    def bench(self, robots: int, label: str, engine: str, table: Path, *,
+              slots: tuple[int, int, int] | None = None, max_batch: int = 1) -> None:
+        args = _bench_args(self.ns, robots, engine, table, "torch",
+                           slots=None if slots is None else _slot_text(slots),
+                           max_batch=max_batch)
+        t0 = time.perf_counter()
+        rep = bench_engine.run_benchmark(args, self.backend)
+        rep.wall_s, rep.arm = time.perf_counter() - t0, label
+        self.runs.append(rep)
+        m = rep.metrics
+        print(f"[bench] robots={robots} engine={label} qps={m.throughput_rps:.2f} "
+              f"p50={m.latency_p50_ms:.1f} p95={m.latency_p95_ms:.1f} "
+              f"attain={m.attainment * 100:.1f}% pred_mae="
+              f"{rep.prediction.get('mae_ms', float('nan')):.2f} ms", flush=True)
+        self.write()  # a suite cut short by its timeout keeps what it ran
+
+    def compiled(self) -> None:
+        """Group 1: the Action loop compiled, on its own table and slots."""
+        ns = self.ns
+        try:
+            self.report["steps"]["compile_s"] = self.backend.set_compile(ns.compile)
+        except Exception as exc:
+            self.report["compile_error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        print(f"[suite] Action loop compiled ({ns.compile}) in "
+              f"{self.report['steps']['compile_s']:.1f} s", flush=True)
+        try:
+            lanes = 1 if ns.compiled_slots[2] == 1 else 2
+            table = self.calibrated(1, f"_{ns.compile}", action_lanes=lanes)
+            for robots in ns.robots:
+                for engine in ns.engines:
+                    self.bench(robots, f"{engine}+compile-{ns.compile}", engine, table,
+                               slots=ns.compiled_slots)
+        finally:
+            self.backend.set_compile("off")
+
+    def eager(self, robots: Sequence[int]) -> None:
+        """Group 2: the eager Action loop, side by side with group 1."""
+        table = self.calibrated(1, "")
+        for count in robots:
+            for engine in self.ns.engines:
+                self.bench(count, engine, engine, table)
+
+    def batched(self) -> None:
+        """Group 3: eager, batched (a compiled step would compile once per batch size)."""
+        ns = self.ns
+        table = self.calibrated(ns.max_batch, f"_batch{ns.max_batch}")
+        for robots in ns.arm_robots:
+            self.bench(robots, f"async+batch{ns.max_batch}", "async", table,
+                       slots=ns.batch_slots, max_batch=ns.max_batch)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the suite; returns the exit status (1 when a group failed)."""
     ns = build_parser().parse_args(argv)
     _settle(ns)
     ns.out.mkdir(parents=True, exist_ok=True)
@@ -183,71 +270,20 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 (one script
           flush=True)
     report["smoke"] = _smoke(backend)
     print(f"[suite] smoke ok: {report['smoke']}", flush=True)
-    runs: list[EngineReport] = []
-    out = ns.out / "engine_bench.json"
-
-    def calibrated(max_batch: int, tag: str, action_lanes: int = 2) -> Path:
-        calib = _calibrate(backend, ns, max_batch, tag, action_lanes)
-        report["calibration"].append({**calib, "table": calib["table"].name})
-        report["steps"]["calibrate_s"] = sum(c["seconds"] for c in report["calibration"])
-        _write(out, report, runs)
-        path: Path = calib["table"]
-        return path
-
-    def bench(robots: int, label: str, engine: str, table: Path, *, slots: str | None = None,
-              max_batch: int = 1) -> None:
-        args = _bench_args(ns, robots, engine, table, "torch", slots=slots, max_batch=max_batch)
-        t2 = time.perf_counter()
-        rep = bench_engine.run_benchmark(args, backend)
-        rep.wall_s, rep.arm = time.perf_counter() - t2, label
-        runs.append(rep)
-        m = rep.metrics
-        print(f"[bench] robots={robots} engine={label} qps={m.throughput_rps:.2f} "
-              f"p50={m.latency_p50_ms:.1f} p95={m.latency_p95_ms:.1f} "
-              f"attain={m.attainment * 100:.1f}% pred_mae="
-              f"{rep.prediction.get('mae_ms', float('nan')):.2f} ms", flush=True)
-        _write(out, report, runs)  # a suite cut short by its timeout keeps what it ran
-
-    # 1. Compiled: what a GPU serves with. A compiler failure must not cost the rest.
-    compiled = ns.compile != "off"
-    if compiled:
-        try:
-            report["steps"]["compile_s"] = backend.set_compile(ns.compile)
-        except Exception as exc:
-            report["compile_error"] = f"{type(exc).__name__}: {exc}"
-            print(f"[suite] compile {ns.compile} failed: {report['compile_error']}", flush=True)
-            compiled = False
-        else:
-            print(f"[suite] Action loop compiled ({ns.compile}) in "
-                  f"{report['steps']['compile_s']:.1f} s", flush=True)
-    if compiled:
-        lanes = 1 if _one_action_lane(ns.compiled_slots) else 2
-        table = calibrated(1, f"_{ns.compile}", action_lanes=lanes)
-        for robots in ns.robots:
-            for engine in ns.engines:
-                bench(robots, f"{engine}+compile-{ns.compile}", engine, table,
-                      slots=ns.compiled_slots)
-        backend.set_compile("off")
-    # 2. Eager, side by side in the same run (every robot count if compiling failed).
+    suite = _Suite(ns, backend, report)
+    compiled = ns.compile != "off" and suite.group("compiled", suite.compiled)
+    # Every robot count runs eager when the compiled group did not.
     eager_robots = ns.eager_robots if compiled else ns.robots
-    batched = ns.max_batch > 1 and ns.arm_robots
-    if eager_robots or batched:
-        eager = calibrated(1, "")
-        for robots in eager_robots:
-            for engine in ns.engines:
-                bench(robots, engine, engine, eager)
-    # 3. Batched units, eager (a compiled step would compile once per batch size).
-    if batched:
-        table = calibrated(ns.max_batch, f"_batch{ns.max_batch}")
-        for robots in ns.arm_robots:
-            bench(robots, f"async+batch{ns.max_batch}", "async", table,
-                  slots=ns.batch_slots, max_batch=ns.max_batch)
+    if eager_robots:
+        suite.group("eager", lambda: suite.eager(eager_robots))
+    if ns.max_batch > 1 and ns.arm_robots:
+        suite.group("batched", suite.batched)
     report["steps"]["total_s"] = time.perf_counter() - t0
-    _write(out, report, runs)
-    print(f"[suite] wrote {out} and {len(report['calibration'])} table(s) in "
+    suite.write()
+    print(f"[suite] wrote {suite.out} and {len(report['calibration'])} table(s) in "
           f"{report['steps']['total_s']:.1f} s", flush=True)
     backend.close()
-    return 0
+    return 1 if report.get("errors") else 0
 
 
 def _write(out: Path, report: dict[str, Any], runs: list[EngineReport]) -> None:

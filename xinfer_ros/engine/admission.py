@@ -22,7 +22,19 @@ from xinfer_ros.engine.api import ResultCallback
 from xinfer_ros.engine.types import EngineResult, Overflow, StageTimings, Status
 from xinfer_ros.model.inputs import RequestInputs
 
-__all__ = ["Admission", "LiveRequest", "LiveTable", "ResultCallback"]
+__all__ = ["Admission", "LiveRequest", "LiveTable", "ResultCallback", "expiry"]
+
+
+def expiry(deadline: float, arrival: float, service_s: float) -> float:
+    """When a request still waiting for a stage is shed (s, engine clock).
+
+    At its deadline, unless its window ``deadline - arrival`` is shorter than
+    ``service_s``, its service alone on the device (R_j(0)): then it cannot be on time
+    under any schedule, and shedding it would only have its robot send another that
+    cannot be either. Its window then counts from the earliest answer the device
+    allows: it expires ``service_s`` after its deadline.
+    """
+    return deadline + service_s if deadline - arrival < service_s else deadline
 
 
 @dataclass(eq=False)
@@ -50,6 +62,8 @@ class LiveRequest:
         drop: Status and reason to finish with at the next boundary (superseded,
             shed or cancelled).
         timings: Per-stage timings reported with the result.
+        expires_at: When it is shed if still waiting for a stage (:func:`expiry`,
+            fixed at submit; NaN: never, e.g. a refused budget).
     """
 
     rid: int
@@ -68,6 +82,7 @@ class LiveRequest:
     ready_since: float = math.nan
     drop: tuple[Status, str] | None = None
     timings: StageTimings = field(default_factory=StageTimings)
+    expires_at: float = math.nan
 
     @property
     def budget(self) -> float:
@@ -175,21 +190,11 @@ class LiveTable:
                 self._detach(live)
         return lives
 
-    def take_expired(self, now: float, *, service_s: float = 0.0) -> list[LiveRequest]:
-        """Detach and return idle requests whose deadline passed before ``now``.
-
-        Args:
-            now: Engine-clock time (s).
-            service_s: A request's whole service alone on the device (s). A request
-                whose window ``deadline - arrival`` is shorter cannot be on time
-                whatever the schedule; it expires ``service_s`` after its deadline,
-                i.e. its window counts from the earliest answer the device allows.
-        """
+    def take_expired(self, now: float) -> list[LiveRequest]:
+        """Detach and return idle requests whose expiry (:func:`expiry`) passed before ``now``."""
         with self._lock:
             expired = [lv for lv in self._live.values()
-                       if lv.idle and lv.drop is None and now > lv.deadline
-                       and (lv.deadline - lv.arrival >= service_s
-                            or now > lv.deadline + service_s)]
+                       if lv.idle and lv.drop is None and now > lv.expires_at]
             for live in expired:
                 self._detach(live)
         return expired

@@ -61,7 +61,7 @@ from xinfer_ros.core.request import Request
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.core.xinfer_policy import XInferPolicy, batch_former
-from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback
+from xinfer_ros.engine.admission import LiveRequest, LiveTable, ResultCallback, expiry
 from xinfer_ros.engine.api import EngineStats
 from xinfer_ros.engine.backends.base import AnyBackend, InputValidationError
 from xinfer_ros.engine.backends.emulated import EMULATION_NOTICE
@@ -192,8 +192,10 @@ class StageEngine:
                                 self.config.supersede)
         #: Dispatcher-owned: what runs, and what the slots and switches allow next.
         self._gates = ExecutionGates(self.config)
-        #: Windows (ms) already reported as shorter than a request alone on the device.
+        #: Budgets (ms) already reported as shorter than a request alone on the device
+        #: (submit threads add to it).
         self._hopeless_noted: set[int] = set()
+        self._hopeless_lock = threading.Lock()
         #: Release times of OK results (phase spreading) and the arrivals they avoid.
         self.releases = ReleasePlanner(self.config.phase_spread, self.config.delta,
                                        self.config.phase_spread_margin)
@@ -363,6 +365,8 @@ class StageEngine:
                            arrival=arrival)
         if request is not None:
             request.payload = live
+            live.expires_at = expiry(request.deadline, arrival,
+                                     self.policy.predictor.isolated_request())
         self.releases.arrived(robot, arrival, live.budget)
         admission = self._table.admit(live) if not refused else None
         if admission is None or admission.refused:
@@ -672,21 +676,24 @@ class StageEngine:
     def _note_if_hopeless(self, live: LiveRequest) -> None:
         """Warn once per budget that the device cannot meet it even alone (R_j(0)).
 
-        At most :data:`_HOPELESS_NOTES` budgets are remembered, so a client sending
-        ever-new budgets cannot grow the set or flood the log.
+        Such a request expires later than its deadline (:func:`expiry`). At most
+        :data:`_HOPELESS_NOTES` budgets are remembered, so a client sending ever-new
+        budgets can neither grow the set nor flood the log.
         """
-        window = live.deadline - live.arrival
-        service = self.policy.predictor.isolated_request()
-        key = round(window * MS_PER_S)
-        if (window >= service or key in self._hopeless_noted
-                or len(self._hopeless_noted) >= _HOPELESS_NOTES):
+        late_by = live.expires_at - live.deadline
+        if not late_by > 0:  # an ordinary expiry, or a refused budget (NaN)
             return
-        self._hopeless_noted.add(key)
+        key = round(live.budget * MS_PER_S)
+        with self._hopeless_lock:
+            if key in self._hopeless_noted or len(self._hopeless_noted) >= _HOPELESS_NOTES:
+                return
+            self._hopeless_noted.add(key)
+        shed = (f"; shed only {late_by * MS_PER_S:.0f} ms after their deadline"
+                if self.config.shed_expired else "")
         self._note("budget %.0f ms (robot %s) is shorter than one request alone on this "
-                   "device (%.0f ms by the rate table): such requests cannot be on time; "
-                   "they are served late and shed only %.0f ms after their deadline",
-                   live.budget * MS_PER_S, live.robot_id, service * MS_PER_S,
-                   service * MS_PER_S, level=logging.WARNING)
+                   "device (%.0f ms predicted): such requests cannot be on time and are "
+                   "served late%s", live.budget * MS_PER_S, live.robot_id,
+                   late_by * MS_PER_S, shed, level=logging.WARNING)
 
     def _shed_expired(self, now: float) -> bool:
         """Shed requests whose deadline passed while they waited for a stage.
@@ -696,19 +703,17 @@ class StageEngine:
         and sends a fresh request (Eq. 1). Running units are never interrupted.
 
         A request whose budget is shorter than a request's whole service alone on the
-        device (R_j(0), with the online correction) cannot be on time at all: its
-        window counts from the earliest answer the device allows, so it is shed only
-        R_j(0) after its deadline. Shedding it at its deadline would have its robot
-        send another request that cannot be on time either, and throw away the work
-        spent on its early stages: on a model slower than every budget (eager π0 on a
-        GPU under 90 and 400 ms budgets) that churn of ViT and Prefill units let the
-        async engine finish almost no request (docs/BENCHMARKS.md, "On one H200").
+        device expires later (:func:`~xinfer_ros.engine.admission.expiry`, fixed when it
+        is submitted): shedding it at its deadline would have its robot send another
+        request that cannot be on time either, and throw away the work spent on its
+        early stages. On a model slower than every budget (eager π0 on an H200 under
+        90 and 400 ms budgets) that churn of ViT and Prefill units let the async engine
+        finish almost no request (docs/BENCHMARKS.md 4.5).
 
         Returns:
             Whether any request was shed.
         """
-        expired = self._table.take_expired(
-            now, service_s=self.policy.predictor.isolated_request())
+        expired = self._table.take_expired(now)
         for live in expired:
             live.drop = (Status.SHED, f"deadline passed while waiting for a stage "
                                       f"(budget {live.budget * MS_PER_S:.0f} ms)")
