@@ -7,6 +7,7 @@
 #      about 0.5 s and CUDA graphs 13x faster: docs/BENCHMARKS.md, "On one H200");
 #   2. eager, async against serial at 16 robots;
 #   3. eager async with batches of up to 4 units per stage at 16 robots.
+# A group that fails is recorded under "errors" in the JSON and the next group runs.
 # Writes under $OUT (at most 5 files): engine_bench.json (every run so far, the
 # calibrations and the environment), rate_table_pi0_cuda_cudagraphs.json,
 # rate_table_pi0_cuda.json, rate_table_pi0_cuda_batch4.json, gpu_bench.log.
