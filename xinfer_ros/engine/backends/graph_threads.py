@@ -15,9 +15,9 @@ threads, which would otherwise not see that state:
 
 :func:`lane_adopter` returns, on the compiling thread, what each lane thread runs at
 set-up: it hands the lane the compiling thread's graph trees, the way torch hands them
-to autograd's threads, through torch's own thread-local store. The one Action lane and
-the fast path's lane (which runs only while the engine is idle) then replay the graphs
-recorded at warm-up, one at a time.
+to autograd's threads, through torch's own thread-local store. The one Action lane (on
+CUDA the fast path leaves units to their lanes) and calibration's threads, one at a
+time, then replay the graphs recorded at warm-up.
 """
 
 from __future__ import annotations

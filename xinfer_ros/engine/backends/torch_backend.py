@@ -143,7 +143,8 @@ class TorchBackend(Backend[StagedState]):
             self._workers = _ActionWorkers(action_processes,
                                            _WorkerSpec(source, self.threads, guidance, cpus))
         #: Run by each lane thread at set-up to replay the CUDA graphs recorded on the
-        #: compiling thread (None: eager, or this torch needs nothing; graph_threads).
+        #: compiling thread (None: not ``cudagraphs``, or a torch without the private
+        #: thread-local store; graph_threads).
         self._graph_adopter: LaneAdopter | None = None
         #: Seconds the Action loop took to compile (0 when eager).
         self.compile_s = self._warm_up() if compile != "off" else 0.0
