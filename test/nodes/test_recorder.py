@@ -42,6 +42,15 @@ def start_recorder(tmp_path, storage: str) -> tuple[subprocess.Popen, list[str]]
     return proc, lines
 
 
+def _closing_counts(lines: list[str]) -> dict[str, int]:
+    """Per-topic counts from the recorder's "closed <bag>: N messages (t=n, ...)" line."""
+    closing = [line for line in lines if "closed " in line and " messages (" in line]
+    assert closing, "".join(lines)
+    inner = closing[-1].rsplit(" messages (", 1)[1].rstrip().rstrip(")")
+    return {topic: int(n) for topic, n in
+            (item.rsplit("=", 1) for item in inner.split(", ") if item != "none")}
+
+
 class Publishers:
     """Every topic the recorder records for one robot, published from this process."""
 
@@ -63,6 +72,9 @@ class Publishers:
         self.pubs["/xinfer/fleet_stats"] = node.create_publisher(
             FleetStats, "/xinfer/fleet_stats", 10)
         self.sent = dict.fromkeys(self.pubs, 0)
+        #: Topics published best-effort (sensor data): delivery is not guaranteed.
+        self.best_effort = {*(f"/{ROBOT}/camera_{i}/image_raw" for i in range(CAMERAS)),
+                            f"/{ROBOT}/joint_states"}
 
     def matched(self) -> bool:
         return all(p.get_subscription_count() > 0 for p in self.pubs.values())
@@ -119,9 +131,17 @@ def test_sigterm_mid_run_leaves_a_readable_complete_bag(storage, tmp_path) -> No
     assert (bag / "metadata.yaml").is_file()
     store = make_typestore()
     with Reader(bag) as reader:
-        assert reader.message_count == sum(pubs.sent.values())
         counts = {c.topic: c.msgcount for c in reader.connections}
-        assert counts == pubs.sent, "".join(lines)
+        assert reader.message_count == sum(counts.values())
+        # Complete: the bag holds every message the recorder says it wrote before the
+        # SIGTERM. Every reliable message arrived; a best-effort sensor frame may be
+        # lost on the way on a loaded runner (65 of 66 twice in CI), never written.
+        assert {t: n for t, n in counts.items() if n} == _closing_counts(lines), "".join(lines)
+        for topic, sent in pubs.sent.items():
+            if topic in pubs.best_effort:
+                assert 0 < counts[topic] <= sent, (topic, counts, "".join(lines))
+            else:
+                assert counts[topic] == sent, (topic, counts, "".join(lines))
         expected = {t.name: t.msgtype for t in fleet_topics([ROBOT], CAMERAS)}
         for conn in reader.connections:
             assert conn.msgtype == expected[conn.topic]
