@@ -106,7 +106,7 @@ def _smoke(backend: Backend) -> dict[str, Any]:
 
 
 def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
-                backend: str, *, slots: str | None = None,
+                backend: str, *, slots: tuple[int, int, int] | None = None,
                 max_batch: int = 1) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     bench_engine.add_arguments(parser)
@@ -115,9 +115,10 @@ def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
             "--robots", str(robots), "--engine", engine, "--workload", ns.workload,
             "--policy", ns.policy, "--duration", str(ns.duration), "--warmup", str(ns.warmup),
             "--rate-table", str(table), "--max-batch", str(max_batch)]
+    args = parser.parse_args(argv)
     if slots is not None:
-        argv += ["--slots", slots]
-    return parser.parse_args(argv)
+        args.slots = slots  # parsed already (stage_counts), as --slots would give it
+    return args
 
 
 def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int, tag: str,
@@ -147,10 +148,6 @@ def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int, tag: st
             "measured_ms": {",".join(map(str, n)): row for n, row in calib.measured.items()}}
 
 
-def _slot_text(slots: tuple[int, int, int]) -> str:
-    return ",".join(map(str, slots))
-
-
 def _settle(ns: argparse.Namespace) -> None:
     """Apply the dry run's small settings and refuse a layout CUDA graphs cannot serve."""
     if ns.dry_run:
@@ -166,8 +163,8 @@ def _settle(ns: argparse.Namespace) -> None:
     # The engine's own rule (one Action lane per slot, unbatched), checked before the
     # model is built rather than after minutes of compiling.
     if ns.compile == "cudagraphs" and ns.compiled_slots[2] != 1:
-        raise SystemExit(f"--compile cudagraphs needs one Action slot, got --compiled-slots "
-                         f"{_slot_text(ns.compiled_slots)}")
+        raise SystemExit("--compile cudagraphs needs one Action slot, got --compiled-slots "
+                         + ",".join(map(str, ns.compiled_slots)))
 
 
 class _Suite:
@@ -204,8 +201,7 @@ class _Suite:
 
     def bench(self, robots: int, label: str, engine: str, table: Path, *,
               slots: tuple[int, int, int] | None = None, max_batch: int = 1) -> None:
-        args = _bench_args(self.ns, robots, engine, table, "torch",
-                           slots=None if slots is None else _slot_text(slots),
+        args = _bench_args(self.ns, robots, engine, table, "torch", slots=slots,
                            max_batch=max_batch)
         t0 = time.perf_counter()
         rep = bench_engine.run_benchmark(args, self.backend)
@@ -229,8 +225,9 @@ class _Suite:
         print(f"[suite] Action loop compiled ({ns.compile}) in "
               f"{self.report['steps']['compile_s']:.1f} s", flush=True)
         try:
-            lanes = 1 if ns.compiled_slots[2] == 1 else 2
-            table = self.calibrated(1, f"_{ns.compile}", action_lanes=lanes)
+            # Calibrate no more Action units at once than the group's lanes run.
+            table = self.calibrated(1, f"_{ns.compile}",
+                                    action_lanes=min(ns.compiled_slots[2], 2))
             for robots in ns.robots:
                 for engine in ns.engines:
                     self.bench(robots, f"{engine}+compile-{ns.compile}", engine, table,
