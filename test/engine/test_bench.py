@@ -232,3 +232,5 @@ def test_gpu_suite_records_a_failed_group_and_goes_on(tmp_path: Path) -> None:
     assert ran == ["eager"]
     written = json.loads((tmp_path / "engine_bench.json").read_text())
     assert written["errors"] == {"compiled": "RuntimeError: graph replay failed"}
+    # Where it was raised, for an error whose message alone names nothing.
+    assert "in broken" in written["tracebacks"]["compiled"]

@@ -1,104 +1,123 @@
-"""CUDA graph trees reach the lane threads (graph_threads), without a GPU."""
+"""The cudagraphs Action loop records and replays on one thread (graph_threads), no GPU."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from xinfer_ros.core.stages import Stage  # noqa: E402
 from xinfer_ros.engine.backends import make_backend  # noqa: E402
-from xinfer_ros.engine.backends.graph_threads import lane_adopter  # noqa: E402
+from xinfer_ros.engine.backends.graph_threads import GraphThread  # noqa: E402
 from xinfer_ros.engine.lanes import LaneInfo  # noqa: E402
 
 _NAMES = ("tree_manager_containers", "tree_manager_locks")
 
 
-def _on_fresh_thread(fn: Callable[[], Any]) -> Any:
-    """``fn()`` on a new thread: its result, or its exception raised here."""
-    out: list[Any] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:  # handed to the caller
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return out[0]
-
-
-def _fake_trees() -> SimpleNamespace:
-    """A cudagraph_trees look-alike whose lookups fail off the main thread, like torch 2.11."""
-    objects = {name: {"owner": name} for name in _NAMES}
+def _old_trees() -> SimpleNamespace:
+    """A cudagraph_trees look-alike of torch 2.11: only the importing thread has state."""
+    local = threading.local()
+    local.tree_manager_containers = {"owner": "main"}
+    local.tree_manager_locks = {"owner": "main"}
 
     def get_obj(local: object, name: str) -> object:
-        if threading.current_thread() is threading.main_thread():
-            return objects[name]
-        if torch._C._is_key_in_tls(name):
-            return torch._C._get_obj_in_tls(name)
-        raise AssertionError
+        if hasattr(local, name):
+            return getattr(local, name)
+        raise AssertionError(f"{name} is not in this thread's TLS")  # as pytorch#123177
 
-    return SimpleNamespace(local=object(), get_obj=get_obj, objects=objects)
+    return SimpleNamespace(local=local, get_obj=get_obj)
 
 
-def test_an_adopting_thread_finds_the_compiling_threads_graph_trees() -> None:
-    # The installed torch: without adopting, a fresh thread gets state of its own (a
-    # torch with pytorch#184357) or fails the lookup (one without).
+def test_the_graph_thread_owns_trees_where_a_fresh_thread_fails_the_lookup() -> None:
+    old = _old_trees()
+    graphs = GraphThread(trees=old)  # type: ignore[arg-type]
+    try:
+        def look() -> list[object]:
+            return [old.get_obj(old.local, name) for name in _NAMES]
+
+        first, again = graphs.call(look), graphs.call(look)
+        # Its own state, not the importing thread's, and the same on every call: graphs
+        # recorded by one unit are there for the next.
+        assert all(a is b for a, b in zip(first, again, strict=True))
+        assert all(o is not m for o, m in zip(first, look(), strict=True))
+    finally:
+        graphs.close()
+
+
+def test_with_the_installed_torch_the_graph_thread_keeps_one_state_apart_from_the_caller(
+        ) -> None:
     from torch._inductor import cudagraph_trees as trees
 
-    mine = {name: trees.get_obj(trees.local, name) for name in _NAMES}
-    adopt = lane_adopter(trees)
-    assert adopt is not None
+    graphs = GraphThread(trees=trees)
+    try:
+        def look() -> list[object]:
+            return [trees.get_obj(trees.local, name) for name in _NAMES]
 
-    def looked_up() -> dict[str, object]:
-        adopt()
-        return {name: trees.get_obj(trees.local, name) for name in _NAMES}
-
-    seen = _on_fresh_thread(looked_up)
-    assert all(seen[name] is mine[name] for name in _NAMES)
-
-
-def test_on_a_torch_whose_fresh_threads_fail_the_lookup_an_adopting_lane_succeeds() -> None:
-    old = _fake_trees()
-    with pytest.raises(AssertionError):
-        _on_fresh_thread(lambda: old.get_obj(old.local, _NAMES[0]))
-    adopt = lane_adopter(old)  # type: ignore[arg-type]
-    assert adopt is not None
-
-    def after_adopting() -> list[object]:
-        adopt()
-        return [old.get_obj(old.local, name) for name in _NAMES]
-
-    assert _on_fresh_thread(after_adopting) == [old.objects[name] for name in _NAMES]
+        first, again = graphs.call(look), graphs.call(look)
+        assert all(a is b for a, b in zip(first, again, strict=True))
+        assert all(o is not m for o, m in zip(first, look(), strict=True))
+        # The same objects in torch's C++ store, which threads torch starts from this
+        # one copy (the lookup that failed on the H200 without it).
+        stashed = graphs.call(lambda: [torch._C._get_obj_in_tls(name) for name in _NAMES])
+        assert all(a is b for a, b in zip(first, stashed, strict=True))
+    finally:
+        graphs.close()
 
 
-def test_without_torchs_thread_local_store_no_adopter_is_made(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(torch._C, "_stash_obj_in_tls")
-    assert lane_adopter(_fake_trees()) is None  # type: ignore[arg-type]
+def test_calls_run_on_the_one_thread_nest_without_deadlock_and_raise_in_the_caller() -> None:
+    seen: list[str] = []
+    graphs = GraphThread(setup=lambda: seen.append("setup"))
+    try:
+        assert graphs.call(threading.get_ident) == graphs.ident != threading.get_ident()
+        assert graphs.call(lambda: graphs.call(lambda: 7)) == 7  # inline on its own thread
+        callers = [threading.Thread(target=lambda: seen.append(str(graphs.call(
+            threading.get_ident)))) for _ in range(3)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join()
+        assert seen == ["setup"] + [str(graphs.ident)] * 3  # set up once, one thread
+
+        def fail() -> None:
+            raise ValueError("forward failed")
+
+        with pytest.raises(ValueError, match="forward failed"):
+            graphs.call(fail)
+    finally:
+        graphs.close()
+    graphs.close()  # twice is harmless
+    with pytest.raises(RuntimeError, match="closed"):
+        graphs.call(lambda: None)
 
 
-def test_each_lane_runs_the_adopter_at_set_up_and_eager_clears_it() -> None:
+def test_the_backend_runs_action_forwards_and_only_those_on_its_graph_thread() -> None:
     backend = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
     try:
-        assert backend._graph_adopter is None  # eager: nothing to hand over
-        calls: list[str] = []
-        backend._graph_adopter = lambda: calls.append(threading.current_thread().name)
-        lanes = [LaneInfo("action", 0), LaneInfo("fast", 0)]
-        for lane in lanes:
-            _on_fresh_thread(lambda lane=lane: backend.lane_setup(lane))
-        assert len(calls) == 2 and threading.main_thread().name not in calls
-        backend.set_compile("off")
-        assert backend._graph_adopter is None
+        assert backend._graphs is None  # eager: every forward on its lane
+        # "cudagraphs" needs CUDA; the routing does not, so it is exercised directly.
+        graphs = backend._graphs = GraphThread()
+        ran: list[tuple[Stage, int]] = []
+        run_batch = backend.model.run_batch
+
+        def recording(stage: Stage, states: object, **kw: object) -> None:
+            ran.append((stage, threading.get_ident()))
+            run_batch(stage, states, **kw)  # type: ignore[arg-type]
+
+        backend.model.run_batch = recording  # type: ignore[method-assign]
+        fresh = backend.state_factory()
+        lane = LaneInfo("action", 0)
+        for stage in (Stage.VIT, Stage.PREFILL, Stage.ACTION):
+            state = fresh(stage)
+            backend.run_stage(stage, state, lane)
+            backend.release(state)
+        me = threading.get_ident()
+        assert ran == [(Stage.VIT, me), (Stage.PREFILL, me), (Stage.ACTION, graphs.ident)]
+        backend.set_compile("off")  # leaving cudagraphs closes the thread
+        assert backend._graphs is None
+        with pytest.raises(RuntimeError, match="closed"):
+            graphs.call(lambda: None)
     finally:
         backend.close()

@@ -29,6 +29,7 @@ import json
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,10 @@ class _Suite:
             body()
         except Exception as exc:  # a later group must still run (one device lease)
             self.report.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
-            print(f"[suite] group {name} failed: {self.report['errors'][name]}", flush=True)
+            # The whole traceback: a bare assertion inside torch names nothing by itself.
+            self.report.setdefault("tracebacks", {})[name] = traceback.format_exc()
+            print(f"[suite] group {name} failed: {self.report['errors'][name]}\n"
+                  f"{self.report['tracebacks'][name]}", flush=True)
             self.write()
             return False
         return True

@@ -1,41 +1,48 @@
-"""CUDA-graph state for lane threads (the ``cudagraphs`` Action loop).
+"""The one thread that records and replays the ``cudagraphs`` Action loop.
 
 ``torch.compile``'s ``reduce-overhead`` mode keeps its CUDA graph trees (the recorded
-graphs and their memory pool) in state local to a thread. The backend compiles and
-warms up the Action loop on the thread that builds it, and then serves from lane
-threads, which would otherwise not see that state:
+graphs and their memory pool) in state local to a Python thread, and a graph recorded
+on one thread is meant to be replayed on that thread:
 
-* a torch without pytorch/pytorch#184357 (merged June 2026; the lent H200's 2.11 most
-  likely predates it) keeps it only on the thread that imported
-  ``torch._inductor.cudagraph_trees`` and on autograd's threads, which torch hands it
-  to; any other thread fails an assertion in ``cudagraph_trees.get_obj``
-  (pytorch/pytorch#123177), so every compiled Action unit served from a lane would fail;
-* a later torch gives each new thread empty state of its own, so each lane (and each
-  calibration thread) would record the graphs again into a pool of its own.
+* a torch without pytorch/pytorch#184357 (merged June 2026; the lent H200's 2.11
+  predates it) keeps that state only on the thread that imported
+  ``torch._inductor.cudagraph_trees`` and on autograd's threads; any other thread fails
+  an assertion in ``cudagraph_trees.get_obj`` (pytorch/pytorch#123177);
+* a later torch gives each new thread empty state of its own, so every lane (and every
+  short-lived calibration thread) would record the graphs again into a pool of its own.
 
-:func:`lane_adopter` returns, on the compiling thread, what each lane thread runs at
-set-up: it hands the lane the compiling thread's graph trees, the way torch hands them
-to autograd's threads, through torch's own thread-local store. The one Action lane (on
-CUDA the fast path leaves units to their lanes) and calibration's threads, one at a
-time, then replay the graphs recorded at warm-up.
+Handing the compiling thread's trees to each lane through torch's private thread-local
+store (this module's first design) crashed the interpreter on the H200: a segmentation
+fault on the main thread in plain Python code, right after calibration's lane threads
+had replayed the graphs and exited (docs/BENCHMARKS.md 1.4). So no tree is shared:
+:class:`GraphThread` is one long-lived thread with trees of its own; the backend sends
+every Action forward of the ``cudagraphs`` mode to it, warm-up included, so recording
+and replay happen on the thread that owns them, whichever lane or caller asked. The
+engine already runs one Action lane under ``cudagraphs`` (one graph's static buffers
+serve one replay at a time), so the hop costs one hand-off per unit and no overlap.
+
+The thread's trees go into torch's C++ thread-local store as well as the module's
+``threading.local``: the H200's first run of this class, with the latter only, failed
+its first compilation with a bare ``AssertionError`` (the shape of ``get_obj``'s), most
+likely in a thread torch started from it that copies only the C++ store.
 """
 
 from __future__ import annotations
 
-import logging
+import threading
+from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
+from typing import TypeVar
 
 import torch
 
-__all__ = ["LaneAdopter", "lane_adopter"]
+__all__ = ["GraphThread"]
 
-_LOG = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
-#: What a lane thread runs at set-up to use the compiling thread's CUDA graph trees.
-LaneAdopter = Callable[[], None]
-
-#: The thread-local objects ``cudagraph_trees`` looks up (its ``get_obj`` names).
+#: The thread-local attributes ``cudagraph_trees`` looks up (its ``get_obj`` names).
 _TREE_STATE = ("tree_manager_containers", "tree_manager_locks")
 
 
@@ -46,27 +53,78 @@ def _trees() -> ModuleType:
     return cudagraph_trees
 
 
-def lane_adopter(trees: ModuleType | None = None) -> LaneAdopter | None:
-    """On the thread that compiled the ``cudagraphs`` loop: what each lane runs at set-up.
+def _own_trees(local: object) -> None:
+    """Give the calling thread graph trees of its own (what torch >= #184357 does itself).
+
+    They go into both places ``cudagraph_trees.get_obj`` looks: the module's
+    ``threading.local`` for this thread, and torch's C++ thread-local store, which
+    threads that torch starts from this one (autograd's, and any compile helper that
+    carries the caller's thread-local state) copy; the importing thread stashes its own
+    there at import the same way.
+    """
+    fresh: dict[str, object] = {_TREE_STATE[0]: {}, _TREE_STATE[1]: defaultdict(threading.Lock)}
+    stash = getattr(torch._C, "_stash_obj_in_tls", None)
+    for name, empty in fresh.items():
+        if not hasattr(local, name):
+            setattr(local, name, empty)
+        if stash is not None:
+            stash(name, getattr(local, name))
+
+
+class GraphThread:
+    """Run callables on one thread that owns its CUDA graph trees.
 
     Args:
+        setup: run first on the thread (the backend selects its CUDA device there).
         trees: ``torch._inductor.cudagraph_trees`` (imported when None).
-
-    Returns:
-        A function to run on a lane thread; afterwards that thread's lookups find the
-        compiling thread's objects. None (with a warning) where this torch lacks the
-        private thread-local store: lanes then keep torch's own behaviour.
     """
-    stash = getattr(torch._C, "_stash_obj_in_tls", None)
-    if stash is None:
-        _LOG.warning("this torch has no _stash_obj_in_tls: lane threads cannot share the "
-                     "CUDA graphs recorded at warm-up")
-        return None
-    module = trees if trees is not None else _trees()
-    state = {name: module.get_obj(module.local, name) for name in _TREE_STATE}
 
-    def adopt() -> None:
-        for name, obj in state.items():
-            stash(name, obj)
+    __slots__ = ("_ident", "_local", "_pool")
 
-    return adopt
+    def __init__(self, setup: Callable[[], None] | None = None,
+                 trees: ModuleType | None = None) -> None:
+        self._local = (trees if trees is not None else _trees()).local
+
+        def start() -> None:
+            _own_trees(self._local)
+            if setup is not None:
+                setup()
+
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="xinfer-cuda-graphs", initializer=start)
+        #: The thread's ident, so a call made on it runs inline instead of deadlocking.
+        self._ident = self._pool.submit(threading.get_ident).result()
+
+    @property
+    def ident(self) -> int:
+        """``threading.get_ident()`` of the graph thread."""
+        return self._ident
+
+    def call(self, fn: Callable[[], _T]) -> _T:
+        """``fn()`` on the graph thread; its result, or its exception raised here.
+
+        Raises:
+            RuntimeError: after :meth:`close`.
+        """
+        if threading.get_ident() == self._ident:
+            return fn()
+        if self._pool is None:
+            raise RuntimeError("the CUDA graph thread is closed")
+        return self._pool.submit(fn).result()
+
+    def close(self) -> None:
+        """Drop the thread's graphs (on the thread that owns them) and stop it."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # The recorded graphs and their memory pool go now, while the thread is alive,
+        # rather than whenever its thread state is torn down.
+        pool.submit(self._drop_trees)
+        pool.shutdown(wait=True)
+
+    def _drop_trees(self) -> None:
+        stash = getattr(torch._C, "_stash_obj_in_tls", None)
+        for name in _TREE_STATE:
+            setattr(self._local, name, None)
+            if stash is not None:
+                stash(name, None)

@@ -34,6 +34,9 @@ LaneStream: TypeAlias = object
 class LaneStreams:
     """What the torch backend asks of a device's streams (CPU: nothing happens)."""
 
+    def select(self) -> None:
+        """Make the device current on the calling thread (a thread's first call)."""
+
     def create(self) -> LaneStream:
         """A stream for a new lane (None: no streams on this device)."""
         return None
@@ -67,10 +70,14 @@ class CudaStreams(LaneStreams):
     def __init__(self, device: torch.device) -> None:
         self.index = device.index if device.index is not None else torch.cuda.current_device()
 
-    def create(self) -> LaneStream:
-        """Select the lane thread's device and give it a stream of its own."""
+    def select(self) -> None:
+        """See :meth:`LaneStreams.select`."""
         # "cuda" has no index, and set_device refuses an index-less device.
         torch.cuda.set_device(self.index)
+
+    def create(self) -> LaneStream:
+        """Select the lane thread's device and give it a stream of its own."""
+        self.select()
         return torch.cuda.Stream(device=self.index)  # type: ignore[no-untyped-call]
 
     @contextlib.contextmanager

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import multiprocessing as mp
 import os
@@ -48,7 +49,7 @@ import torch
 from xinfer_ros.core.constants import COMMIT_LENGTH
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.engine.backends.base import Backend, StateFactory
-from xinfer_ros.engine.backends.graph_threads import LaneAdopter, lane_adopter
+from xinfer_ros.engine.backends.graph_threads import GraphThread
 from xinfer_ros.engine.backends.streams import make_streams
 from xinfer_ros.engine.lanes import LaneInfo
 from xinfer_ros.model.inputs import RequestInputs
@@ -79,7 +80,8 @@ class TorchBackend(Backend[StagedState]):
             these CPUs (see :mod:`xinfer_ros.engine.affinity`); None leaves them free.
         compile: how the Action loop runs: ``off`` (eager), ``on`` (``torch.compile``
             of the expert step) or ``cudagraphs`` (CUDA graphs; one Action lane only;
-            13x eager on an H200 alone, not yet served by the engine on a GPU); π0
+            13x eager on an H200 alone; every Action forward then runs on one
+            :class:`~xinfer_ros.engine.backends.graph_threads.GraphThread`); π0
             family only. The backend compiles guided and
             unguided steps for a batch of one with every camera before it returns, in
             each worker process too; another batch size or camera set compiles once
@@ -142,10 +144,9 @@ class TorchBackend(Backend[StagedState]):
             cpus = tuple(int(c) for c in action_cpus) if action_cpus is not None else None
             self._workers = _ActionWorkers(action_processes,
                                            _WorkerSpec(source, self.threads, guidance, cpus))
-        #: Run by each lane thread at set-up to replay the CUDA graphs recorded on the
-        #: compiling thread (None: not ``cudagraphs``, or a torch without the private
-        #: thread-local store; graph_threads).
-        self._graph_adopter: LaneAdopter | None = None
+        #: Where every Action forward runs under ``cudagraphs``, so that graphs are
+        #: recorded and replayed on the thread that owns them (None in other modes).
+        self._graphs: GraphThread | None = None
         #: Seconds the Action loop took to compile (0 when eager).
         self.compile_s = self._warm_up() if compile != "off" else 0.0
         self._worker_compile = compile
@@ -154,8 +155,8 @@ class TorchBackend(Backend[StagedState]):
         if self.device.startswith("cuda") and compile == "off" and self.io.family == "pi0":
             _LOG.warning("torch backend: eager π0 Action loop on %s, which kernel launches "
                          "bound on a GPU (CUDA graphs ran it 13x faster on an H200, "
-                         "docs/BENCHMARKS.md 1.4): set compile 'cudagraphs' with one "
-                         "Action slot", self.device)
+                         "docs/BENCHMARKS.md 1.4): try compile 'cudagraphs' with one "
+                         "Action slot (not yet verified serving on a GPU, 1.5)", self.device)
 
     def set_compile(self, mode: str) -> float:
         """Switch the in-process Action loop to ``mode``, compiling it now.
@@ -176,9 +177,9 @@ class TorchBackend(Backend[StagedState]):
             self.compile_s = self._warm_up() if mode != "off" else 0.0
         except Exception:
             self.model.set_compile(previous)  # never serve in a mode that failed to build
+            self._match_graph_thread()
             raise
-        if mode == "off":
-            self._graph_adopter = None
+        self._match_graph_thread()
         return self.compile_s
 
     @property
@@ -186,17 +187,24 @@ class TorchBackend(Backend[StagedState]):
         """How the in-process Action loop runs (``off``, ``on``, ``cudagraphs``)."""
         return self.model.compile_mode
 
+    def _match_graph_thread(self) -> None:
+        """Open the graph thread under ``cudagraphs``; in any other mode, close it."""
+        if self.model.compile_mode == "cudagraphs":
+            if self._graphs is None:
+                self._graphs = GraphThread(setup=self._streams.select)
+        elif self._graphs is not None:
+            self._graphs.close()
+            self._graphs = None
+
     def _warm_up(self) -> float:
         """Compile the Action loop now: a guided and an unguided unit in every process."""
         t0 = time.perf_counter()
+        self._match_graph_thread()  # so that the graphs are recorded where they replay
         inline, self.inline_idle_action = self.inline_idle_action, False  # reach the workers
         try:
             self._compile_units()
         finally:
             self.inline_idle_action = inline
-        # This thread recorded the graphs; lanes are other threads (graph_threads).
-        self._graph_adopter = (lane_adopter() if self.model.compile_mode == "cudagraphs"
-                               else None)
         seconds = time.perf_counter() - t0
         _LOG.info("torch backend: Action loop compiled in %.1f s", seconds)
         return seconds
@@ -225,16 +233,10 @@ class TorchBackend(Backend[StagedState]):
 
     # -- lanes --------------------------------------------------------------------------
     def lane_setup(self, lane: LaneInfo) -> None:
-        """Set up a lane thread: its stream, CPU threads and CUDA graphs.
-
-        CUDA lanes get a stream of their own and, under ``cudagraphs``, the graph trees
-        the compiling thread recorded; CPU lanes get their intra-op thread count.
-        """
+        """Set up a lane thread: a stream of its own on CUDA, the intra-op threads on CPU."""
         lane.stream = self._streams.create()
         if lane.stream is None:
             torch.set_num_threads(self.threads)
-        if self._graph_adopter is not None:
-            self._graph_adopter()
 
     # -- request path ---------------------------------------------------------------------
     def prepare(self, inputs: RequestInputs, request_id: int, robot_id: str) -> StagedState:
@@ -267,18 +269,27 @@ class TorchBackend(Backend[StagedState]):
             self._running += 1
             alone = self._running == 1
         try:
-            with streams.running_on(stream):
-                if stage is Stage.ACTION and self._workers is not None and not (
-                        alone and self.inline_idle_action):
-                    self._workers.run(self.model, states)
-                else:
-                    if stage is Stage.ACTION and self._workers is not None:
-                        self.inline_action_units += 1  # only the lone unit gets here
-                    self.model.run_batch(stage, states, guidance=self.guidance)
+            forward = functools.partial(self._forward, stage, states, stream, alone)
+            graphs = self._graphs
+            if stage is Stage.ACTION and graphs is not None:
+                graphs.call(forward)  # the lane waits; its stream still orders the work
+            else:
+                forward()
             streams.finish(stream)
         finally:
             with self._running_lock:
                 self._running -= 1
+
+    def _forward(self, stage: Stage, states: Sequence[StagedState], stream: object,
+                 alone: bool) -> None:
+        with self._streams.running_on(stream):
+            if stage is Stage.ACTION and self._workers is not None and not (
+                    alone and self.inline_idle_action):
+                self._workers.run(self.model, states)
+            else:
+                if stage is Stage.ACTION and self._workers is not None:
+                    self.inline_action_units += 1  # only the lone unit gets here
+                self.model.run_batch(stage, states, guidance=self.guidance)
 
     def finish(self, state: StagedState) -> np.ndarray:
         """Unnormalise the chunk and copy the committed prefix (model postprocessing)."""
@@ -327,10 +338,13 @@ class TorchBackend(Backend[StagedState]):
         return fresh
 
     def close(self) -> None:
-        """Stop the Action worker processes, if any."""
+        """Stop the Action worker processes and the CUDA graph thread, if any."""
         if self._workers is not None:
             self._workers.close()
             self._workers = None
+        if self._graphs is not None:
+            self._graphs.close()
+            self._graphs = None
 
     def describe(self) -> dict[str, Any]:
         """Report entry with the model preset and dtype."""
