@@ -6,7 +6,12 @@ import pytest
 
 from xinfer_ros.config_paths import config_dir
 from xinfer_ros.core import Predictor, default_rate_table
-from xinfer_ros.core.batch_cost import BatchCost, check_batch_table, table_batch_bound
+from xinfer_ros.core.batch_cost import (
+    BatchCost,
+    batch_factors,
+    check_batch_table,
+    table_batch_bound,
+)
 from xinfer_ros.core.errors import RateTableError
 from xinfer_ros.core.rate_table import load_rate_table
 from xinfer_ros.core.stages import Stage
@@ -80,3 +85,72 @@ def test_batch_size_outside_range_is_an_error():
     cost = BatchCost(Predictor(load_rate_table(BATCH4)), 2)
     with pytest.raises(ValueError, match=r"1\.\.2"):
         cost.duration(Stage.VIT, 3, (0, 0, 0))
+
+
+# -- batch factors (xinfer-calibrate --batch-factors) ----------------------------------
+
+FACTORS = {"V": [1.0, 1.5, 2.0, 2.5], "P": [1.0, 1.25, 1.5, 1.75], "A": [1.0, 1.1, 1.2, 1.3]}
+
+
+def factors_table(factors: object = None, max_batch: int = 4):
+    """The unbatched CPU table's cells with batch factors, as --batch-factors writes it."""
+    table = load_rate_table(UNBATCHED)
+    settings = {"max_batch": max_batch, "batch_factors": FACTORS if factors is None else factors}
+    return type(table).from_json_dict({**table.to_json_dict(), "model": {"settings": settings}})
+
+
+def test_with_factors_every_stage_costs_batches_up_to_n_whatever_its_bound():
+    table = factors_table()
+    assert min(table.bounds) < 3  # even-split cells would stop at c_s + 1
+    assert table_batch_bound(table) == (4, 4, 4)
+    assert batch_factors(table) == (tuple(FACTORS["V"]), tuple(FACTORS["P"]),
+                                    tuple(FACTORS["A"]))
+    assert batch_factors(load_rate_table(BATCH4)) is None
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+def test_with_factors_a_batch_costs_its_factor_of_the_unbatched_cell_of_the_others(stage):
+    table = factors_table()
+    pred = Predictor(table)
+    cost = BatchCost(pred, 4)
+    h = table.overhead[stage]
+    for n in [(0, 0, 0), (1, 0, 1), (2, 2, 2), (9, 9, 9)]:
+        # Batch size one is exactly what unbatched XInfer predicts for a unit there.
+        assert cost.duration(stage, 1, n) == pred.q(stage, n)
+        for k in range(1, 5):
+            f = FACTORS[stage.short][k - 1]
+            expect = h + f * (pred.q(stage, n) - h)  # mates do not enter n
+            assert cost.duration(stage, k, n) == pytest.approx(expect)
+        assert cost.durations(stage, n) == pytest.approx(
+            tuple(cost.duration(stage, k, n) for k in range(1, 5)))
+    # A smaller max_batch reads the first factors only.
+    assert len(BatchCost(pred, 2).durations(stage, (0, 0, 0))) == 2
+
+
+def test_with_factors_the_online_correction_scales_batches_as_it_scales_units():
+    from xinfer_ros.core.rate_correction import RateCorrection
+
+    pred = Predictor(factors_table())
+    cost = BatchCost(pred, 4)
+    before = cost.durations(Stage.ACTION, (0, 0, 0))
+    correction = RateCorrection()
+    for _ in range(64):
+        correction.observe(Stage.ACTION, 2.0)  # the device runs Action at half speed
+    pred.set_correction(correction)
+    after = cost.durations(Stage.ACTION, (0, 0, 0))
+    assert after[3] > before[3] and after[3] == pytest.approx(
+        cost.duration(Stage.ACTION, 4, (0, 0, 0)))
+
+
+@pytest.mark.parametrize("bad", [
+    {"V": [1.0, 1.5, 2.0], "P": [1.0, 1.2, 1.4, 1.6], "A": [1.0, 1.1, 1.2, 1.3]},  # short
+    {"V": [1.2, 1.5, 2.0, 2.5], "P": [1.0, 1.2, 1.4, 1.6], "A": [1.0, 1.1, 1.2, 1.3]},
+    {"V": [1.0, 1.5, 2.0, -1], "P": [1.0, 1.2, 1.4, 1.6], "A": [1.0, 1.1, 1.2, 1.3]},
+    {"V": [1.0, 1.5, 2.0, 2.5], "P": [1.0, 1.2, 1.4, 1.6]},  # a stage missing
+    [1.0, 1.5, 2.0, 2.5],
+])
+def test_bad_batch_factors_are_refused_in_one_line_at_start(bad):
+    table = factors_table(bad)
+    with pytest.raises(RateTableError) as exc:
+        BatchCost(Predictor(table), 4)
+    assert "\n" not in str(exc.value) and "batch_factors" in str(exc.value)

@@ -63,6 +63,51 @@ def test_batched_calibration_runs_units_as_the_engine_batches_them(tmp_path: Pat
     assert 0 < result.table.rate(2, (0, 0, 1)) <= 1.0
 
 
+def test_factor_calibration_measures_cells_one_unit_per_lane_and_batches_alone(
+        tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from xinfer_ros.core.batch_cost import BatchCost, batch_factors
+    from xinfer_ros.core.predictor import Predictor
+    from xinfer_ros.engine import make_backend
+    from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
+
+    with pytest.raises(ValueError, match="max_batch >= 2"):
+        CalibrationSettings(batch_factors=True)
+    with pytest.raises(SystemExit, match="--batch-factors needs --max-batch"):
+        calibrate_cli.main(["--backend", "emulated", "--batch-factors",
+                            "--out", str(tmp_path / "x.json")])
+    backend = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
+    sizes: list[int] = []
+    run = backend.run_batch
+
+    def spy(stage: Stage, states: Any, lane: Any) -> None:
+        sizes.append(len(states))
+        run(stage, states, lane)
+
+    backend.run_batch = spy  # type: ignore[method-assign]
+    settings = CalibrationSettings(bounds=(0, 0, 2), max_units=3, window_s=0.2,
+                                   warmup_s=0.05, iso_repeats=2, reference_units=1,
+                                   max_batch=3, batch_factors=True)
+    result = calibrate(backend, settings)
+    backend.close()
+    # Every combination ran one unit per lane; only the factor step ran batches, of
+    # each size up to 3, per stage (three forwards each: one discarded, two timed).
+    batched = [k for k in sizes if k > 1]
+    assert batched == [2] * 3 + [3] * 3 + [2] * 3 + [3] * 3 + [2] * 3 + [3] * 3
+    factors = batch_factors(result.table)
+    assert factors is not None
+    for f in factors:
+        assert f[0] == 1.0 and list(f) == sorted(f) and len(f) == 3
+    # The table prices batches of 3 at every stage although its ViT bound is 0.
+    cost = BatchCost(Predictor(result.table), 3)
+    assert cost.duration(Stage.VIT, 3, (0, 0, 0)) >= cost.duration(Stage.VIT, 1, (0, 0, 0))
+    path = tmp_path / "t.json"
+    from xinfer_ros.core.rate_table import write_rate_table
+
+    assert batch_factors(load_rate_table(write_rate_table(result.table, path))) == factors
+
+
 def test_monotone_calibration_writes_rates_in_order(tmp_path: Path, capsys) -> None:
     from xinfer_ros.core.rate_monotone import monotone_rates
 

@@ -148,3 +148,19 @@ def test_batches_of_one_are_the_plain_gpu() -> None:
     assert len(plain_done) > 100
     assert [k for k, _ in plain_done] == [k for k, _ in batched_done]
     assert [t for _, t in plain_done] == pytest.approx([t for _, t in batched_done])
+
+
+def test_with_batch_factors_a_batch_does_its_factor_of_work_at_the_rate_of_the_others(
+        ) -> None:
+    factors = ((1.0, 1.5), (1.0, 1.5), (1.0, 1.2))
+    gpu = BatchedGpuModel(_rate, W, H, (4, 4, 4), max_batch=2, batch_factors=factors)
+    for key in ("a", "b", "c"):
+        gpu.issue(key, 2, 1.0)
+    # a and b: one batch doing 1.2 W at the rate of the one unit outside it (c); c alone
+    # on its lane does W at the rate of the batch's two units, as BatchCost prices them.
+    batch_end = 1.0 + H[2] + 1.2 * W[2] * (1.0 + 0.5 * 1)
+    lone_end = 1.0 + H[2] + W[2] * (1.0 + 0.5 * 2)
+    done = dict(_drain(gpu))
+    assert done["a"] == done["b"] == pytest.approx(batch_end)
+    # c did 0.9 W at rate 1/2 beside the batch (1.8 W long), then 0.1 W alone.
+    assert done["c"] == pytest.approx(1.0 + H[2] + 1.9 * W[2]) and done["c"] < lone_end

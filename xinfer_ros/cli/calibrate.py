@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=1, metavar="N",
                    help="calibrate for an engine that runs up to N units of a stage as one "
                         "batch (its max_batch; default 1)")
+    p.add_argument("--batch-factors", action="store_true",
+                   help="with --max-batch N: measure the combinations one unit per lane "
+                        "(the cells unbatched serving reads) and each stage's batch of "
+                        "k <= N alone against one unit alone, instead of splitting each "
+                        "combination's units into batches (xinfer_ros.core.batch_cost)")
     p.add_argument("--monotone", action="store_true",
                    help="make each stage's rates non-increasing in every count of other "
                         "units (xinfer_ros.core.rate_monotone): short windows on a shared "
@@ -77,11 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"dtype={info.get('dtype')} threads/lane={info.get('threads_per_lane')} "
                     f"gpu={info.get('gpu', '-')} action_processes={info.get('action_processes')} "
                     f"main_cpus={info.get('main_cpus')} action_cpus={info.get('action_cpus')}")
+    if args.batch_factors and args.max_batch < 2:
+        raise SystemExit("xinfer-calibrate: --batch-factors needs --max-batch N with N >= 2")
     settings = CalibrationSettings(bounds=args.bounds, max_units=args.max_units,
                                    window_s=args.window, warmup_s=args.warmup,
                                    repeats=args.repeats, iso_repeats=args.iso_repeats,
                                    reference_units=args.reference_units,
-                                   max_batch=args.max_batch)
+                                   max_batch=args.max_batch,
+                                   batch_factors=args.batch_factors)
     prefix = f"{EMULATION_NOTICE} " if backend.emulated else ""
     result = calibrate(backend, settings, describe=describe,
                        progress=lambda line: print(prefix + line, flush=True))

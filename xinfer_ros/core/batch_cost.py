@@ -15,6 +15,20 @@ same cell through :class:`~xinfer_ros.core.predictor.Predictor`'s ``q`` table (o
 correction included). The dimension stops at ``min(N, c_s + 1)``: beyond the table's
 bound c_s the cell would be clipped, not measured.
 
+**Batch factors** (``xinfer-calibrate --max-batch N --batch-factors``, which stores
+``model.settings.batch_factors``): the table's ρ_s(n) is then an unbatched table's, one
+unit per lane with ``n`` other units running, and a batch of ``k`` costs its stage's
+isolated work times a measured factor f_s(k) (a batch of k alone over one unit alone):
+
+    d_s(k, n) = h_s + f_s(k) · W_s / ρ_s(n)
+
+So units the policy runs one per lane are priced exactly as unbatched XInfer prices
+them, and only a formed batch is priced as one; the dimension reaches N at every stage
+(mates do not enter ``n``). The even-split cells above disagree with unbatched serving
+on the states it visits by up to 24 % on Action (docs/BENCHMARKS.md 5.3), which is
+what this form removes. Its assumption: a batch's mates load the device like one unit
+(one lane); the other running units keep counting one each.
+
 A table without ``settings.max_batch`` (the paper's default, every unbatched calibration)
 states batch size 1 only. Asking it for batches is refused at start
 (:func:`check_batch_table`, one line naming the table) rather than extrapolated: an
@@ -24,13 +38,19 @@ one stacked forward.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from xinfer_ros.core.errors import RateTableError
 from xinfer_ros.core.predictor import Predictor
 from xinfer_ros.core.rate_table import RateTable
+from xinfer_ros.core.stages import STAGES
 
-__all__ = ["BatchCost", "calibrated_max_batch", "check_batch_table", "table_batch_bound"]
+__all__ = ["BatchCost", "BatchFactors", "batch_factors", "calibrated_max_batch",
+           "check_batch_table", "table_batch_bound"]
+
+#: f_s(k) per stage: ``factors[s][k - 1]`` is a batch of k over one unit, alone.
+BatchFactors = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
 
 #: Most loads :meth:`BatchCost.durations` keeps (loads are bounded by the slots, so a
 #: live policy stays far below; the bound only keeps a misuse from growing memory).
@@ -53,9 +73,43 @@ def calibrated_max_batch(table: RateTable) -> int:
     return value
 
 
-def table_batch_bound(table: RateTable) -> tuple[int, int, int]:
-    """Largest batch per stage whose cost the table measures: ``min(N, c_s + 1)``."""
+def batch_factors(table: RateTable) -> BatchFactors | None:
+    """``model.settings.batch_factors`` as f_s(1..N) per stage; None when absent.
+
+    Raises:
+        RateTableError: factors that are not, for every stage, N = ``max_batch``
+            finite numbers > 0 starting at 1.
+    """
+    settings = table.model.get("settings") if isinstance(table.model, Mapping) else None
+    if not isinstance(settings, Mapping) or "batch_factors" not in settings:
+        return None
+    raw = settings["batch_factors"]
     n = calibrated_max_batch(table)
+    if not isinstance(raw, Mapping) or sorted(raw) != sorted(s.short for s in STAGES):
+        raise RateTableError("rate table model.settings.batch_factors must map V, P and A "
+                             f"to lists of factors, got {raw!r}")
+    out: list[tuple[float, ...]] = []
+    for stage in STAGES:
+        values = raw[stage.short]
+        if (not isinstance(values, list) or len(values) != n
+                or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                       or not math.isfinite(v) or v <= 0 for v in values)
+                or values[0] != 1):
+            raise RateTableError(
+                f"rate table model.settings.batch_factors[{stage.short}] must be "
+                f"max_batch = {n} finite factors > 0 starting at 1, got {values!r}")
+        out.append(tuple(float(v) for v in values))
+    return (out[0], out[1], out[2])
+
+
+def table_batch_bound(table: RateTable) -> tuple[int, int, int]:
+    """Largest batch per stage whose cost the table measures.
+
+    ``min(N, c_s + 1)`` for even-split cells (mates enter ``n``); N with batch factors.
+    """
+    n = calibrated_max_batch(table)
+    if batch_factors(table) is not None:
+        return (n, n, n)
     c = table.bounds
     return (min(n, c[0] + 1), min(n, c[1] + 1), min(n, c[2] + 1))
 
@@ -94,13 +148,16 @@ class BatchCost:
         RateTableError: when the table cannot cost batches of ``max_batch``.
     """
 
-    __slots__ = ("_durations", "_q_tab", "max_batch", "predictor")
+    __slots__ = ("_durations", "_q_tab", "factors", "max_batch", "predictor")
 
     def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table",
                  table: RateTable | None = None) -> None:
-        check_batch_table(predictor.table if table is None else table, max_batch, source)
+        calibrated = predictor.table if table is None else table
+        check_batch_table(calibrated, max_batch, source)
         self.predictor = predictor
         self.max_batch = max_batch
+        #: f_s(k) when the table has batch factors; None for even-split cells.
+        self.factors: BatchFactors | None = batch_factors(calibrated)
         #: :meth:`durations` by ``(stage, n)``, valid while the predictor's ``q`` table is
         #: the object in ``_q_tab`` (an online correction swaps in a new table).
         self._durations: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
@@ -115,6 +172,9 @@ class BatchCost:
         if not 1 <= k <= self.max_batch:
             raise ValueError(f"batch size must be in 1..{self.max_batch}, got {k!r}")
         pred = self.predictor
+        if self.factors is not None:
+            h = pred.h[stage]
+            return h + self.factors[stage][k - 1] * (pred.q_tab[pred.index(n)][stage] - h)
         mates = (n[0] + (k - 1) * (stage == 0), n[1] + (k - 1) * (stage == 1),
                  n[2] + (k - 1) * (stage == 2))
         return pred.q_tab[pred.index(mates)][stage]
@@ -133,6 +193,11 @@ class BatchCost:
             self._q_tab = q
         key = (stage, n[0], n[1], n[2])
         out = memo.get(key)
+        if out is None and self.factors is not None:
+            h = pred.h[stage]
+            work = q[pred.index(n)][stage] - h
+            out = tuple(h + f * work for f in self.factors[stage][:self.max_batch])
+            memo[key] = out
         if out is None:
             index = pred.index
             out = tuple(q[index((n[0] + k * (stage == 0), n[1] + k * (stage == 1),

@@ -13,14 +13,15 @@ comes back unchanged.
 The order: one more unit of another stage is always an edge. One more unit of the own
 stage is an edge on an unbatched table (lanes time-share), and on a batch table only
 while every unit of the stage still fits one batch (``max_batch`` units in all): past
-that the units split into smaller batches, which may well run faster. ROS-free.
+that the units split into smaller batches, which may well run faster. A table with
+batch factors (:mod:`~xinfer_ros.core.batch_cost`) has unbatched cells. ROS-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from xinfer_ros.core.batch_cost import calibrated_max_batch
+from xinfer_ros.core.batch_cost import batch_factors, calibrated_max_batch
 from xinfer_ros.core.rate_table import RateTable, Vec3
 from xinfer_ros.core.stages import NUM_STAGES
 
@@ -34,7 +35,8 @@ def monotone_rates(table: RateTable) -> tuple[RateTable, int]:
         The table, its provenance naming how many rates moved and the largest move
         (``table`` itself when none did), and the number of (entry, stage) rates moved.
     """
-    max_batch = calibrated_max_batch(table)
+    # Cells of a table with batch factors are an unbatched table's (one unit per lane).
+    max_batch = 1 if batch_factors(table) is not None else calibrated_max_batch(table)
     grid = sorted(table.rates)  # lexicographic: every predecessor of n comes before it
     new = {n: list(rho) for n, rho in table.rates.items()}
     moved, largest = 0, 0.0

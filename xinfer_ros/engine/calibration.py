@@ -27,7 +27,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import numpy as np
@@ -59,6 +59,10 @@ class CalibrationSettings:
         reference_units: isolated units per stage run right before each combination
             as its reference (0: use the global isolated medians).
         max_batch: most units of a stage run as one batch (the engine's ``max_batch``).
+        batch_factors: with ``max_batch`` above one, measure the combinations one unit
+            per lane (an unbatched table's cells) and each stage's batch of k alone
+            against one unit alone (f_s(k), :mod:`xinfer_ros.core.batch_cost`) instead
+            of splitting each combination's units into batches.
     """
 
     bounds: Vec3 = (2, 2, 2)
@@ -69,10 +73,13 @@ class CalibrationSettings:
     iso_repeats: int = 8
     reference_units: int = 3
     max_batch: int = 1
+    batch_factors: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch!r}")
+        if self.batch_factors and self.max_batch == 1:
+            raise ValueError("batch_factors needs max_batch >= 2")
 
 
 @dataclass
@@ -211,6 +218,40 @@ def _mixed(backend: AnyBackend, n: Vec3, settings: CalibrationSettings) -> dict[
     return out
 
 
+def _batch_factors(backend: AnyBackend, settings: CalibrationSettings) -> list[list[float]]:
+    """f_s(k) for k = 1..max_batch: a batch of k alone over one unit alone, per stage.
+
+    Medians of ``iso_repeats`` forwards after one discarded; made non-decreasing in k
+    (a batch never costs less than a smaller one: a dip is the window's noise).
+    """
+    fresh = backend.state_factory()
+    out: list[list[float]] = []
+    for stage in STAGES:
+        medians: list[float] = []
+        for k in range(1, settings.max_batch + 1):
+            durations: list[float] = []
+
+            def body(lane: LaneInfo, stage: Stage = stage, k: int = k,
+                     durations: list[float] = durations) -> None:
+                for _ in range(settings.iso_repeats + 1):
+                    states = [fresh(stage) for _ in range(k)]
+                    t0 = time.perf_counter()
+                    backend.run_batch(stage, states, lane)
+                    durations.append(time.perf_counter() - t0)
+                    for state in states:
+                        backend.release(state)
+
+            th = _lane_thread(backend, stage, 0, body)
+            th.start()
+            th.join()
+            medians.append(statistics.median(durations[1:]))
+        factors = [1.0]
+        for m in medians[1:]:
+            factors.append(max(factors[-1], m / medians[0]))
+        out.append([round(f, 6) for f in factors])
+    return out
+
+
 def _fit_alpha(samples: list[tuple[Vec3, float]]) -> list[float]:
     """Non-negative least squares of ``1/ρ − 1 = α · m`` (coordinate clipping)."""
     if not samples:
@@ -266,6 +307,8 @@ def calibrate(
     iso_pool: dict[int, list[float]] = {0: [], 1: [], 2: []}
     measured: dict[Vec3, dict[str, float]] = {}
     combos = combinations(cfg.bounds, cfg.max_units)
+    # With batch factors the cells are an unbatched table's: one unit per lane.
+    mixed_cfg = replace(cfg, max_batch=1, batch_factors=False) if cfg.batch_factors else cfg
     for i, n in enumerate(combos):
         row: dict[str, float] = {}
         for _ in range(cfg.repeats):
@@ -273,7 +316,7 @@ def calibrate(
             # background load drifts (shared CPUs) then shifts both durations alike.
             ref = (_reference(backend, n, cfg.reference_units, iso_pool) if cfg.reference_units
                    else work)
-            durs = _mixed(backend, n, cfg)
+            durs = _mixed(backend, n, mixed_cfg)
             for s, values in durs.items():
                 others = (n[0] - (s == 0), n[1] - (s == 1), n[2] - (s == 2))
                 if any(o > c for o, c in zip(others, cfg.bounds, strict=True)):
@@ -285,6 +328,10 @@ def calibrate(
         say(f"[{i + 1}/{len(combos)}] n={n} ms: " + " ".join(
             f"{k}={v:.2f}" for k, v in row.items()))
     rates, alphas, n_measured = _assemble(per_stage, cfg.bounds)
+    factors = _batch_factors(backend, cfg) if cfg.batch_factors else None
+    if factors is not None:
+        say("batch factors f_s(1.." + str(cfg.max_batch) + "): " + " ".join(
+            f"{s.short}={f}" for s, f in zip(STAGES, factors, strict=True)))
     # W_s from every isolated run of the calibration, not only the first burst: on a
     # shared machine one burst can fall into a load spike.
     for s in range(3):
@@ -303,17 +350,23 @@ def calibrate(
         f"{cfg.repeats} repeat(s), {cfg.window_s:.2f} s windows). "
         f"{n_measured} entries measured; the rest from the least-squares fit "
         "1/rho_s(m) - 1 = sum_k alpha[s][k] m_k (alpha >= 0). Rates hold for the lane setup "
-        "used (threads per CPU lane / one CUDA stream per lane) and batches of up to "
-        f"{cfg.max_batch} unit(s) per lane.")
+        "used (threads per CPU lane / one CUDA stream per lane) and "
+        + (f"one unit per lane; a batch of k <= {cfg.max_batch} costs f_s(k) W_s "
+           "(settings.batch_factors: a batch alone over one unit alone, medians of "
+           f"{cfg.iso_repeats})." if factors is not None else
+           f"batches of up to {cfg.max_batch} unit(s) per lane."))
+    recorded: dict[str, object] = {
+        "bounds": list(cfg.bounds), "max_units": cfg.max_units, "window_s": cfg.window_s,
+        "repeats": cfg.repeats, "iso_repeats": cfg.iso_repeats, "max_batch": cfg.max_batch}
+    if factors is not None:
+        recorded["batch_factors"] = {s.short: f for s, f in zip(STAGES, factors, strict=True)}
     table = RateTable.from_function(
         lambda s, m: rates[s][m], work=work, overhead=over, h_out=h_out, bounds=cfg.bounds,
         provenance=provenance, assumptions=assumptions,
         model={"form": "measured; missing entries 1 / (1 + sum_k alpha[s][k] * n_k)",
                "alpha_rows_stage_cols_V_P_A": alphas,
                "measured_entries": n_measured,
-               "settings": {"bounds": list(cfg.bounds), "max_units": cfg.max_units,
-                            "window_s": cfg.window_s, "repeats": cfg.repeats,
-                            "iso_repeats": cfg.iso_repeats, "max_batch": cfg.max_batch}})
+               "settings": recorded})
     iso = {s.short: w * 1e3 for s, w in zip(STAGES, work, strict=True)}
     iso["out"] = h_out * 1e3
     return CalibrationResult(table, iso, measured, time.perf_counter() - t_start)

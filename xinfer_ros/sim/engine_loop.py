@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from xinfer_ros.core.batch_cost import batch_factors
 from xinfer_ros.core.batch_formation import BatchPlan
 from xinfer_ros.core.clients import Link, Robot
 from xinfer_ros.core.constants import (
@@ -243,10 +244,11 @@ class Simulation:
         )
         self.policy = (policy_factory or make_sim_policy)(cfg, self.table)
         self.link = Link(cfg.link_up, cfg.link_down)
-        gpu = GpuModel if cfg.max_batch == 1 else BatchedGpuModel
-        self.gpu = gpu(self.table.rate, self.table.work, self.table.overhead, self.policy.slots,
-                       noise=cfg.noise, seed=cfg.seed, rate_error=cfg.rate_error,
-                       max_batch=cfg.max_batch)
+        args = (self.table.rate, self.table.work, self.table.overhead, self.policy.slots)
+        common: dict[str, Any] = dict(noise=cfg.noise, seed=cfg.seed,
+                                      rate_error=cfg.rate_error, max_batch=cfg.max_batch)
+        self.gpu = (GpuModel(*args, **common) if cfg.max_batch == 1 else
+                    BatchedGpuModel(*args, batch_factors=batch_factors(self.table), **common))
         self._flush = self._batch_former()
         #: start_by of the latest wake-up pushed for a held lead.
         self._wake_at = math.inf

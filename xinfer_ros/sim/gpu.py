@@ -28,9 +28,11 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from xinfer_ros.core.batch_cost import BatchFactors
 from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.progress import finish_time, progress
 
@@ -251,11 +253,25 @@ class _Batch:
 class BatchedGpuModel(GpuModel):
     """:class:`GpuModel` whose units run in batches of up to ``max_batch`` per lane.
 
-    Args: as :class:`GpuModel`, whose ``max_batch`` may exceed one here.
+    Args: as :class:`GpuModel`, whose ``max_batch`` may exceed one here, and
+        batch_factors: f_s(k) of a table with batch factors
+            (:func:`~xinfer_ros.core.batch_cost.batch_factors`): a batch of k then does
+            f_s(k) times one unit's work at the rate of the units *outside* it, as
+            :class:`~xinfer_ros.core.batch_cost.BatchCost` prices it. None: the
+            even-split form, a batch at the rate of one unit among the others.
 
     ``counts`` and :meth:`free` count every issued unit, waiting ones included, as the
     policy's slots do; rates count the units in running batches.
     """
+
+    def __init__(self, *args: Any, batch_factors: BatchFactors | None = None,
+                 **kwargs: Any) -> None:
+        self._batch_factors = batch_factors
+        super().__init__(*args, **kwargs)
+
+    def _work_of(self, stage: int, unit_work: float, k: int) -> float:
+        f = self._batch_factors
+        return unit_work if f is None else unit_work * f[stage][k - 1]
 
     def _setup(self) -> None:
         #: Set by the simulator when the policy forms batches (issue 28):
@@ -287,9 +303,12 @@ class BatchedGpuModel(GpuModel):
     def _rerate(self, t: float) -> None:
         nv, np_, na = self._running
         nxt = t if self._done else math.inf
+        factors = self._batch_factors is not None
         for b in self._batches:
             s = b.stage
-            b.rate = self._lookup(s, nv - (s == 0), np_ - (s == 1), na - (s == 2))
+            own = len(b.members) if factors else 1  # with factors mates are not load
+            b.rate = self._lookup(s, nv - own * (s == 0), np_ - own * (s == 1),
+                                  na - own * (s == 2))
             b.finish = finish_time(b.rate, b.compute_start, b.work, t)
             nxt = min(nxt, b.finish)
         self.next_finish = nxt
@@ -299,7 +318,8 @@ class BatchedGpuModel(GpuModel):
         for u in units:
             u.compute_start = t + self._overhead[stage]
         # One noise draw per batch: the batch is one forward.
-        batch = _Batch(stage, t, t + self._overhead[stage], units[0].work, list(units),
+        batch = _Batch(stage, t, t + self._overhead[stage],
+                       self._work_of(stage, units[0].work, len(units)), list(units),
                        open_, last=t)
         self._batches.append(batch)
         self._running[stage] += len(units)
@@ -320,6 +340,8 @@ class BatchedGpuModel(GpuModel):
         if joined is not None:
             joined.members.append(unit)
             self._running[stage] += 1
+            # Joined at its start instant: no work done yet, so the size sets it afresh.
+            joined.work = self._work_of(stage, joined.members[0].work, len(joined.members))
         elif sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
             self._start(stage, [unit], t, open_=True)
         else:
