@@ -37,14 +37,10 @@ def test_emulated_calibration_writes_a_loadable_table(tmp_path: Path) -> None:
     assert "xinfer-calibrate" in table.provenance
 
 
-def test_batched_calibration_runs_units_as_the_engine_batches_them(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+def _pi0_tiny_counting_batches() -> tuple[Any, list[int]]:
+    """A pi0-tiny CPU backend and the sizes of the forwards it runs, appended as it runs."""
     from xinfer_ros.engine import make_backend
-    from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
 
-    with pytest.raises(ValueError, match="one at a time"):
-        calibrate(make_backend("emulated"), CalibrationSettings(max_batch=2))
     backend = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
     sizes: list[int] = []
     run = backend.run_batch
@@ -53,7 +49,19 @@ def test_batched_calibration_runs_units_as_the_engine_batches_them(tmp_path: Pat
         sizes.append(len(states))
         run(stage, states, lane)
 
-    backend.run_batch = spy  # type: ignore[method-assign]
+    backend.run_batch = spy
+    return backend, sizes
+
+
+def test_batched_calibration_runs_units_as_the_engine_batches_them(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from xinfer_ros.engine import make_backend
+    from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
+
+    with pytest.raises(ValueError, match="one at a time"):
+        calibrate(make_backend("emulated"), CalibrationSettings(max_batch=2))
+    backend, sizes = _pi0_tiny_counting_batches()
     result = calibrate(backend, CalibrationSettings(
         bounds=(0, 0, 2), max_units=3, window_s=0.2, warmup_s=0.05, iso_repeats=2,
         reference_units=1, max_batch=3))
@@ -69,7 +77,6 @@ def test_factor_calibration_measures_cells_one_unit_per_lane_and_batches_alone(
     pytest.importorskip("transformers")
     from xinfer_ros.core.batch_cost import BatchCost, batch_factors
     from xinfer_ros.core.predictor import Predictor
-    from xinfer_ros.engine import make_backend
     from xinfer_ros.engine.calibration import CalibrationSettings, calibrate
 
     with pytest.raises(ValueError, match="max_batch >= 2"):
@@ -77,15 +84,7 @@ def test_factor_calibration_measures_cells_one_unit_per_lane_and_batches_alone(
     with pytest.raises(SystemExit, match="--batch-factors needs --max-batch"):
         calibrate_cli.main(["--backend", "emulated", "--batch-factors",
                             "--out", str(tmp_path / "x.json")])
-    backend = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
-    sizes: list[int] = []
-    run = backend.run_batch
-
-    def spy(stage: Stage, states: Any, lane: Any) -> None:
-        sizes.append(len(states))
-        run(stage, states, lane)
-
-    backend.run_batch = spy  # type: ignore[method-assign]
+    backend, sizes = _pi0_tiny_counting_batches()
     settings = CalibrationSettings(bounds=(0, 0, 2), max_units=3, window_s=0.2,
                                    warmup_s=0.05, iso_repeats=2, reference_units=1,
                                    max_batch=3, batch_factors=True)
