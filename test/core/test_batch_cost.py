@@ -154,3 +154,14 @@ def test_bad_batch_factors_are_refused_in_one_line_at_start(bad):
     with pytest.raises(RateTableError) as exc:
         BatchCost(Predictor(table), 4)
     assert "\n" not in str(exc.value) and "batch_factors" in str(exc.value)
+
+
+def test_a_table_file_with_bad_batch_factors_is_refused_when_read(tmp_path):
+    from xinfer_ros.core.rate_table import _dumps
+
+    bad = {"V": [1.0, 1.5], "P": [1.0, 1.2, 1.4, 1.6], "A": [1.0, 1.1, 1.2, 1.3]}
+    path = tmp_path / "t.json"
+    path.write_text(_dumps(factors_table(bad).to_json_dict()), encoding="utf-8")
+    with pytest.raises(RateTableError) as exc:
+        load_rate_table(path)  # whichever policy would read it, batching or not
+    assert str(path) in str(exc.value) and "\n" not in str(exc.value)

@@ -87,28 +87,50 @@ def test_calls_run_on_the_one_thread_nest_without_deadlock_and_raise_in_the_call
 def test_the_backend_runs_action_forwards_and_only_those_on_its_graph_thread() -> None:
     backend = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
     try:
-        assert backend._graphs is None  # eager: every forward on its lane
-        # "cudagraphs" needs CUDA; the routing does not, so it is exercised directly.
-        graphs = backend._graphs = GraphThread()
+        assert backend._graph_thread() is None and backend._graphs is None  # eager
         ran: list[tuple[Stage, int]] = []
-        run_batch = backend.model.run_batch
 
         def recording(stage: Stage, states: object, **kw: object) -> None:
-            ran.append((stage, threading.get_ident()))
-            run_batch(stage, states, **kw)  # type: ignore[arg-type]
+            ran.append((stage, threading.get_ident()))  # where it ran, not what
 
-        backend.model.run_batch = recording  # type: ignore[method-assign]
         fresh = backend.state_factory()
+        states = {stage: fresh(stage) for stage in (Stage.VIT, Stage.PREFILL, Stage.ACTION)}
+        backend.model.run_batch = recording  # type: ignore[method-assign]
         lane = LaneInfo("action", 0)
-        for stage in (Stage.VIT, Stage.PREFILL, Stage.ACTION):
-            state = fresh(stage)
-            backend.run_stage(stage, state, lane)
-            backend.release(state)
+
+        def run_all() -> None:
+            for stage, state in states.items():
+                backend.run_stage(stage, state, lane)
+
+        # "cudagraphs" needs CUDA to compile; the routing reads only the mode.
+        backend.model.compile_mode = "cudagraphs"
+        run_all()
+        graphs = backend._graphs
+        assert graphs is not None
         me = threading.get_ident()
         assert ran == [(Stage.VIT, me), (Stage.PREFILL, me), (Stage.ACTION, graphs.ident)]
-        backend.set_compile("off")  # leaving cudagraphs closes the thread
-        assert backend._graphs is None
-        with pytest.raises(RuntimeError, match="closed"):
-            graphs.call(lambda: None)
+        # Out of cudagraphs every forward runs on its caller, but the thread stays for a
+        # later return (the model's compiled step keeps that thread's graphs).
+        backend.model.compile_mode = "off"
+        ran.clear()
+        run_all()
+        assert ran == [(Stage.VIT, me), (Stage.PREFILL, me), (Stage.ACTION, me)]
+        backend.model.compile_mode = "cudagraphs"
+        assert backend._graph_thread() is graphs
+        backend.model.compile_mode = "off"
     finally:
         backend.close()
+    assert backend._graphs is None
+    with pytest.raises(RuntimeError, match="closed"):
+        graphs.call(lambda: None)
+
+
+def test_a_failing_set_up_raises_its_own_error_and_leaves_no_thread() -> None:
+    before = threading.active_count()
+
+    def broken() -> None:
+        raise OSError("no such device")
+
+    with pytest.raises(OSError, match="no such device"):
+        GraphThread(setup=broken)
+    assert threading.active_count() == before

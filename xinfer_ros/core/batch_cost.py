@@ -26,8 +26,11 @@ So units the policy runs one per lane are priced exactly as unbatched XInfer pri
 them, and only a formed batch is priced as one; the dimension reaches N at every stage
 (mates do not enter ``n``). The even-split cells above disagree with unbatched serving
 on the states it visits by up to 24 % on Action (docs/BENCHMARKS.md 5.3), which is
-what this form removes. Its assumption: a batch's mates load the device like one unit
-(one lane); the other running units keep counting one each.
+what this form removes. Its assumption: a batch's own mates do not slow it (f_s(k)
+prices them), while to the other running units its members still count one each. The
+progress tracker integrates a running batch's members as units (ρ(n − e_s)), so its
+remaining times for running batches do not use the factors. Only batch-forming policies
+read them; :func:`~xinfer_ros.core.rate_table.load_rate_table` checks them on every read.
 
 A table without ``settings.max_batch`` (the paper's default, every unbatched calibration)
 states batch size 1 only. Asking it for batches is refused at start

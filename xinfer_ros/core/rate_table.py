@@ -409,7 +409,15 @@ def load_rate_table(path: str | Path) -> RateTable:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise RateTableError(f"cannot read rate table {p}: {exc}") from None
-    return RateTable.from_json_dict(data, source=str(p))
+    table = RateTable.from_json_dict(data, source=str(p))
+    # Batch factors are checked when the table is read, whichever policy reads it.
+    from xinfer_ros.core.batch_cost import batch_factors  # it imports this module
+
+    try:
+        batch_factors(table)
+    except RateTableError as exc:
+        raise RateTableError(f"{p}: {exc}") from None
+    return table
 
 
 def write_rate_table(table: RateTable, path: str | Path) -> Path:

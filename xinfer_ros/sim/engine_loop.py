@@ -22,7 +22,6 @@ from typing import Any, cast
 
 import numpy as np
 
-from xinfer_ros.core.batch_cost import batch_factors
 from xinfer_ros.core.batch_formation import BatchPlan
 from xinfer_ros.core.clients import Link, Robot
 from xinfer_ros.core.constants import (
@@ -247,8 +246,13 @@ class Simulation:
         args = (self.table.rate, self.table.work, self.table.overhead, self.policy.slots)
         common: dict[str, Any] = dict(noise=cfg.noise, seed=cfg.seed,
                                       rate_error=cfg.rate_error, max_batch=cfg.max_batch)
+        # Batch factors price the batches a forming policy chooses (its BatchCost's,
+        # the same object); lane batching prices units by the cells, in the engine too.
+        former = batch_former(self.policy)
+        factors = (former.batch_cost.factors
+                   if former is not None and former.batch_cost is not None else None)
         self.gpu = (GpuModel(*args, **common) if cfg.max_batch == 1 else
-                    BatchedGpuModel(*args, batch_factors=batch_factors(self.table), **common))
+                    BatchedGpuModel(*args, batch_factors=factors, **common))
         self._flush = self._batch_former()
         #: start_by of the latest wake-up pushed for a held lead.
         self._wake_at = math.inf

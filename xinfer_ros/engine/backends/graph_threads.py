@@ -24,7 +24,8 @@ serve one replay at a time), so the hop costs one hand-off per unit and no overl
 The thread's trees go into torch's C++ thread-local store as well as the module's
 ``threading.local``: the H200's first run of this class, with the latter only, failed
 its first compilation with a bare ``AssertionError`` (the shape of ``get_obj``'s), most
-likely in a thread torch started from it that copies only the C++ store.
+possibly in a thread torch started from it that copies only the C++ store (a guess:
+the next GPU run's traceback decides).
 """
 
 from __future__ import annotations
@@ -85,15 +86,22 @@ class GraphThread:
                  trees: ModuleType | None = None) -> None:
         self._local = (trees if trees is not None else _trees()).local
 
-        def start() -> None:
+        def start() -> int:
             _own_trees(self._local)
             if setup is not None:
                 setup()
+            return threading.get_ident()
 
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="xinfer-cuda-graphs", initializer=start)
-        #: The thread's ident, so a call made on it runs inline instead of deadlocking.
-        self._ident = self._pool.submit(threading.get_ident).result()
+            max_workers=1, thread_name_prefix="xinfer-cuda-graphs")
+        try:
+            # The first task, not the executor's initializer: a failing set-up then
+            # raises its own error here instead of a bare BrokenThreadPool later.
+            #: The thread's ident, so a call made on it runs inline, not in a deadlock.
+            self._ident = self._pool.submit(start).result()
+        except BaseException:
+            self._pool.shutdown(wait=True)
+            raise
 
     @property
     def ident(self) -> int:
@@ -108,17 +116,25 @@ class GraphThread:
         """
         if threading.get_ident() == self._ident:
             return fn()
-        if self._pool is None:
+        pool = self._pool  # read once: close() may run on another thread
+        if pool is None:
             raise RuntimeError("the CUDA graph thread is closed")
-        return self._pool.submit(fn).result()
+        try:
+            future = pool.submit(fn)
+        except RuntimeError:  # shut down between the read and the submit
+            raise RuntimeError("the CUDA graph thread is closed") from None
+        return future.result()
 
     def close(self) -> None:
-        """Drop the thread's graphs (on the thread that owns them) and stop it."""
+        """Drop the thread's references to its trees (on the thread) and stop it.
+
+        The recorded graphs and their memory pool live on while the compiled step that
+        holds their tree manager does (the model keeps it), so a backend opens one graph
+        thread for its lifetime rather than one per switch into ``cudagraphs``.
+        """
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        # The recorded graphs and their memory pool go now, while the thread is alive,
-        # rather than whenever its thread state is torn down.
         pool.submit(self._drop_trees)
         pool.shutdown(wait=True)
 

@@ -145,10 +145,14 @@ class TorchBackend(Backend[StagedState]):
             self._workers = _ActionWorkers(action_processes,
                                            _WorkerSpec(source, self.threads, guidance, cpus))
         #: Where every Action forward runs under ``cudagraphs``, so that graphs are
-        #: recorded and replayed on the thread that owns them (None in other modes).
+        #: recorded and replayed on the thread that owns them (None until first used).
         self._graphs: GraphThread | None = None
         #: Seconds the Action loop took to compile (0 when eager).
-        self.compile_s = self._warm_up() if compile != "off" else 0.0
+        try:
+            self.compile_s = self._warm_up() if compile != "off" else 0.0
+        except BaseException:
+            self.close()  # the workers and the graph thread started for the warm-up
+            raise
         self._worker_compile = compile
         _LOG.info("torch backend: model=%s device=%s dtype=%s threads/lane=%d compile=%s",
                   self.model_name, self.device, self.model.dtype, self.threads, compile)
@@ -177,9 +181,7 @@ class TorchBackend(Backend[StagedState]):
             self.compile_s = self._warm_up() if mode != "off" else 0.0
         except Exception:
             self.model.set_compile(previous)  # never serve in a mode that failed to build
-            self._match_graph_thread()
             raise
-        self._match_graph_thread()
         return self.compile_s
 
     @property
@@ -187,19 +189,23 @@ class TorchBackend(Backend[StagedState]):
         """How the in-process Action loop runs (``off``, ``on``, ``cudagraphs``)."""
         return self.model.compile_mode
 
-    def _match_graph_thread(self) -> None:
-        """Open the graph thread under ``cudagraphs``; in any other mode, close it."""
-        if self.model.compile_mode == "cudagraphs":
-            if self._graphs is None:
-                self._graphs = GraphThread(setup=self._streams.select)
-        elif self._graphs is not None:
-            self._graphs.close()
-            self._graphs = None
+    def _graph_thread(self) -> GraphThread | None:
+        """The graph thread under ``cudagraphs`` (opened on first use), else None.
+
+        One for the backend's lifetime: the model keeps the compiled step, which keeps
+        the tree manager of the thread that recorded it, so a later switch back into
+        ``cudagraphs`` must replay on that same thread.
+        """
+        if self.model.compile_mode != "cudagraphs":
+            return None
+        if self._graphs is None:
+            self._graphs = GraphThread(setup=self._streams.select)
+        return self._graphs
 
     def _warm_up(self) -> float:
         """Compile the Action loop now: a guided and an unguided unit in every process."""
         t0 = time.perf_counter()
-        self._match_graph_thread()  # so that the graphs are recorded where they replay
+        self._graph_thread()  # opened now, so that the graphs are recorded where they replay
         inline, self.inline_idle_action = self.inline_idle_action, False  # reach the workers
         try:
             self._compile_units()
@@ -270,8 +276,8 @@ class TorchBackend(Backend[StagedState]):
             alone = self._running == 1
         try:
             forward = functools.partial(self._forward, stage, states, stream, alone)
-            graphs = self._graphs
-            if stage is Stage.ACTION and graphs is not None:
+            graphs = self._graph_thread() if stage is Stage.ACTION else None
+            if graphs is not None:
                 graphs.call(forward)  # the lane waits; its stream still orders the work
             else:
                 forward()
