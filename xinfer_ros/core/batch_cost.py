@@ -41,68 +41,22 @@ one stacked forward.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-
 from xinfer_ros.core.errors import RateTableError
 from xinfer_ros.core.predictor import Predictor
-from xinfer_ros.core.rate_table import RateTable
-from xinfer_ros.core.stages import STAGES
+from xinfer_ros.core.rate_table import (
+    BatchFactors,
+    RateTable,
+    batch_factors,
+    calibrated_max_batch,
+)
 
 __all__ = ["BatchCost", "BatchFactors", "batch_factors", "calibrated_max_batch",
            "check_batch_table", "table_batch_bound"]
 
-#: f_s(k) per stage: ``factors[s][k - 1]`` is a batch of k over one unit, alone.
-BatchFactors = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
 
 #: Most loads :meth:`BatchCost.durations` keeps (loads are bounded by the slots, so a
 #: live policy stays far below; the bound only keeps a misuse from growing memory).
 _MEMO_LIMIT = 4096
-
-
-def calibrated_max_batch(table: RateTable) -> int:
-    """``model.settings.max_batch`` of the table; 1 when absent.
-
-    Raises:
-        RateTableError: when the field is present but not an integer >= 1.
-    """
-    settings = table.model.get("settings") if isinstance(table.model, Mapping) else None
-    if not isinstance(settings, Mapping) or "max_batch" not in settings:
-        return 1
-    value = settings["max_batch"]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RateTableError(f"rate table model.settings.max_batch must be an integer >= 1, "
-                             f"got {value!r}")
-    return value
-
-
-def batch_factors(table: RateTable) -> BatchFactors | None:
-    """``model.settings.batch_factors`` as f_s(1..N) per stage; None when absent.
-
-    Raises:
-        RateTableError: factors that are not, for every stage, N = ``max_batch``
-            finite numbers > 0 starting at 1.
-    """
-    settings = table.model.get("settings") if isinstance(table.model, Mapping) else None
-    if not isinstance(settings, Mapping) or "batch_factors" not in settings:
-        return None
-    raw = settings["batch_factors"]
-    n = calibrated_max_batch(table)
-    if not isinstance(raw, Mapping) or sorted(raw) != sorted(s.short for s in STAGES):
-        raise RateTableError("rate table model.settings.batch_factors must map V, P and A "
-                             f"to lists of factors, got {raw!r}")
-    out: list[tuple[float, ...]] = []
-    for stage in STAGES:
-        values = raw[stage.short]
-        if (not isinstance(values, list) or len(values) != n
-                or any(isinstance(v, bool) or not isinstance(v, (int, float))
-                       or not math.isfinite(v) or v <= 0 for v in values)
-                or values[0] != 1):
-            raise RateTableError(
-                f"rate table model.settings.batch_factors[{stage.short}] must be "
-                f"max_batch = {n} finite factors > 0 starting at 1, got {values!r}")
-        out.append(tuple(float(v) for v in values))
-    return (out[0], out[1], out[2])
 
 
 def table_batch_bound(table: RateTable) -> tuple[int, int, int]:

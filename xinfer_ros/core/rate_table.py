@@ -58,8 +58,11 @@ __all__ = [
     "DEFAULT_INTERFERENCE_SHAPE",
     "DEFAULT_RATE_TABLE_PATH",
     "SCHEMA_NAME",
+    "BatchFactors",
     "RateTable",
     "Vec3",
+    "batch_factors",
+    "calibrated_max_batch",
     "default_rate_table",
     "interference_model_table",
     "load_rate_table",
@@ -398,6 +401,55 @@ def _vec_f(name: str, v: Sequence[float], *, positive: bool = False) -> tuple[fl
     return (out[0], out[1], out[2])
 
 
+#: f_s(k) per stage: ``factors[s][k - 1]`` is a batch of k over one unit, alone.
+BatchFactors = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+
+
+def calibrated_max_batch(table: RateTable) -> int:
+    """``model.settings.max_batch`` of the table; 1 when absent.
+
+    Raises:
+        RateTableError: when the field is present but not an integer >= 1.
+    """
+    settings = table.model.get("settings") if isinstance(table.model, Mapping) else None
+    if not isinstance(settings, Mapping) or "max_batch" not in settings:
+        return 1
+    value = settings["max_batch"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RateTableError(f"rate table model.settings.max_batch must be an integer >= 1, "
+                             f"got {value!r}")
+    return value
+
+
+def batch_factors(table: RateTable) -> BatchFactors | None:
+    """``model.settings.batch_factors`` as f_s(1..N) per stage; None when absent.
+
+    Raises:
+        RateTableError: factors that are not, for every stage, N = ``max_batch``
+            finite numbers > 0 starting at 1.
+    """
+    settings = table.model.get("settings") if isinstance(table.model, Mapping) else None
+    if not isinstance(settings, Mapping) or "batch_factors" not in settings:
+        return None
+    raw = settings["batch_factors"]
+    n = calibrated_max_batch(table)
+    if not isinstance(raw, Mapping) or sorted(raw) != sorted(s.short for s in STAGES):
+        raise RateTableError("rate table model.settings.batch_factors must map V, P and A "
+                             f"to lists of factors, got {raw!r}")
+    out: list[tuple[float, ...]] = []
+    for stage in STAGES:
+        values = raw[stage.short]
+        if (not isinstance(values, list) or len(values) != n
+                or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                       or not math.isfinite(v) or v <= 0 for v in values)
+                or values[0] != 1):
+            raise RateTableError(
+                f"rate table model.settings.batch_factors[{stage.short}] must be "
+                f"max_batch = {n} finite factors > 0 starting at 1, got {values!r}")
+        out.append(tuple(float(v) for v in values))
+    return (out[0], out[1], out[2])
+
+
 def load_rate_table(path: str | Path) -> RateTable:
     """Read and validate a rate-table JSON file.
 
@@ -411,8 +463,6 @@ def load_rate_table(path: str | Path) -> RateTable:
         raise RateTableError(f"cannot read rate table {p}: {exc}") from None
     table = RateTable.from_json_dict(data, source=str(p))
     # Batch factors are checked when the table is read, whichever policy reads it.
-    from xinfer_ros.core.batch_cost import batch_factors  # it imports this module
-
     try:
         batch_factors(table)
     except RateTableError as exc:
