@@ -130,8 +130,7 @@ class BatchCost:
             raise ValueError(f"batch size must be in 1..{self.max_batch}, got {k!r}")
         pred = self.predictor
         if self.factors is not None:
-            h = pred.h[stage]
-            return h + self.factors[stage][k - 1] * (pred.q_tab[pred.index(n)][stage] - h)
+            return self.durations(stage, n)[k - 1]  # the formula lives there, memoised
         mates = (n[0] + (k - 1) * (stage == 0), n[1] + (k - 1) * (stage == 1),
                  n[2] + (k - 1) * (stage == 2))
         return pred.q_tab[pred.index(mates)][stage]
