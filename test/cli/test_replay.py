@@ -652,7 +652,7 @@ def test_a_three_camera_vga_sensor_bag_replays_with_its_frames_on_time(tmp_path,
                     "--budget-ms", "2000", "--json", str(report_path), "--out",
                     str(tmp_path)], timeout=200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "the player's segment 64 MiB" in proc.stdout
+    assert "this process's segment 64 MiB" in proc.stdout
     report = json.loads(report_path.read_text())
     after = report["robots"]["arm"]["after"]
     ok = after["statuses"].get("ok", 0)

@@ -10,7 +10,9 @@ indexed like the paper by this robot's completed responses.
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import cv2
@@ -170,10 +172,17 @@ class RobotSim(Node):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the simulated robot until SIGINT; return the exit status."""
-    from xinfer_ros.nodes.runtime import spin_node
+    """Run the simulated robot until SIGINT; return the exit status.
 
-    return spin_node(RobotSim, argv)
+    Its frames go through a shared-memory segment that a killed server cannot block
+    (:mod:`xinfer_ros.nodes.shm_transport`); the profile file lives as long as the node.
+    """
+    from xinfer_ros.nodes.runtime import spin_node
+    from xinfer_ros.nodes.shm_transport import SIM_SEGMENT_BYTES, use_large_segment
+
+    with tempfile.TemporaryDirectory(prefix="xinfer_robot_sim_") as profile_dir:
+        use_large_segment(Path(profile_dir), SIM_SEGMENT_BYTES)
+        return spin_node(RobotSim, argv)
 
 
 if __name__ == "__main__":
