@@ -75,6 +75,18 @@ def test_protected_requests_outside_limit_the_extra_lane_time():
     assert plan.runs_now(T)  # a full batch would exceed the guard: no waiting for it
 
 
+def test_filling_drops_the_guard_and_the_half_slack_floor_but_makes_no_member_late():
+    # The guard case above and the half-slack case: filled, both batches grow.
+    plan = form_batch([cand(i, 1.0) for i in range(4)], T, D, guard=0.015, fill=True)
+    assert plan.members == (0, 1, 2, 3)
+    plan = form_batch([cand(1, 0.025), cand(2, 1.0), cand(3, 1.0)], T, D, fill=True)
+    assert plan.members == (1, 2, 3) and plan.runs_now(T)  # +20 ms of its 25 ms
+    # A mate with 5 ms to spare is still left out; lost units still batch freely.
+    plan = form_batch([cand(1, 0.025), cand(2, 0.005), cand(3, -0.2), cand(4, -0.1)], T, D,
+                      fill=True)
+    assert plan.members == (1, 3, 4)  # unit 1 leads (oldest tight), +20 ms of 25
+
+
 def test_may_wait_false_runs_now():
     assert form_batch([cand(1, 1.0)], T, D, may_wait=False).runs_now(T)
 
@@ -101,19 +113,20 @@ candidates_st = st.lists(
     st.tuples(st.floats(-0.1, 0.5), st.floats(0.0, 0.3)), min_size=1, max_size=10)
 
 
-@settings(max_examples=200, deadline=None)
-@given(durations_st, candidates_st, st.floats(0.0, 0.2) | st.just(float("inf")))
+@settings(max_examples=300, deadline=None)
+@given(durations_st, candidates_st, st.floats(0.0, 0.2) | st.just(float("inf")),
+       st.booleans())
 def test_no_batch_is_formed_that_the_predictor_says_would_miss_a_members_deadline(
-        durations, raw, guard):
+        durations, raw, guard, fill):
     cands = [Candidate(i, T + slack, rest) for i, (slack, rest) in enumerate(raw)]
-    plan = form_batch(cands, T, durations, guard=guard)
+    plan = form_batch(cands, T, durations, guard=guard, fill=fill)
     k = len(plan.members)
     tight = [c.request_id for c in cands if is_tight(c, T, durations)]
     assert plan.members[0] == (tight[0] if tight else 0) and 1 <= k <= len(durations)
     mates = list(plan.members[1:])
     assert mates == sorted(set(mates)) and plan.members[0] not in mates
     assert plan.duration == durations[k - 1]
-    if k >= 2:
+    if k >= 2 and not fill:  # filling, the guard does not apply
         assert durations[k - 1] - durations[0] <= guard
         for rid in plan.members:
             c = cands[rid]
@@ -126,11 +139,11 @@ def test_no_batch_is_formed_that_the_predictor_says_would_miss_a_members_deadlin
             assert plan.start_by + durations[-1] + cands[rid].rest <= cands[rid].deadline + 1e-12
 
 
-@settings(max_examples=200, deadline=None)
-@given(durations_st, candidates_st)
-def test_a_tight_unit_is_never_held_waiting_for_mates(durations, raw):
+@settings(max_examples=300, deadline=None)
+@given(durations_st, candidates_st, st.booleans())
+def test_a_tight_unit_is_never_held_waiting_for_mates(durations, raw, fill):
     cands = [Candidate(i, T + slack, rest) for i, (slack, rest) in enumerate(raw)]
-    plan = form_batch(cands, T, durations)
+    plan = form_batch(cands, T, durations, fill=fill)
     tight = [c.request_id for c in cands if is_tight(c, T, durations)]
     if tight:
         assert plan.runs_now(T)

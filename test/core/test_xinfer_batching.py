@@ -359,6 +359,27 @@ def test_the_pressure_verdict_with_and_without_ties():
 def test_ties_without_the_pressure_test_are_refused():
     with pytest.raises(ValueError, match="batch_on_ties needs batch_under_pressure"):
         policy(lane_gate=True, batch_on_ties=True)
+    with pytest.raises(ValueError, match="fill_under_pressure needs batch_under_pressure"):
+        policy(lane_gate=True, fill_under_pressure=True)
+
+
+def test_fill_forms_full_batches_under_pressure_where_ties_cut_them():
+    """Four lost arrivals (the ties test's backlog) plan one ViT batch.
+
+    A protected relaxed request outside them, predicted on time, sets the guard: ties
+    keeps the batch's extra time within it; fill, under pressure, batches all four.
+    """
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    sizes = {}
+    for preset in ("xinfer_batch_ties", "xinfer_batch_fill"):
+        p = make_policy(preset, rate_table=BATCH4, slots=(4, 4, 8))
+        assert isinstance(p, XInferPolicy) and forms_batches(preset)
+        ids = launched(p, [0.001] * 4)
+        assert p._under_pressure(Stage.VIT, 0.0)
+        p._batch_guard = lambda members, t: 1e-6  # a protected request with no spare
+        sizes[preset] = len(p.plan_batch(Stage.VIT, ids, 0.0).members)
+    assert sizes == {"xinfer_batch_ties": 1, "xinfer_batch_fill": 4}
 
 
 def _through(p: XInferPolicy, rid: int, until: Stage, t: float, step: float = 1e-4) -> float:

@@ -24,6 +24,13 @@ costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
   pays: the lane would have finished it). The caller runs the batch at ``start_by`` at
   the latest, or sooner when a mate arrives (it calls again).
 
+* **Under pressure, fill** (``fill``): when the policy finds that the stage's backlog
+  served in batches keeps more deadlines than served one unit at a time, the guard and
+  the tight members' half-slack floors no longer apply: a mate joins while no member
+  that could still make its deadline alone is made late by the batch. Lane batching's
+  full batches then form too, minus the ones the predictor says would cost a member
+  its deadline.
+
 All times are seconds. The function is pure and O(N · members): one lookup of the
 sizes' costs (:meth:`BatchCost.durations`) and a greedy scan of the candidates (lead
 first, then in their given order).
@@ -81,7 +88,8 @@ def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
 
 
 def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
-               guard: float = float("inf"), may_wait: bool = True) -> BatchPlan:
+               guard: float = float("inf"), may_wait: bool = True,
+               fill: bool = False) -> BatchPlan:
     """The batch a free lane runs, and how long it may wait for mates.
 
     Args:
@@ -94,6 +102,8 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
             duration over the lead alone must fit in it.
         may_wait: False runs the batch now whatever the slack (e.g. while mates cannot
             come: no other robot has work upstream of this stage).
+        fill: the stage is under pressure: no guard and no half-slack floors, only no
+            member made late (see module doc).
 
     Returns:
         The plan; ``members`` is never empty.
@@ -103,12 +113,12 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
     """
     return form_batch_of([c.request_id for c in candidates], [c.deadline for c in candidates],
                          [c.rest for c in candidates], t, durations, guard=guard,
-                         may_wait=may_wait)
+                         may_wait=may_wait, fill=fill)
 
 
 def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequence[float],
                   t: float, durations: Sequence[float], *, guard: float = float("inf"),
-                  may_wait: bool = True) -> BatchPlan:
+                  may_wait: bool = True, fill: bool = False) -> BatchPlan:
     """:func:`form_batch` on the candidates' fields as parallel sequences.
 
     The policy's hot path (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`
@@ -122,6 +132,8 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     n = len(ids)
     if not n:
         raise ValueError("form_batch needs at least one candidate")
+    if fill:
+        guard = math.inf
     if not durations:
         raise ValueError("form_batch needs the duration of a batch of one")
     n_max = len(durations)
@@ -142,8 +154,10 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     # The oldest tight unit leads when there is one: it must not queue behind a relaxed
     # lead's batch (nor behind a lead that waits for mates).
     first = tight.index(True) if True in tight else 0
+    # Filling, a member keeps a floor of 0 (if it can still make it alone), never half.
+    spread_floor = 0.0 if fill else spread
     members = [first]
-    floors = [_floor_of(alone[first], spread)]
+    floors = [_floor_of(alone[first], spread_floor)]
     for i in range(n):
         if i == first:
             continue
@@ -153,7 +167,7 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
         extra = durations[k] - d1
         if extra > guard:
             break  # larger batches only cost more lane time
-        floor = _floor_of(alone[i], spread)
+        floor = _floor_of(alone[i], spread_floor)
         # Slack in a batch of duration d is the slack alone less the extra duration.
         if alone[i] - extra < floor:
             continue  # this mate would be late (or lose its tight slack): skip it

@@ -78,6 +78,11 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # is batched whenever batches keep as many (any late unit suffices).
     "xinfer_batch_ties": {"max_batch": 4, "lane_gate": True, "ride_along": True,
                           "batch_under_pressure": True, "batch_on_ties": True},
+    # The same, and under pressure batches fill up: no guard, no half-slack floors, only
+    # no member made late.
+    "xinfer_batch_fill": {"max_batch": 4, "lane_gate": True, "ride_along": True,
+                          "batch_under_pressure": True, "batch_on_ties": True,
+                          "fill_under_pressure": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -91,7 +96,8 @@ BATCH_FORMING = "xinfer_batch"
 BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_deferred", "xinfer_batch_guarded",
                                            "xinfer_batch_gated", "xinfer_batch_riders",
-                                           "xinfer_batch_pressure", "xinfer_batch_ties"})
+                                           "xinfer_batch_pressure", "xinfer_batch_ties",
+                                           "xinfer_batch_fill"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

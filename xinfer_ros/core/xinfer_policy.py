@@ -299,6 +299,13 @@ class XInferPolicy(Policy):
             deadline and batches keep at least as many, so deadlines lost either way
             (most of a saturated server's backlog, but one late unit suffices) no
             longer keep the backlog on one unit at a time.
+        fill_under_pressure: an experiment (off by default), with
+            ``batch_under_pressure``: while a stage is under pressure its batches form
+            without the guard and the tight members' half-slack floors (``fill`` of
+            :func:`~xinfer_ros.core.batch_formation.form_batch`): only no member made
+            late. Past saturation ``batch_on_ties`` ran Action batches of 1.45 units on
+            average against lane batching's 2.42 (docs/BENCHMARKS.md section 5.3): the
+            pressure test said batches keep more deadlines, and formation then cut them.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -341,6 +348,7 @@ class XInferPolicy(Policy):
         ride_along: bool = False,
         batch_under_pressure: bool = False,
         batch_on_ties: bool = False,
+        fill_under_pressure: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -357,13 +365,16 @@ class XInferPolicy(Policy):
         self.ride_along = bool(ride_along)
         self.batch_under_pressure = bool(batch_under_pressure)
         self.batch_on_ties = bool(batch_on_ties)
+        self.fill_under_pressure = bool(fill_under_pressure)
         for flag, on in (("ride_along", self.ride_along),
                          ("batch_under_pressure", self.batch_under_pressure)):
             if on and not self.lane_gate:
                 raise ValueError(f"{flag} needs lane_gate: without it, it would do nothing")
-        if self.batch_on_ties and not self.batch_under_pressure:
-            raise ValueError("batch_on_ties needs batch_under_pressure: "
-                             "without it, it would do nothing")
+        for flag, on in (("batch_on_ties", self.batch_on_ties),
+                         ("fill_under_pressure", self.fill_under_pressure)):
+            if on and not self.batch_under_pressure:
+                raise ValueError(f"{flag} needs batch_under_pressure: "
+                                 "without it, it would do nothing")
         #: With the lane gate: request id -> (stage, batch number) of each unit whose
         #: formed batch started (start_batch); stale entries are pruned when read.
         self._started: dict[int, tuple[int, int]] = {}
@@ -461,7 +472,8 @@ class XInferPolicy(Policy):
         arrivals, which may always come). Holding for mates not due cost 4 to 7 points
         of attainment above the ERC in the simulator (docs/BENCHMARKS.md section 5.3).
         With ``batch_under_pressure`` the lead holds only while ``stage`` is under
-        pressure (:meth:`_under_pressure`).
+        pressure (:meth:`_under_pressure`); with ``fill_under_pressure`` the batch then
+        also forms without guard and half-slack floors.
 
         Args:
             stage: the lane's stage.
@@ -496,10 +508,14 @@ class XInferPolicy(Policy):
         if cost is not None and self.forecast_batch_guard and self.arrival_aware:
             guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
         may_wait = cost is not None and self.batch_hold
-        if may_wait and self._gates() and self.batch_under_pressure:
-            may_wait = self._under_pressure(s, t)
+        fill = False
+        if ((may_wait or self.fill_under_pressure) and self._gates()
+                and self.batch_under_pressure):
+            pressed = self._under_pressure(s, t)
+            may_wait = may_wait and pressed
+            fill = pressed and self.fill_under_pressure
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
-                             guard=guard, may_wait=may_wait)
+                             guard=guard, may_wait=may_wait, fill=fill)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
