@@ -10,7 +10,8 @@ spreading), and ``xinfer_batch`` (slack-aware batch formation, issue 28; without
 mates: ``xinfer_batch_nohold``; launching only into free lanes: ``xinfer_batch_gated``,
 and with mates past ViT launched without admission: ``xinfer_batch_riders``, batching
 only under pressure: ``xinfer_batch_pressure``, and also when serving alone misses a
-deadline that batches would not save: ``xinfer_batch_ties``; the
+deadline that batches would not save: ``xinfer_batch_ties``, and filling batches under
+pressure: ``xinfer_batch_fill``; the
 experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """

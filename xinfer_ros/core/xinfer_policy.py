@@ -299,7 +299,9 @@ class XInferPolicy(Policy):
             deadline and batches keep at least as many, so deadlines lost either way
             (most of a saturated server's backlog, but one late unit suffices) no
             longer keep the backlog on one unit at a time.
-        fill_under_pressure: an experiment (off by default), with
+        fill_under_pressure: an experiment (off by default: on the engine it holds at 4
+            robots but is 2.2 points short of lane batching at 8 and 13.4 at 12, its
+            units shed while they wait for lanes, docs/BENCHMARKS.md section 5.3), with
             ``batch_under_pressure``: while a stage is under pressure its batches form
             without the guard and the tight members' half-slack floors (``fill`` of
             :func:`~xinfer_ros.core.batch_formation.form_batch`): only no member made
