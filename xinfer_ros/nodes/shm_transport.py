@@ -8,13 +8,14 @@ three such cameras at 10 Hz on a loaded two-core machine lost 84 of 240 frames t
 (the server, behind on nothing, then found its newest frame over
 ``max_observation_age_s`` old). With a 64 MiB segment it lost none.
 
-A reader killed while it holds a frame (a server killed by SIGKILL or a crash, then
-restarted by ``respawn:=true``) leaves that frame's buffer referenced in the writer's
-segment for good (eProsima/Fast-DDS#5469). In a 512 KiB segment one or two such buffers
-leave no room for another frame, and that writer's frames stop for every reader, the
+A reader killed while it holds frames (a server killed by SIGKILL or a crash, then
+restarted by ``respawn:=true``) can stop that writer's frames for every reader, the
 restarted server included, while its small messages (joint states) still arrive: the
-simulated robot's cameras did so after 1 of 20 server kills on a loaded two-core host.
-A segment of many frames outlives a few pinned ones.
+simulated robot's cameras did so after 2 of 29 server kills with the default segment,
+and after none of 70 with 16 MiB (docs/BENCHMARKS.md section 6.3). Our reading, not
+traced in Fast DDS's code: the killed reader's buffers stay referenced in the writer's
+segment (the symptom of eProsima/Fast-DDS#5469), and in 512 KiB one or two pinned
+frames leave no room for another; a segment of many frames outlives a few.
 
 The writer's own process's segment is what counts: :func:`use_large_segment` writes a
 participant profile and points this process's Fast DDS at it (before ``rclpy.init``).
