@@ -361,6 +361,31 @@ def test_ties_without_the_pressure_test_are_refused():
         policy(lane_gate=True, batch_on_ties=True)
     with pytest.raises(ValueError, match="fill_under_pressure needs batch_under_pressure"):
         policy(lane_gate=True, fill_under_pressure=True)
+    with pytest.raises(ValueError, match="slots_under_pressure needs fill_under_pressure"):
+        policy(lane_gate=True, batch_under_pressure=True, slots_under_pressure=True)
+
+
+def test_slots_under_pressure_launch_a_lost_backlog_up_to_the_slots():
+    """Eight lost arrivals on one ViT lane (slots 4, batches of 4), the lane busy.
+
+    The gate launches no ViT unit while its one lane runs a batch; under pressure,
+    ``slots_under_pressure`` launches up to the stage's four slots as lane batching
+    does. Relaxed arrivals (no pressure) launch one per free lane either way.
+    """
+    from xinfer_ros.core.registry import make_policy
+
+    counts = {}
+    for preset in ("xinfer_batch_fill", "xinfer_batch_fill_slots"):
+        p = make_policy(preset, rate_table=BATCH4, slots=(4, 4, 8))
+        assert isinstance(p, XInferPolicy)
+        first = launched(p, [0.001])
+        p.start_batch(Stage.VIT, first, 0.0)  # the one ViT lane is busy
+        launched(p, [0.001] * 7, 1e-4)
+        assert p._under_pressure(Stage.VIT, 1e-4)
+        counts[preset] = len(running(p, Stage.VIT))
+        relaxed = make_policy(preset, rate_table=BATCH4, slots=(4, 4, 8))
+        assert len(launched(relaxed, [2.0] * 3)) == 1
+    assert counts == {"xinfer_batch_fill": 1, "xinfer_batch_fill_slots": 4}
 
 
 def test_fill_forms_full_batches_under_pressure_where_ties_cut_them():

@@ -84,6 +84,11 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch_fill": {"max_batch": 4, "lane_gate": True, "ride_along": True,
                           "batch_under_pressure": True, "batch_on_ties": True,
                           "fill_under_pressure": True},
+    # The same, and under pressure units launch up to the stage's slots (lane batching's
+    # launch), not one batch per free lane.
+    "xinfer_batch_fill_slots": {"max_batch": 4, "lane_gate": True, "ride_along": True,
+                                "batch_under_pressure": True, "batch_on_ties": True,
+                                "fill_under_pressure": True, "slots_under_pressure": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -98,7 +103,7 @@ BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_deferred", "xinfer_batch_guarded",
                                            "xinfer_batch_gated", "xinfer_batch_riders",
                                            "xinfer_batch_pressure", "xinfer_batch_ties",
-                                           "xinfer_batch_fill"})
+                                           "xinfer_batch_fill", "xinfer_batch_fill_slots"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

@@ -308,6 +308,12 @@ class XInferPolicy(Policy):
             late. Past saturation ``batch_on_ties`` ran Action batches of 1.45 units on
             average against lane batching's 2.42 (docs/BENCHMARKS.md section 5.3): the
             pressure test said batches keep more deadlines, and formation then cut them.
+        slots_under_pressure: an experiment (off by default), with
+            ``fill_under_pressure``: while a stage is under pressure its units launch
+            up to the stage's slots, as lane batching's do, not one batch per free lane;
+            formation still makes no member late. With fill alone, units waited for a
+            free lane in the ready queue and were shed there (docs/BENCHMARKS.md
+            section 5.3).
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -351,6 +357,7 @@ class XInferPolicy(Policy):
         batch_under_pressure: bool = False,
         batch_on_ties: bool = False,
         fill_under_pressure: bool = False,
+        slots_under_pressure: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -368,6 +375,10 @@ class XInferPolicy(Policy):
         self.batch_under_pressure = bool(batch_under_pressure)
         self.batch_on_ties = bool(batch_on_ties)
         self.fill_under_pressure = bool(fill_under_pressure)
+        self.slots_under_pressure = bool(slots_under_pressure)
+        if self.slots_under_pressure and not self.fill_under_pressure:
+            raise ValueError("slots_under_pressure needs fill_under_pressure: "
+                             "without it, it would do nothing")
         for flag, on in (("ride_along", self.ride_along),
                          ("batch_under_pressure", self.batch_under_pressure)):
             if on and not self.lane_gate:
@@ -1007,6 +1018,28 @@ class XInferPolicy(Policy):
                                                  launches=launches)
         return launches
 
+    def _stage_limit(self, s: int, t: float,
+                     lane_use: tuple[int, int] | None) -> tuple[int, bool]:
+        """Stage ``s``'s launch limit now, and whether it counts as under pressure.
+
+        ``lane_use``: :meth:`_lane_use` of ``s`` with the lane gate, else None.
+        """
+        gates = lane_use is not None
+        if self.slots_under_pressure and gates:
+            # Under pressure, launch as lane batching does (formation still checks every
+            # member); the test runs each time, since it may raise the limit.
+            pressed = self._under_pressure(s, t)
+            return (self.slots[s] if pressed
+                    else self._launch_limit(s, lane_use, pressed=False)), pressed
+        limit = self._launch_limit(s, lane_use)
+        # The pressure test only lowers the limit: skip it when nothing may launch.
+        pressed = (self.tracker.counts[s] >= limit
+                   or not (gates and self.batch_under_pressure)
+                   or self._under_pressure(s, t))
+        if not pressed:
+            limit = self._launch_limit(s, lane_use, pressed=False)
+        return limit, pressed
+
     def _dispatch_stage(self, s: Stage, t: float, units: dict[int, tuple[float, float, int]],
                         *, protected: set[int], nf: tuple[int, int, int],
                         launches: list[Launch]) -> tuple[set[int], tuple[int, int, int]]:
@@ -1016,12 +1049,7 @@ class XInferPolicy(Policy):
             return protected, nf
         gates = self._gates()
         lane_use = self._lane_use(s) if gates else None
-        limit = self._launch_limit(s, lane_use)
-        # The pressure test only lowers the limit: skip it when nothing may launch anyway.
-        pressed = (counts[s] >= limit or not (gates and self.batch_under_pressure)
-                   or self._under_pressure(s, t))
-        if not pressed:
-            limit = self._launch_limit(s, lane_use, pressed=False)
+        limit, pressed = self._stage_limit(s, t, lane_use)
         # Unpressed, admission must see the launch limit as unbatched XInfer sees its
         # slots: a unit it admits holds a lane until done, which protected work may need.
         self._admit_slots[s] = self.slots[s] if pressed else limit
