@@ -11,7 +11,8 @@ mates: ``xinfer_batch_nohold``; launching only into free lanes: ``xinfer_batch_g
 and with mates past ViT launched without admission: ``xinfer_batch_riders``, batching
 only under pressure: ``xinfer_batch_pressure``, and also when serving alone misses a
 deadline that batches would not save: ``xinfer_batch_ties``, and filling batches under
-pressure: ``xinfer_batch_fill``; the
+pressure: ``xinfer_batch_fill``, also launching up to the slots under pressure:
+``xinfer_batch_fill_slots``; the
 experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """

@@ -308,7 +308,9 @@ class XInferPolicy(Policy):
             late. Past saturation ``batch_on_ties`` ran Action batches of 1.45 units on
             average against lane batching's 2.42 (docs/BENCHMARKS.md section 5.3): the
             pressure test said batches keep more deadlines, and formation then cut them.
-        slots_under_pressure: an experiment (off by default), with
+        slots_under_pressure: an experiment (off by default: within 2 points of the best
+            other arm at 4, 8 and 12 robots in one hour, but 2 and 6 robots, parcel and
+            its decision cost are unmeasured, docs/BENCHMARKS.md section 5.3), with
             ``fill_under_pressure``: while a stage is under pressure its units launch
             up to the stage's slots, as lane batching's do, not one batch per free lane;
             formation still makes no member late. With fill alone, units waited for a
