@@ -420,6 +420,8 @@ def _through(p: XInferPolicy, rid: int, until: Stage, t: float, step: float = 1e
     raise AssertionError(f"{until} not reached")
 
 
+# Not fill_slots: with both Action lanes busy its backlog is under pressure, and it
+# launches relaxed into the slots then, as it is meant to.
 @pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_ties",
                                     "xinfer_batch_riders"])
 def test_unpressed_riders_wait_for_admission(preset):
@@ -463,7 +465,7 @@ def test_unpressed_riders_wait_for_admission(preset):
 
 
 @pytest.mark.parametrize("preset", ["xinfer_batch_pressure", "xinfer_batch_ties",
-                                    "xinfer_batch_gated"])
+                                    "xinfer_batch_fill_slots", "xinfer_batch_gated"])
 def test_unpressed_admission_sees_the_launch_limit_as_the_stage_slots(preset):
     """A relaxed Action unit that would hold the last free lane a protected one needs.
 

@@ -9,15 +9,20 @@ import pytest
 
 pytest.importorskip("rclpy")
 
+#: What decides the transport of a Fast DDS process (see nodes/shm_transport).
+_DDS_VARS = ("RMW_IMPLEMENTATION", "FASTDDS_DEFAULT_PROFILES_FILE",
+             "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_BUILTIN_TRANSPORTS")
+
 
 def test_robot_sim_starts_with_a_large_shared_memory_segment(monkeypatch) -> None:
     """The profile is in place before rclpy starts, and gone with the node."""
     from xinfer_ros.nodes import robot_sim, runtime
     from xinfer_ros.nodes.shm_transport import SIM_SEGMENT_BYTES
 
-    for var in ("RMW_IMPLEMENTATION", "FASTDDS_DEFAULT_PROFILES_FILE",
-                "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_BUILTIN_TRANSPORTS"):
-        monkeypatch.delenv(var, raising=False)
+    # Empty counts as unset, and monkeypatch restores what was there (main sets the
+    # profile variable itself; a delenv of an absent variable would not undo that).
+    for var in _DDS_VARS:
+        monkeypatch.setenv(var, "")
     seen: dict[str, str] = {}
 
     def spin(factory, argv=None, threads=1) -> int:
@@ -30,13 +35,19 @@ def test_robot_sim_starts_with_a_large_shared_memory_segment(monkeypatch) -> Non
     assert robot_sim.main([]) == 0
     assert seen["factory"] == "RobotSim"
     assert f"<segment_size>{SIM_SEGMENT_BYTES}<" in seen["profile"]
-    assert SIM_SEGMENT_BYTES >= 16 * 2**20  # 2 s of the default cameras, with room
     assert not Path(seen["path"]).exists()
+    # The segment holds 2 s of the default cameras' frames (rgb8).
+    default = {spec.name: spec.default for spec in robot_sim.PARAMS}
+    per_second = (sum(default["camera_widths"]) * default["camera_height"] * 3
+                  * default["camera_rate_hz"])
+    assert 2.0 * per_second <= SIM_SEGMENT_BYTES
 
 
 def test_robot_sim_leaves_a_users_dds_profile_alone(monkeypatch) -> None:
     from xinfer_ros.nodes import robot_sim, runtime
 
+    for var in _DDS_VARS:
+        monkeypatch.setenv(var, "")
     monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", "/etc/site.xml")
     monkeypatch.setattr(runtime, "spin_node",
                         lambda *a, **k: 0 if os.environ["FASTDDS_DEFAULT_PROFILES_FILE"]

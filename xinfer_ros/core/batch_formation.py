@@ -25,9 +25,10 @@ costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
   the latest, or sooner when a mate arrives (it calls again).
 
 * **Under pressure, fill** (``fill``): when the policy finds that the stage's backlog
-  served in batches keeps more deadlines than served one unit at a time, the guard and
-  the tight members' half-slack floors no longer apply: a mate joins while no member
-  that could still make its deadline alone is made late by the batch. Lane batching's
+  served in batches keeps more deadlines than served one unit at a time, the guard (on
+  the batch's extra time and on a relaxed lead's hold alike) and the tight members'
+  half-slack floors no longer apply: a mate joins while no member that could still
+  make its deadline alone is made late by the batch. Lane batching's
   full batches then form too, minus the ones the predictor says would cost a member
   its deadline.
 
@@ -102,8 +103,8 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
             duration over the lead alone must fit in it.
         may_wait: False runs the batch now whatever the slack (e.g. while mates cannot
             come: no other robot has work upstream of this stage).
-        fill: the stage is under pressure: no guard and no half-slack floors, only no
-            member made late (see module doc).
+        fill: the stage is under pressure: no guard (on mates nor on holding) and no
+            half-slack floors, only no member made late (see module doc).
 
     Returns:
         The plan; ``members`` is never empty.
@@ -133,7 +134,7 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     if not n:
         raise ValueError("form_batch needs at least one candidate")
     if fill:
-        guard = math.inf
+        guard = math.inf  # on the batch's extra time and on holding for mates alike
     if not durations:
         raise ValueError("form_batch needs the duration of a batch of one")
     n_max = len(durations)

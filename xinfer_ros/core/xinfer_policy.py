@@ -313,7 +313,9 @@ class XInferPolicy(Policy):
             its decision cost are unmeasured, docs/BENCHMARKS.md section 5.3), with
             ``fill_under_pressure``: while a stage is under pressure its units launch
             up to the stage's slots, as lane batching's do, not one batch per free lane;
-            formation still makes no member late. With fill alone, units waited for a
+            formation still makes no member late. Riders past ViT then launch without
+            admission up to the slots too (8 Action units on slots 4,4,8, not
+            ``max_batch`` per free lane). With fill alone, units waited for a
             free lane in the ready queue and were shed there (docs/BENCHMARKS.md
             section 5.3).
         lazy_slots: our extension for devices where concurrent units slow each other
@@ -1029,7 +1031,10 @@ class XInferPolicy(Policy):
         gates = lane_use is not None
         if self.slots_under_pressure and gates:
             # Under pressure, launch as lane batching does (formation still checks every
-            # member); the test runs each time, since it may raise the limit.
+            # member); the test runs whenever a unit could launch, since it may raise
+            # the limit.
+            if self.tracker.counts[s] >= self.slots[s]:
+                return self.slots[s], True
             pressed = self._under_pressure(s, t)
             return (self.slots[s] if pressed
                     else self._launch_limit(s, lane_use, pressed=False)), pressed
