@@ -37,6 +37,12 @@ POLICIES: Mapping[str, Callable[..., Policy]] = {
     XInferPolicy.name: XInferPolicy,
 }
 
+# The gated batch-forming presets, each the one before it and one more setting.
+_RIDERS: Mapping[str, object] = {"max_batch": 4, "lane_gate": True, "ride_along": True}
+_PRESSURE: Mapping[str, object] = {**_RIDERS, "batch_under_pressure": True}
+_TIES: Mapping[str, object] = {**_PRESSURE, "batch_on_ties": True}
+_FILL: Mapping[str, object] = {**_TIES, "fill_under_pressure": True}
+
 #: Ablation presets: name -> XInferPolicy keyword arguments (App. C.3).
 ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_no_interference": {"interference": False},
@@ -71,25 +77,19 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch_gated": {"max_batch": 4, "lane_gate": True},
     # The same, and past ViT a batch's mates launch without admission (the former
     # prices the extra batch time they cost).
-    "xinfer_batch_riders": {"max_batch": 4, "lane_gate": True, "ride_along": True},
+    "xinfer_batch_riders": _RIDERS,
     # Riders that batch a stage only while batches keep more of its backlog's deadlines
     # than serving units alone: unbatched XInfer's launches below saturation.
-    "xinfer_batch_pressure": {"max_batch": 4, "lane_gate": True, "ride_along": True,
-                              "batch_under_pressure": True},
+    "xinfer_batch_pressure": _PRESSURE,
     # The same, erring towards batching: a backlog that misses a deadline served alone
     # is batched whenever batches keep as many (any late unit suffices).
-    "xinfer_batch_ties": {"max_batch": 4, "lane_gate": True, "ride_along": True,
-                          "batch_under_pressure": True, "batch_on_ties": True},
+    "xinfer_batch_ties": _TIES,
     # The same, and under pressure batches fill up: no guard, no half-slack floors, only
     # no member made late.
-    "xinfer_batch_fill": {"max_batch": 4, "lane_gate": True, "ride_along": True,
-                          "batch_under_pressure": True, "batch_on_ties": True,
-                          "fill_under_pressure": True},
+    "xinfer_batch_fill": _FILL,
     # The same, and under pressure units launch up to the stage's slots (lane batching's
     # launch), not one batch per free lane.
-    "xinfer_batch_fill_slots": {"max_batch": 4, "lane_gate": True, "ride_along": True,
-                                "batch_under_pressure": True, "batch_on_ties": True,
-                                "fill_under_pressure": True, "slots_under_pressure": True},
+    "xinfer_batch_fill_slots": {**_FILL, "slots_under_pressure": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
