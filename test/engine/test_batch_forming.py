@@ -210,6 +210,39 @@ def test_a_lone_request_on_the_fast_path_runs_the_planned_batches() -> None:
     assert not spy.violations
 
 
+def test_a_lone_request_of_a_pressure_gated_policy_runs_on_the_fast_lane() -> None:
+    """Formed batches keep the fast path: an idle engine runs a lone request's one-unit
+    batches back to back on the fast lane, as it does without batching.
+
+    Before (2026-12-05), a formed batch always went to a stage lane, so a batch-forming
+    arm never ran a unit on the fast lane and lost its speed at low load.
+    ``xinfer_batch_fill_slots`` holds no lead when unpressed, so every unit runs there.
+    """
+    engine, backend, spy = _engine("xinfer_batch_fill_slots")
+    threads: list[str] = []
+    run_batch = backend.run_batch
+
+    def recorded(stage: Stage, states: Sequence[Any], lane: LaneInfo | None) -> None:
+        threads.append(threading.current_thread().name)
+        run_batch(stage, states, lane)
+
+    backend.run_batch = recorded  # type: ignore[method-assign]
+    engine.start()
+    try:
+        results = [engine.submit(RequestInputs(seed=i), 2.0, f"r{i}").result(10)
+                   for i in range(3)]  # one at a time: each finds the engine idle
+        stats = engine.stats()
+    finally:
+        engine.close()
+    assert all(r.ok for r in results), [r.reason for r in results]
+    assert stats["fast_path_units"] == 3 * len(results), stats
+    assert len(threads) == 3 * len(results) and all("fast" in t for t in threads), threads
+    for r in results:
+        assert {s: ids for s, (ids, _) in _starts(backend, r.request_id).items()} == \
+            {s: (r.request_id,) for s in Stage}
+    assert not spy.violations and engine._formed.free(Stage.ACTION) == 2
+
+
 def test_lanes_batch_as_before_under_other_policies() -> None:
     clock = Clock(1.0)
     backend = BatchingEmulated(BATCH4, clock)

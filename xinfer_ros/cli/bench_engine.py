@@ -268,7 +268,9 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
                          if engine.rate_correction is not None else None),
         statuses=statuses,
         dispatcher={"decisions": stats["decisions"],
-                    "decision_ms_total": stats["decision_ms_total"]},
+                    "decision_ms_total": stats["decision_ms_total"],
+                    "fast_path_steps": stats["fast_path_steps"],
+                    "fast_path_units": stats["fast_path_units"]},
         arm=args.arm,
         speed_probe=speed,
         batches=engine.batches.snapshot(),
@@ -365,7 +367,8 @@ def _fmt(report: EngineReport) -> str:
     disp = report.dispatcher
     lines.append(f"{prefix}statuses: {report.statuses} decisions={disp['decisions']} "
                  f"({disp['decision_ms_total'] / max(disp['decisions'], 1) * 1e3:.0f} us each, "
-                 f"{disp['decision_ms_total'] / 1e3 / report.duration_s * 100:.1f}% of the run)")
+                 f"{disp['decision_ms_total'] / 1e3 / report.duration_s * 100:.1f}% of the run; "
+                 f"fast path: {disp.get('fast_path_units', 0)} units)")
     if report.simulator is not None:
         sm = report.simulator.metrics
         lines.append(f"{prefix}simulator (same policy/workload/seed): attainment="

@@ -45,6 +45,8 @@ class Dispatcher(TypedDict):
 
     decisions: int
     decision_ms_total: float
+    fast_path_steps: int  # steps taken off the dispatcher thread while the engine was idle
+    fast_path_units: int  # units the fast lane ran back to back (no lane hand-off)
 
 
 @dataclass(frozen=True)

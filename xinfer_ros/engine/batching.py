@@ -362,6 +362,16 @@ class UnitRunner:
         completions cause sees it free. The issue time the backend sees is ``started``,
         not the launch: a unit held for mates did no work before its batch started.
         """
+        for event in self.execute_formed(stage, batch, started, release):
+            self.done(event)
+
+    def execute_formed(self, stage: Stage, batch: list[Waiting], started: float,
+                       release: Callable[[Stage], None]) -> list[UnitDone]:
+        """Run a formed batch on this thread as :meth:`run_formed` does.
+
+        Returns:
+            Its completions, unreported: the engine's fast path handles them itself.
+        """
         released = False
 
         def release_once(s: Stage) -> None:
@@ -371,11 +381,9 @@ class UnitRunner:
                 release(s)
 
         try:
-            events = self._run_units(stage, batch, started, release_once)
+            return self._run_units(stage, batch, started, release_once)
         finally:
             release_once(stage)  # the lane is freed even if the run itself broke
-        for event in events:
-            self.done(event)
 
     def _run_units(self, stage: Stage, batch: list[Waiting], issued: float,
                    release: Callable[[Stage], None] | None = None) -> list[UnitDone]:

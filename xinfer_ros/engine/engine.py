@@ -30,10 +30,11 @@ anywhere, no event pending, no draining policy), the thread that produced the
 request's next event takes the step itself: the same handler, decision, launches and
 delivery the dispatcher would run. Where the backend allows it
 (``Backend.chains_stages``), ``submit`` hands such a request to the one *fast* lane,
-which prepares it and runs each unit the step launches, and its output, back to back:
-two wake-ups. Whatever arrives mid-chain (a request, a cancel, a policy or switch
-change) makes the next step find the engine busy: the event goes to the dispatcher,
-which continues the request on the ordinary lanes.
+which prepares it and runs each unit the step launches (or the batch a batch-forming
+policy forms of it), and its output, back to back: two wake-ups. Whatever arrives
+mid-chain (a request, a cancel, a policy or switch change) makes the next step find
+the engine busy: the event goes to the dispatcher, which continues the request on the
+ordinary lanes.
 
 Thread-safety: :meth:`StageEngine.submit`, :meth:`cancel`, :meth:`set_policy`,
 :meth:`stats` and :meth:`close` may be called from any thread (e.g. ROS callbacks).
@@ -115,14 +116,17 @@ _STAGE_FIELD = {Stage.VIT: "vit_ms", Stage.PREFILL: "prefill_ms", Stage.ACTION: 
 
 @dataclass(frozen=True, slots=True)
 class _Started:
-    """Work a step started: a unit of ``stage``, or ``live``'s output."""
+    """Work a step started: a unit of ``stage``, a batch a policy formed, or an output."""
 
-    #: The stage of a launched unit (None for an output).
+    #: The stage of a launched unit or formed batch (None for an output).
     stage: Stage | None = None
     #: The request whose output processing starts (None for a unit).
     live: LiveRequest | None = None
     #: Engine time of the decision.
     now: float = math.nan
+    #: The units of a batch a policy formed, its lane already counted busy (None for a
+    #: unit the lanes batch themselves).
+    formed: list[Waiting] | None = None
 
 
 class StageEngine:
@@ -797,13 +801,19 @@ class StageEngine:
         for s in STAGES:
             for batch in formed.form(s, now, policy, policy.plan_batch, tick):
                 self._batch_started(policy, s, batch, now)
-                try:
-                    self._stage_lanes[s].submit(self._units.run_formed, s, batch, now,
-                                                formed.release)
-                except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
-                    formed.release(s)
-                    for unit in batch:
-                        self._events.put(UnitDone(unit.live, s, now, now, exc))
+                if self._capture is not None:  # started once the step lock is released
+                    self._capture.append(_Started(stage=s, now=now, formed=batch))
+                else:
+                    self._submit_formed(s, batch, now)
+
+    def _submit_formed(self, s: Stage, batch: list[Waiting], now: float) -> None:
+        formed = self._formed
+        try:
+            self._stage_lanes[s].submit(self._units.run_formed, s, batch, now, formed.release)
+        except RuntimeError as exc:  # the lanes were shut down: never leave it waiting
+            formed.release(s)
+            for unit in batch:
+                self._events.put(UnitDone(unit.live, s, now, now, exc))
 
     def _batch_started(self, policy: XInferPolicy, s: Stage, batch: list[Waiting],
                        now: float) -> None:
@@ -925,7 +935,13 @@ class StageEngine:
         if item.stage is None:
             assert item.live is not None
             return self._output(item.live)
-        done = self._units.execute(item.stage)
+        if item.formed is not None:
+            # A batch-forming policy's batch (on an idle engine, the request's one unit):
+            # its lane was counted busy when it formed, and is freed before this returns.
+            done = self._units.execute_formed(item.stage, item.formed, item.now,
+                                              self._formed.release)
+        else:
+            done = self._units.execute(item.stage)
         self._fast_units += len(done)
         if len(done) == 1:
             return done[0]
@@ -934,8 +950,11 @@ class StageEngine:
         return None
 
     def _hand_over(self, item: _Started) -> None:
-        """Start a captured unit or output on its own lane."""
-        if item.stage is not None:
+        """Start a captured unit, formed batch or output on its own lane."""
+        if item.formed is not None:
+            assert item.stage is not None
+            self._submit_formed(item.stage, item.formed, item.now)
+        elif item.stage is not None:
             self._submit_unit(item.stage, item.now)
         elif item.live is not None:
             self._cpu.submit(self._output_task, item.live)
