@@ -407,6 +407,37 @@ def test_fill_forms_full_batches_under_pressure_where_ties_cut_them():
     assert sizes == {"xinfer_batch_ties": 1, "xinfer_batch_fill": 4}
 
 
+def test_fill_skips_the_guard_it_drops_and_keeps_it_when_unpressed():
+    """Under pressure a filling batch has no guard, so plan_batch does not compute one;
+    unpressed (relaxed arrivals), fill plans with the guard as ties does."""
+    from xinfer_ros.core.registry import make_policy
+
+    calls = []
+
+    def counted(p: XInferPolicy) -> None:
+        real = p._batch_guard
+
+        def guard(members: set[int], t: float) -> float:
+            calls.append(len(members))
+            return real(members, t)
+        p._batch_guard = guard  # type: ignore[method-assign]
+
+    pressed = make_policy("xinfer_batch_fill", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(pressed, XInferPolicy)
+    ids = launched(pressed, [0.001] * 4)
+    assert pressed._under_pressure(Stage.VIT, 0.0)
+    counted(pressed)
+    assert len(pressed.plan_batch(Stage.VIT, ids, 0.0).members) == 4
+    assert calls == []
+    relaxed = make_policy("xinfer_batch_fill", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(relaxed, XInferPolicy)
+    ids = launched(relaxed, [2.0])
+    assert not relaxed._under_pressure(Stage.VIT, 0.0)
+    counted(relaxed)
+    relaxed.plan_batch(Stage.VIT, ids, 0.0)
+    assert calls == [1]
+
+
 def _through(p: XInferPolicy, rid: int, until: Stage, t: float, step: float = 1e-4) -> float:
     """Run ``rid``'s launched units alone up to ``until``, which it is launched into
     (and started on a lane); returns the time reached."""

@@ -28,6 +28,7 @@ Ablation switches (App. C.3) and the experimental, default-off extensions
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -521,9 +522,6 @@ class XInferPolicy(Policy):
         others_index = pred.index(others)
         rest = pred.suffix_tab[others_index][s + 1]
         members = set(request_ids)
-        guard = self._batch_guard(members, t)
-        if cost is not None and self.forecast_batch_guard and self.arrival_aware:
-            guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
         may_wait = cost is not None and self.batch_hold
         fill = False
         if ((may_wait or self.fill_under_pressure) and self._gates()
@@ -531,6 +529,13 @@ class XInferPolicy(Policy):
             pressed = self._under_pressure(s, t)
             may_wait = may_wait and pressed
             fill = pressed and self.fill_under_pressure
+        # A filling batch has no guard (form_batch_of drops it): spare the scan of every
+        # protected request on the lane's hot path.
+        guard = math.inf
+        if not fill:
+            guard = self._batch_guard(members, t)
+            if cost is not None and self.forecast_batch_guard and self.arrival_aware:
+                guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
                              guard=guard, may_wait=may_wait, fill=fill)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
