@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -31,6 +32,15 @@ def _ros2(*args: str) -> str:
         return "".join(x.decode() if isinstance(x, bytes) else x
                        for x in (exc.stdout, exc.stderr) if x)
     return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_daemon_left() -> Iterator[None]:
+    """Stop the ``ros2 daemon`` these CLI calls start (one per domain id), which would
+    otherwise outlive the tests (seen after a CI run on 2026-12-04)."""
+    yield
+    if shutil.which("ros2") is not None:
+        _ros2("daemon", "stop")
 
 
 #: The state each transition these tests make starts from and leads to.

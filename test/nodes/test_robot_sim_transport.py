@@ -27,13 +27,11 @@ def test_robot_sim_starts_with_a_large_shared_memory_segment(monkeypatch) -> Non
 
     def spin(factory, argv=None, threads=1) -> int:
         path = Path(os.environ["FASTDDS_DEFAULT_PROFILES_FILE"])
-        seen["factory"], seen["profile"] = factory.__name__, path.read_text()
-        seen["path"] = str(path)
+        seen["profile"], seen["path"] = path.read_text(), str(path)
         return 0
 
     monkeypatch.setattr(runtime, "spin_node", spin)
     assert robot_sim.main([]) == 0
-    assert seen["factory"] == "RobotSim"
     assert f"<segment_size>{SIM_SEGMENT_BYTES}<" in seen["profile"]
     assert not Path(seen["path"]).exists()
     # The segment holds 2 s of the default cameras' frames (rgb8).
@@ -43,13 +41,27 @@ def test_robot_sim_starts_with_a_large_shared_memory_segment(monkeypatch) -> Non
     assert 2.0 * per_second <= SIM_SEGMENT_BYTES
 
 
-def test_robot_sim_leaves_a_users_dds_profile_alone(monkeypatch) -> None:
+def test_robot_sim_leaves_a_users_dds_profile_alone_and_says_so(monkeypatch, capfd) -> None:
+    """A user's profile is kept, and the node's log names it and the segment it needs."""
+    import rclpy
+
     from xinfer_ros.nodes import robot_sim, runtime
 
     for var in _DDS_VARS:
         monkeypatch.setenv(var, "")
     monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", "/etc/site.xml")
-    monkeypatch.setattr(runtime, "spin_node",
-                        lambda *a, **k: 0 if os.environ["FASTDDS_DEFAULT_PROFILES_FILE"]
-                        == "/etc/site.xml" else 1)
+
+    def spin(factory, argv=None, threads=1) -> int:
+        assert os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] == "/etc/site.xml"
+        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = ""  # rclpy must not read the absent file
+        rclpy.init(args=[])
+        try:
+            factory().destroy_node()
+        finally:
+            rclpy.shutdown()
+        return 0
+
+    monkeypatch.setattr(runtime, "spin_node", spin)
     assert robot_sim.main([]) == 0
+    err = capfd.readouterr().err
+    assert "FASTDDS_DEFAULT_PROFILES_FILE says" in err and "MiB or so" in err

@@ -181,8 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     from xinfer_ros.nodes.shm_transport import SIM_SEGMENT_BYTES, use_large_segment
 
     with tempfile.TemporaryDirectory(prefix="xinfer_robot_sim_") as profile_dir:
-        use_large_segment(Path(profile_dir), SIM_SEGMENT_BYTES)
-        return spin_node(RobotSim, argv)
+        transport = use_large_segment(Path(profile_dir), SIM_SEGMENT_BYTES)
+
+        def build() -> RobotSim:
+            node = RobotSim()
+            # Says so when a user's own profile keeps its segment (perhaps the small default).
+            node.get_logger().info(transport)
+            return node
+
+        return spin_node(build, argv)
 
 
 if __name__ == "__main__":
