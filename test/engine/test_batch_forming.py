@@ -243,6 +243,35 @@ def test_a_lone_request_of_a_pressure_gated_policy_runs_on_the_fast_lane() -> No
     assert not spy.violations and engine._formed.free(Stage.ACTION) == 2
 
 
+def test_a_formed_batch_that_breaks_on_the_fast_lane_fails_once_and_frees_its_lane() -> None:
+    """A formed batch whose run raises on the fast lane is not handed to a lane again:
+    its request fails with the error, the lane is free, and the next request is served."""
+    engine, backend, _ = _engine("xinfer_batch_fill_slots")
+    runs: list[Stage] = []
+    execute = engine._units.execute_formed
+
+    def breaks(stage, batch, started, release):  # type: ignore[no-untyped-def]
+        runs.append(stage)
+        if stage is Stage.PREFILL and len(runs) == 2:
+            execute(stage, batch, started, release)  # ran, then the runner breaks
+            raise RuntimeError("runner broke")
+        return execute(stage, batch, started, release)
+
+    engine._units.execute_formed = breaks  # type: ignore[method-assign]
+    engine.start()
+    try:
+        first = engine.submit(RequestInputs(seed=0), 2.0, "r0").result(10)
+        second = engine.submit(RequestInputs(seed=1), 2.0, "r1").result(10)
+    finally:
+        engine.close()
+    assert not first.ok and "runner broke" in first.reason, first.reason
+    assert second.ok, second.reason
+    assert runs == [Stage.VIT, Stage.PREFILL, Stage.VIT, Stage.PREFILL, Stage.ACTION]
+    prefill_runs = [ids for s, ids, _ in backend.batches if s is Stage.PREFILL]
+    assert prefill_runs == [(first.request_id,), (second.request_id,)]
+    assert all(engine._formed.free(s) == engine._formed.lanes[s] for s in Stage)
+
+
 def test_lanes_batch_as_before_under_other_policies() -> None:
     clock = Clock(1.0)
     backend = BatchingEmulated(BATCH4, clock)

@@ -938,8 +938,12 @@ class StageEngine:
         if item.formed is not None:
             # A batch-forming policy's batch (on an idle engine, the request's one unit):
             # its lane was counted busy when it formed, and is freed before this returns.
-            done = self._units.execute_formed(item.stage, item.formed, item.now,
-                                              self._formed.release)
+            try:
+                done = self._units.execute_formed(item.stage, item.formed, item.now,
+                                                  self._formed.release)
+            except Exception as exc:  # consumed (its lane freed): never run it again
+                now = self.clock.now()
+                done = [UnitDone(w.live, item.stage, now, now, exc) for w in item.formed]
         else:
             done = self._units.execute(item.stage)
         self._fast_units += len(done)
