@@ -243,9 +243,11 @@ def test_a_lone_request_of_a_pressure_gated_policy_runs_on_the_fast_lane() -> No
     assert not spy.violations and engine._formed.free(Stage.ACTION) == 2
 
 
-def test_a_formed_batch_that_breaks_on_the_fast_lane_fails_once_and_frees_its_lane() -> None:
+def test_a_formed_batch_that_breaks_on_the_fast_lane_fails_once_and_frees_its_lane(
+        caplog: pytest.LogCaptureFixture) -> None:
     """A formed batch whose run raises on the fast lane is not handed to a lane again:
-    its request fails with the error, the lane is free, and the next request is served."""
+    its request fails with the error (logged with its traceback), the lane is free, and
+    the next request is served."""
     engine, backend, _ = _engine("xinfer_batch_fill_slots")
     runs: list[Stage] = []
     execute = engine._units.execute_formed
@@ -270,6 +272,8 @@ def test_a_formed_batch_that_breaks_on_the_fast_lane_fails_once_and_frees_its_la
     prefill_runs = [ids for s, ids, _ in backend.batches if s is Stage.PREFILL]
     assert prefill_runs == [(first.request_id,), (second.request_id,)]
     assert all(engine._formed.free(s) == engine._formed.lanes[s] for s in Stage)
+    failed = [r for r in caplog.records if "failed on the fast lane" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None, caplog.text
 
 
 def test_lanes_batch_as_before_under_other_policies() -> None:

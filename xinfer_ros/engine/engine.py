@@ -942,6 +942,8 @@ class StageEngine:
                 done = self._units.execute_formed(item.stage, item.formed, item.now,
                                                   self._formed.release)
             except Exception as exc:  # consumed (its lane freed): never run it again
+                self._note("formed %s batch failed on the fast lane", item.stage.name,
+                           level=logging.ERROR, exc_info=True)
                 now = self.clock.now()
                 done = [UnitDone(w.live, item.stage, now, now, exc) for w in item.formed]
         else:
