@@ -243,23 +243,31 @@ def test_a_lone_request_of_a_pressure_gated_policy_runs_on_the_fast_lane() -> No
     assert not spy.violations and engine._formed.free(Stage.ACTION) == 2
 
 
-def test_a_formed_batch_that_breaks_on_the_fast_lane_fails_once_and_frees_its_lane(
-        caplog: pytest.LogCaptureFixture) -> None:
-    """A formed batch whose run raises on the fast lane is not handed to a lane again:
-    its request fails with the error (logged with its traceback), the lane is free, and
-    the next request is served."""
-    engine, backend, _ = _engine("xinfer_batch_fill_slots")
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-lane", "stage-lane"])
+def test_a_formed_batch_that_breaks_outside_the_backend_fails_once_and_frees_its_lane(
+        fast_path: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """A formed batch that breaks in the runner after its forward (a bug outside the
+    backend) is never run again, on the fast lane or on a stage lane: its request fails
+    with the error (logged once with its traceback), the lane is free, and the next
+    request is served. Before, a stage lane lost the units (the request waited for its
+    expiry) and the fast lane's chain handed the batch to a lane to run a second time."""
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock)
+    config = EngineConfig(slots=(4, 4, 8), max_batch=4, rate_correction=False,
+                          fast_path=fast_path)
+    engine = StageEngine(backend, "xinfer_batch_fill_slots", config, rate_table=BATCH4,
+                         clock=clock)
     runs: list[Stage] = []
-    execute = engine._units.execute_formed
+    run = engine._units._run
 
-    def breaks(stage, batch, started, release):  # type: ignore[no-untyped-def]
+    def breaks(stage, lives, lane, started):  # type: ignore[no-untyped-def]
         runs.append(stage)
-        if stage is Stage.PREFILL and len(runs) == 2:
-            execute(stage, batch, started, release)  # ran, then the runner breaks
-            raise RuntimeError("runner broke")
-        return execute(stage, batch, started, release)
+        errors = run(stage, lives, lane, started)
+        if stage is Stage.PREFILL and runs.count(Stage.PREFILL) == 1:
+            raise RuntimeError("runner broke")  # the forward ran, then the runner broke
+        return errors
 
-    engine._units.execute_formed = breaks  # type: ignore[method-assign]
+    engine._units._run = breaks  # type: ignore[method-assign]
     engine.start()
     try:
         first = engine.submit(RequestInputs(seed=0), 2.0, "r0").result(10)
@@ -272,8 +280,9 @@ def test_a_formed_batch_that_breaks_on_the_fast_lane_fails_once_and_frees_its_la
     prefill_runs = [ids for s, ids, _ in backend.batches if s is Stage.PREFILL]
     assert prefill_runs == [(first.request_id,), (second.request_id,)]
     assert all(engine._formed.free(s) == engine._formed.lanes[s] for s in Stage)
-    failed = [r for r in caplog.records if "failed on the fast lane" in r.getMessage()]
-    assert len(failed) == 1 and failed[0].exc_info is not None, caplog.text
+    broke = [r for r in caplog.records if "broke outside the backend" in r.getMessage()]
+    assert len(broke) == 1 and broke[0].exc_info is not None, caplog.text
+    assert engine._fast_units == (5 if fast_path else 0)  # every unit, or none
 
 
 def test_lanes_batch_as_before_under_other_policies() -> None:

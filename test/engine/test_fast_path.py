@@ -404,3 +404,39 @@ def test_a_bug_in_the_chain_hands_its_launched_unit_to_the_ordinary_lanes() -> N
     assert backend.lanes_of("r0")[0] == "context"  # the unit the chain had launched
     assert stats["live"] == 0 and stats["running"] == [0, 0, 0]
     assert guard.overlaps == 0
+
+
+def test_an_output_that_breaks_outside_the_backend_fails_its_request_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A break around the backend's output (here the gate) fails that request with the
+    error, logged once with its traceback; its output is not handed to another lane to
+    run again, and the next request is served."""
+    engine, backend, _ = _guarded_engine(True)
+    exclusive = engine._gate.exclusive
+    calls = {"n": 0}
+
+    def breaks_on_the_first_output() -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first request's preparation, then its output
+            raise RuntimeError("gate broke")
+        return exclusive()
+
+    engine._gate.exclusive = breaks_on_the_first_output  # type: ignore[method-assign]
+    finished: list[int] = []
+    finish = backend.finish
+
+    def counted(state: Any) -> Any:
+        finished.append(state.request_id)
+        return finish(state)
+
+    backend.finish = counted  # type: ignore[method-assign]
+    with engine:
+        first = engine.submit(RequestInputs(seed=1), 5.0, "r0").result(TIMEOUT)
+        after = engine.submit(RequestInputs(seed=2), 5.0, "r0").result(TIMEOUT)
+        stats = engine.stats()
+    assert first.status is Status.ERROR and "gate broke" in first.reason, first.reason
+    assert after.ok, after.reason
+    assert finished == [after.request_id]
+    broke = [r for r in caplog.records if "broke outside the backend" in r.getMessage()]
+    assert len(broke) == 1 and broke[0].exc_info is not None, caplog.text
+    assert stats["live"] == 0 and stats["running"] == [0, 0, 0]

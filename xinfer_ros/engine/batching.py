@@ -324,17 +324,23 @@ class UnitRunner:
         done: called once per unit, on the lane thread, with its time span and error.
         sizes: counts the forwards run, by batch size (a fresh :class:`BatchSizes` by
             default).
+        broke: called with the stage and the batch's size, inside the ``except`` block,
+            when a batch breaks outside the backend (a bug: the lane, the gate, the
+            clock); the engine logs it with its traceback. The units then fail with
+            that error, once.
     """
 
     def __init__(self, backend: AnyBackend, waiting: BatchQueue, gate: SharedExclusiveGate,
                  clock: Clock, done: Callable[[UnitDone], None], *,
-                 sizes: BatchSizes | None = None) -> None:
+                 sizes: BatchSizes | None = None,
+                 broke: Callable[[Stage, int], None] | None = None) -> None:
         self.backend = backend
         self.waiting = waiting
         self.gate = gate
         self.clock = clock
         self.done = done
         self.sizes = BatchSizes() if sizes is None else sizes
+        self.broke = broke
 
     def run(self, stage: Stage) -> None:
         """One lane task for ``stage`` (see the module docstring)."""
@@ -387,15 +393,29 @@ class UnitRunner:
 
     def _run_units(self, stage: Stage, batch: list[Waiting], issued: float,
                    release: Callable[[Stage], None] | None = None) -> list[UnitDone]:
-        lane = current_lane()
-        if lane is not None:
-            lane.issued_at = issued
-        with self.gate.shared():
-            t0 = self.clock.now()
-            errors = self._run(stage, [w.live for w in batch], lane, t0)
+        """Run ``batch`` once; one completion per unit, whatever breaks.
+
+        The units were taken from their queue, so nobody else will run or report them:
+        a break outside the backend (whose errors :meth:`_run` already assigns per
+        unit) fails them all with it rather than losing them, and never runs them again.
+        """
+        t0 = math.nan
+        try:
+            lane = current_lane()
+            if lane is not None:
+                lane.issued_at = issued
+            with self.gate.shared():
+                t0 = self.clock.now()
+                errors = self._run(stage, [w.live for w in batch], lane, t0)
+                t1 = self.clock.now()
+            if release is not None:
+                release(stage)
+        except Exception as exc:
+            if self.broke is not None:
+                self.broke(stage, len(batch))
             t1 = self.clock.now()
-        if release is not None:
-            release(stage)
+            t0 = t1 if math.isnan(t0) else t0
+            errors = [exc] * len(batch)
         return [UnitDone(unit.live, stage, t0, t1, error)
                 for unit, error in zip(batch, errors, strict=True)]
 

@@ -221,7 +221,7 @@ class StageEngine:
         #: Forwards each stage started, by batch size (the benchmark reports them).
         self.batches = BatchSizes()
         self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
-                                 self._report, sizes=self.batches)
+                                 self._report, sizes=self.batches, broke=self._runner_broke)
         #: Launched units of a batch-forming policy: batched by its plan on this
         #: dispatcher, not by the lanes' queue (issue 28).
         self._formed = FormedBatches(
@@ -471,18 +471,24 @@ class StageEngine:
         return Prepared(live, state, error)
 
     def _output(self, live: LiveRequest) -> OutputDone:
-        t0 = self.clock.now()
-        actions: np.ndarray | None = None
-        error: str | None = None
-        with self._gate.exclusive():
-            t1 = self.clock.now()
-            try:
-                actions = self.backend.finish(live.state)
-            except Exception as exc:  # a faulty request fails alone
-                error = f"output raised {type(exc).__name__}: {exc}"
-        t2 = self.clock.now()
-        live.timings.queue_ms += (t1 - t0) * MS_PER_S
-        live.timings.output_ms = (t2 - t1) * MS_PER_S
+        """``live``'s output processing; its event, whatever breaks (it is never rerun)."""
+        try:
+            t0 = self.clock.now()
+            actions: np.ndarray | None = None
+            error: str | None = None
+            with self._gate.exclusive():
+                t1 = self.clock.now()
+                try:
+                    actions = self.backend.finish(live.state)
+                except Exception as exc:  # a faulty request fails alone
+                    error = f"output raised {type(exc).__name__}: {exc}"
+            t2 = self.clock.now()
+            live.timings.queue_ms += (t1 - t0) * MS_PER_S
+            live.timings.output_ms = (t2 - t1) * MS_PER_S
+        except Exception as exc:  # a bug outside the backend: the request fails, once
+            self._note("output of request %d broke outside the backend", live.rid,
+                       level=logging.ERROR, exc_info=True)
+            return OutputDone(live, None, f"output broke: {type(exc).__name__}: {exc}")
         return OutputDone(live, actions, error)
 
     # -- dispatcher ---------------------------------------------------------------------------
@@ -914,8 +920,7 @@ class StageEngine:
                     self._events.put(ev)  # busy: the dispatcher continues the request
                     return
                 pending = started
-                ev = self._run_started(started)
-                pending = []
+                ev = self._run_started(pending)
         except Exception:  # a bug in the chain: the ordinary lanes finish the request
             self._note("fast path failed for request %d", live.rid, level=logging.ERROR,
                        exc_info=True)
@@ -925,27 +930,23 @@ class StageEngine:
     def _run_started(self, started: list[_Started]) -> WorkerEvent | None:
         """Run a step's one unit or output on this thread; returns its event.
 
-        Anything else (several, or nothing) goes to the ordinary lanes: None.
+        Anything else (several, or nothing) goes to the ordinary lanes: None. Each item
+        is removed from ``started`` before it is used, so that a caller recovering from
+        an error hands over only the items nobody took: none runs or reports twice.
         """
         if len(started) != 1:
-            for item in started:
-                self._hand_over(item)
+            while started:
+                self._hand_over(started.pop(0))
             return None
-        item = started[0]
+        item = started.pop()
         if item.stage is None:
             assert item.live is not None
             return self._output(item.live)
         if item.formed is not None:
             # A batch-forming policy's batch (on an idle engine, the request's one unit):
             # its lane was counted busy when it formed, and is freed before this returns.
-            try:
-                done = self._units.execute_formed(item.stage, item.formed, item.now,
-                                                  self._formed.release)
-            except Exception as exc:  # consumed (its lane freed): never run it again
-                self._note("formed %s batch failed on the fast lane", item.stage.name,
-                           level=logging.ERROR, exc_info=True)
-                now = self.clock.now()
-                done = [UnitDone(w.live, item.stage, now, now, exc) for w in item.formed]
+            done = self._units.execute_formed(item.stage, item.formed, item.now,
+                                              self._formed.release)
         else:
             done = self._units.execute(item.stage)
         self._fast_units += len(done)
@@ -954,6 +955,11 @@ class StageEngine:
         for unit in done:  # a batch mate launched by the dispatcher meanwhile
             self._report(unit)
         return None
+
+    def _runner_broke(self, stage: Stage, units: int) -> None:
+        """Log a batch that broke outside the backend (its units fail with the error)."""
+        self._note("%s batch of %d unit(s) broke outside the backend; its units fail",
+                   stage.name, units, level=logging.ERROR, exc_info=True)
 
     def _hand_over(self, item: _Started) -> None:
         """Start a captured unit, formed batch or output on its own lane."""
