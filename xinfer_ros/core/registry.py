@@ -12,8 +12,8 @@ and with mates past ViT launched without admission: ``xinfer_batch_riders``, bat
 only under pressure: ``xinfer_batch_pressure``, and also when serving alone misses a
 deadline that batches would not save: ``xinfer_batch_ties``, and filling batches under
 pressure: ``xinfer_batch_fill``, also launching up to the slots under pressure:
-``xinfer_batch_fill_slots``; the
-experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
+``xinfer_batch_fill_slots``, the same with the strict pressure test (batches must
+keep more deadlines, not as many): ``xinfer_batch_fill_slots_strict``; the experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -90,6 +90,11 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # The same, and under pressure units launch up to the stage's slots (lane batching's
     # launch), not one batch per free lane.
     "xinfer_batch_fill_slots": {**_FILL, "slots_under_pressure": True},
+    # The same without batch_on_ties: a stage batches only when batches keep more of
+    # its backlog's deadlines (in the simulator the ties cost the 90 ms class at 4 to
+    # 8 robots; docs/BENCHMARKS.md section 5.3).
+    "xinfer_batch_fill_slots_strict": {**_PRESSURE, "fill_under_pressure": True,
+                                       "slots_under_pressure": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -104,7 +109,8 @@ BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_deferred", "xinfer_batch_guarded",
                                            "xinfer_batch_gated", "xinfer_batch_riders",
                                            "xinfer_batch_pressure", "xinfer_batch_ties",
-                                           "xinfer_batch_fill", "xinfer_batch_fill_slots"})
+                                           "xinfer_batch_fill", "xinfer_batch_fill_slots",
+                                           "xinfer_batch_fill_slots_strict"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's
