@@ -87,6 +87,17 @@ def test_filling_drops_the_guard_and_the_half_slack_floor_but_makes_no_member_la
     assert plan.members == (1, 3, 4)  # unit 1 leads (oldest tight), +20 ms of 25
 
 
+def test_filling_that_keeps_the_floors_drops_only_the_guard():
+    # The guard still goes: relaxed units fill the batch past a 15 ms guard.
+    plan = form_batch([cand(i, 1.0) for i in range(4)], T, D, guard=0.015, fill=True,
+                      keep_floors=True)
+    assert plan.members == (0, 1, 2, 3)
+    # A tight lead with 25 ms keeps 12.5 ms: one mate (+10 ms), not two (+20 ms).
+    plan = form_batch([cand(1, 0.025), cand(2, 1.0), cand(3, 1.0)], T, D, fill=True,
+                      keep_floors=True)
+    assert plan.members == (1, 2) and plan.runs_now(T)
+
+
 def test_may_wait_false_runs_now():
     assert form_batch([cand(1, 1.0)], T, D, may_wait=False).runs_now(T)
 

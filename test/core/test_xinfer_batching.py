@@ -344,6 +344,28 @@ def test_ties_batch_a_backlog_that_misses_its_deadlines_either_way():
     assert not relaxed._under_pressure(Stage.VIT, 0.0)
 
 
+def test_strict_fill_slots_leaves_a_backlog_lost_either_way_unbatched():
+    """``xinfer_batch_fill_slots_strict`` is fill_slots without ties: the lost backlog
+    above is not pressure, so it launches one unit per free lane where fill_slots
+    launches all four to clear them in batches."""
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    lost = [0.001] * 4
+    launches = {}
+    for preset in ("xinfer_batch_fill_slots", "xinfer_batch_fill_slots_strict"):
+        p = make_policy(preset, rate_table=BATCH4, slots=(4, 4, 8))
+        assert isinstance(p, XInferPolicy) and forms_batches(preset)
+        assert p.fill_under_pressure and p.slots_under_pressure
+        assert p.batch_on_ties is (preset == "xinfer_batch_fill_slots")
+        launches[preset] = len(launched(p, lost))
+    assert launches == {"xinfer_batch_fill_slots": 4, "xinfer_batch_fill_slots_strict": 1}
+
+
+def test_floors_without_filling_are_refused():
+    with pytest.raises(ValueError, match="fill_keeps_floors needs fill_under_pressure"):
+        policy(lane_gate=True, batch_under_pressure=True, fill_keeps_floors=True)
+
+
 def test_the_pressure_verdict_with_and_without_ties():
     from xinfer_ros.core.xinfer_policy import _pressed
 

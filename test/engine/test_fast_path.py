@@ -381,6 +381,14 @@ def test_random_submits_and_cancels_never_hang(seed: int) -> None:
     assert guard.overlaps == 0
 
 
+def _one_after_another(engine: StageEngine) -> tuple[EngineResult, EngineResult, Any]:
+    """Two requests of one robot on a started ``engine``, the second after the first."""
+    with engine:
+        first = engine.submit(RequestInputs(seed=1), 5.0, "r0").result(TIMEOUT)
+        after = engine.submit(RequestInputs(seed=2), 5.0, "r0").result(TIMEOUT)
+        return first, after, engine.stats()
+
+
 def test_a_bug_in_the_chain_hands_its_launched_unit_to_the_ordinary_lanes() -> None:
     engine, backend, guard = _guarded_engine(True, "fifo")
     real = engine._run_started
@@ -393,10 +401,7 @@ def test_a_bug_in_the_chain_hands_its_launched_unit_to_the_ordinary_lanes() -> N
         return real(started)
 
     engine._run_started = run_started  # type: ignore[method-assign]
-    with engine:
-        first = engine.submit(RequestInputs(seed=1), 5.0, "r0").result(TIMEOUT)
-        after = engine.submit(RequestInputs(seed=2), 5.0, "r0").result(TIMEOUT)
-        stats = engine.stats()
+    first, after, stats = _one_after_another(engine)
     # Served by the ordinary lanes, not left to its 5 s deadline.
     assert first.ok and after.ok, (first.reason, after.reason)
     assert first.timings.total_ms < 2_000.0
@@ -430,10 +435,7 @@ def test_an_output_that_breaks_outside_the_backend_fails_its_request_once(
         return finish(state)
 
     backend.finish = counted  # type: ignore[method-assign]
-    with engine:
-        first = engine.submit(RequestInputs(seed=1), 5.0, "r0").result(TIMEOUT)
-        after = engine.submit(RequestInputs(seed=2), 5.0, "r0").result(TIMEOUT)
-        stats = engine.stats()
+    first, after, stats = _one_after_another(engine)
     assert first.status is Status.ERROR and "gate broke" in first.reason, first.reason
     assert after.ok, after.reason
     assert finished == [after.request_id]

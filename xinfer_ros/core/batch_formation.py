@@ -30,7 +30,8 @@ costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
   half-slack floors no longer apply: a mate joins while no member that could still
   make its deadline alone is made late by the batch. Lane batching's
   full batches then form too, minus the ones the predictor says would cost a member
-  its deadline.
+  its deadline. With ``keep_floors`` only the guard goes: tight members keep half of
+  their slack, a margin against a batch that runs longer than predicted.
 
 All times are seconds. The function is pure and O(N · members): one lookup of the
 sizes' costs (:meth:`BatchCost.durations`) and a greedy scan of the candidates (lead
@@ -90,7 +91,7 @@ def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
 
 def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
                guard: float = float("inf"), may_wait: bool = True,
-               fill: bool = False) -> BatchPlan:
+               fill: bool = False, keep_floors: bool = False) -> BatchPlan:
     """The batch a free lane runs, and how long it may wait for mates.
 
     Args:
@@ -105,6 +106,8 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
             come: no other robot has work upstream of this stage).
         fill: the stage is under pressure: no guard (on mates nor on holding) and no
             half-slack floors, only no member made late (see module doc).
+        keep_floors: with ``fill``, tight members keep their half-slack floors (only
+            the guard goes).
 
     Returns:
         The plan; ``members`` is never empty.
@@ -114,12 +117,13 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
     """
     return form_batch_of([c.request_id for c in candidates], [c.deadline for c in candidates],
                          [c.rest for c in candidates], t, durations, guard=guard,
-                         may_wait=may_wait, fill=fill)
+                         may_wait=may_wait, fill=fill, keep_floors=keep_floors)
 
 
 def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequence[float],
                   t: float, durations: Sequence[float], *, guard: float = float("inf"),
-                  may_wait: bool = True, fill: bool = False) -> BatchPlan:
+                  may_wait: bool = True, fill: bool = False,
+                  keep_floors: bool = False) -> BatchPlan:
     """:func:`form_batch` on the candidates' fields as parallel sequences.
 
     The policy's hot path (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`
@@ -155,8 +159,9 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     # The oldest tight unit leads when there is one: it must not queue behind a relaxed
     # lead's batch (nor behind a lead that waits for mates).
     first = tight.index(True) if True in tight else 0
-    # Filling, a member keeps a floor of 0 (if it can still make it alone), never half.
-    spread_floor = 0.0 if fill else spread
+    # Filling, a member keeps a floor of 0 (if it can still make it alone), never half,
+    # unless the floors are kept.
+    spread_floor = 0.0 if fill and not keep_floors else spread
     members = [first]
     floors = [_floor_of(alone[first], spread_floor)]
     for i in range(n):

@@ -13,7 +13,9 @@ only under pressure: ``xinfer_batch_pressure``, and also when serving alone miss
 deadline that batches would not save: ``xinfer_batch_ties``, and filling batches under
 pressure: ``xinfer_batch_fill``, also launching up to the slots under pressure:
 ``xinfer_batch_fill_slots``, the same with the strict pressure test (batches must
-keep more deadlines, not as many): ``xinfer_batch_fill_slots_strict``; the experiments ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
+keep more deadlines, not as many): ``xinfer_batch_fill_slots_strict``, and filling that
+keeps the tight members' floors: ``xinfer_batch_fill_slots_floors``; the experiments
+``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
 
@@ -95,6 +97,10 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # 8 robots; docs/BENCHMARKS.md section 5.3).
     "xinfer_batch_fill_slots_strict": {**_PRESSURE, "fill_under_pressure": True,
                                        "slots_under_pressure": True},
+    # fill_slots whose filling keeps the tight members' half-slack floors (drops the
+    # guard only).
+    "xinfer_batch_fill_slots_floors": {**_FILL, "slots_under_pressure": True,
+                                       "fill_keeps_floors": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -110,7 +116,8 @@ BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_gated", "xinfer_batch_riders",
                                            "xinfer_batch_pressure", "xinfer_batch_ties",
                                            "xinfer_batch_fill", "xinfer_batch_fill_slots",
-                                           "xinfer_batch_fill_slots_strict"})
+                                           "xinfer_batch_fill_slots_strict",
+                                           "xinfer_batch_fill_slots_floors"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

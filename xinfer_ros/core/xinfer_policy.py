@@ -319,6 +319,13 @@ class XInferPolicy(Policy):
             ``max_batch`` per free lane). With fill alone, units waited for a
             free lane in the ready queue and were shed there (docs/BENCHMARKS.md
             section 5.3).
+        fill_keeps_floors: an experiment (off by default), with
+            ``fill_under_pressure``: filling drops the guard only, and tight members
+            keep half of their slack (``keep_floors`` of
+            :func:`~xinfer_ros.core.batch_formation.form_batch`). On the engine fill
+            batched Action more than lane batching at 8 robots and kept fewer 90 ms
+            requests (docs/BENCHMARKS.md section 5.3); a batch that runs longer than
+            predicted then still leaves the tight members a margin.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -363,6 +370,7 @@ class XInferPolicy(Policy):
         batch_on_ties: bool = False,
         fill_under_pressure: bool = False,
         slots_under_pressure: bool = False,
+        fill_keeps_floors: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -381,6 +389,10 @@ class XInferPolicy(Policy):
         self.batch_on_ties = bool(batch_on_ties)
         self.fill_under_pressure = bool(fill_under_pressure)
         self.slots_under_pressure = bool(slots_under_pressure)
+        self.fill_keeps_floors = bool(fill_keeps_floors)
+        if self.fill_keeps_floors and not self.fill_under_pressure:
+            raise ValueError("fill_keeps_floors needs fill_under_pressure: "
+                             "without filling the floors are always kept")
         if self.slots_under_pressure and not self.fill_under_pressure:
             raise ValueError("slots_under_pressure needs fill_under_pressure: "
                              "without it, it would do nothing")
@@ -537,7 +549,8 @@ class XInferPolicy(Policy):
             if cost is not None and self.forecast_batch_guard and self.arrival_aware:
                 guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
-                             guard=guard, may_wait=may_wait, fill=fill)
+                             guard=guard, may_wait=may_wait, fill=fill,
+                             keep_floors=self.fill_keeps_floors)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
