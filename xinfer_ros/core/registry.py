@@ -93,8 +93,8 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # launch), not one batch per free lane.
     "xinfer_batch_fill_slots": {**_FILL, "slots_under_pressure": True},
     # The same without batch_on_ties: a stage batches only when batches keep more of
-    # its backlog's deadlines (in the simulator the ties cost the 90 ms class at 4 to
-    # 8 robots; docs/BENCHMARKS.md section 5.3).
+    # its backlog's deadlines. The simulator preferred it at 4 to 8 robots; on the
+    # engine it was below fill_slots at every count (docs/BENCHMARKS.md section 5.3).
     "xinfer_batch_fill_slots_strict": {**_PRESSURE, "fill_under_pressure": True,
                                        "slots_under_pressure": True},
     # fill_slots whose filling keeps the tight members' half-slack floors (drops the

@@ -309,9 +309,10 @@ class XInferPolicy(Policy):
             late. Past saturation ``batch_on_ties`` ran Action batches of 1.45 units on
             average against lane batching's 2.42 (docs/BENCHMARKS.md section 5.3): the
             pressure test said batches keep more deadlines, and formation then cut them.
-        slots_under_pressure: an experiment (off by default: within 2 points of the best
-            other arm at 4, 8 and 12 robots in one hour, but 2 and 6 robots, parcel and
-            its decision cost are unmeasured, docs/BENCHMARKS.md section 5.3), with
+        slots_under_pressure: an experiment (off by default: it holds past
+            saturation and reaches 1.86–1.96x unbatched goodput at 12 robots, but
+            trails lane batching at 8 robots, by 4.2 and 6.7 points at a common speed
+            in two blocks, docs/BENCHMARKS.md section 5.3), with
             ``fill_under_pressure``: while a stage is under pressure its units launch
             up to the stage's slots, as lane batching's do, not one batch per free lane;
             formation still makes no member late. Riders past ViT then launch without
@@ -319,7 +320,10 @@ class XInferPolicy(Policy):
             ``max_batch`` per free lane). With fill alone, units waited for a
             free lane in the ready queue and were shed there (docs/BENCHMARKS.md
             section 5.3).
-        fill_keeps_floors: an experiment (off by default), with
+        fill_keeps_floors: an experiment (off by default: within 2 points of the
+            better XInfer arm at 6, 8 and 12 robots in one slow hour by the medians,
+            none of it decided at a common speed; 2 and 4 robots and parcel not
+            measured, docs/BENCHMARKS.md section 5.3), with
             ``fill_under_pressure``: filling drops the guard only, and tight members
             keep half of their slack (``keep_floors`` of
             :func:`~xinfer_ros.core.batch_formation.form_batch`). On the engine fill
