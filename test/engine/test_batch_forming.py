@@ -7,6 +7,7 @@ time (clock scale 1): the holds are milliseconds long.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -100,11 +101,11 @@ class PlanSpy:
         return plan
 
 
-def _engine(policy: str = "xinfer_batch",
+def _engine(policy: str = "xinfer_batch", config: EngineConfig = CONFIG,
             **backend_kwargs: Any) -> tuple[StageEngine, BatchingEmulated, PlanSpy]:
     clock = Clock(1.0)
     backend = BatchingEmulated(BATCH4, clock, **backend_kwargs)
-    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
+    engine = StageEngine(backend, policy, config, rate_table=BATCH4, clock=clock)
     assert isinstance(engine.policy, XInferPolicy)
     spy = PlanSpy(engine.policy)
     engine.policy.plan_batch = spy  # type: ignore[method-assign]
@@ -251,12 +252,8 @@ def test_a_formed_batch_that_breaks_outside_the_backend_fails_once_and_frees_its
     with the error (logged once with its traceback), the lane is free, and the next
     request is served. Before, a stage lane lost the units (the request waited for its
     expiry) and the fast lane's chain handed the batch to a lane to run a second time."""
-    clock = Clock(1.0)
-    backend = BatchingEmulated(BATCH4, clock)
-    config = EngineConfig(slots=(4, 4, 8), max_batch=4, rate_correction=False,
-                          fast_path=fast_path)
-    engine = StageEngine(backend, "xinfer_batch_fill_slots", config, rate_table=BATCH4,
-                         clock=clock)
+    engine, backend, _ = _engine("xinfer_batch_fill_slots",
+                                 dataclasses.replace(CONFIG, fast_path=fast_path))
     runs: list[Stage] = []
     run = engine._units._run
 
