@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# #28: the projected ERC of fsf (and fs beside it) on the paper's GPU table with the
-# batch-cost model of section 5.3 (rate_table_default_batch4.json), as for xinfer_batch.
+# #28: projected ERC on the paper's GPU table with the batch-cost model of section 5.3
+# (rate_table_default_batch4.json), slots 12,12,16, 2 rounds.
+#   gpu_erc.sh fill  fsf and fs                               -> gpu_erc.txt
+#   gpu_erc.sh base  lane batch-4 XInfer, xinfer_batch, and
+#                    unbatched XInfer on its default table     -> gpu_erc_base.txt
 set -u
 cd /work/main
 B=config/rate_table_default_batch4.json
+erc() {  # workload policy [extra args]
+  echo "== $1 $2 ${*:3} $(date -u +%T)"
+  ./env.sh xinfer-sim erc --policy $2 --workload $1 --robots 12-40 --rounds 2 "${@:3}" 2>&1 | tail -1
+}
 for w in phases parcel; do
-  for p in xinfer_batch_fill_slots_floors xinfer_batch_fill_slots; do
-    echo "== $w $p $(date -u +%T)"
-    ./env.sh xinfer-sim erc --policy $p --workload $w --robots 12-40 --rounds 2 --slots 12,12,16 \
-      --max-batch 4 --rate-table $B 2>&1 | tail -4
-  done
+  case ${1:-fill} in
+    fill) for p in xinfer_batch_fill_slots_floors xinfer_batch_fill_slots; do
+            erc $w $p --slots 12,12,16 --max-batch 4 --rate-table $B; done;;
+    base) for p in xinfer xinfer_batch; do
+            erc $w $p --slots 12,12,16 --max-batch 4 --rate-table $B; done
+          erc $w xinfer;;
+  esac
 done
-echo "done $(date -u +%T)"

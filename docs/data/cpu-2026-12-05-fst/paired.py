@@ -40,7 +40,8 @@ for n in sorted({k[0] for k in runs}):
     arms = sorted({k[2] for k in runs if k[0] == n})
     med = {a: st.median(runs[(n, r, a)]["att"] for r in rounds) for a in arms}
     best = max(med["unb"], med["lane"])
-    print(f"== {n[0]} {n[1]} robots: median attainment " + ", ".join(f"{a} {med[a]:.1f}" for a in arms))
+    print(f"== {n[0]} {n[1]} robots: median attainment "
+          + ", ".join(f"{a} {med[a]:.1f}" for a in arms))
     for a in arms:
         v = [runs[(n, r, a)] for r in rounds]
         print(f"   {a:<4} per round {[round(x['att'], 1) for x in v]}  90 ms class "
