@@ -100,8 +100,9 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch_fill_slots_strict": {**_PRESSURE, "fill_under_pressure": True,
                                        "slots_under_pressure": True},
     # fill_slots whose filling keeps the tight members' half-slack floors (drops the
-    # guard only). Within issue 28's tolerance at 6-12 robots in a slow hour, 4.6-11.7
-    # points short at 6 and 8 robots in a fast one (docs/BENCHMARKS.md section 5.3).
+    # guard only). Within issue 28's tolerance at 6-12 robots in a slow hour; in a fast
+    # one 4.6-11.7 points short at 6 and 8 robots on phases and at 6 on parcel
+    # (docs/BENCHMARKS.md section 5.3).
     "xinfer_batch_fill_slots_floors": {**_FILL, "slots_under_pressure": True,
                                        "fill_keeps_floors": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
