@@ -12,6 +12,7 @@ import yaml
 rclpy = pytest.importorskip("rclpy")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
+from rclpy.duration import Duration  # noqa: E402
 from rclpy.qos import (  # noqa: E402
     DurabilityPolicy,
     QoSProfile,
@@ -95,8 +96,11 @@ class Publishers:
                      ActionChunk(robot_id=ROBOT, seq=i + 1, horizon=2, action_dim=2,
                                  actions=[1.0, 2.0, 3.0, float(i)]))
         if i % 4 == 0:
-            self.publish(f"/{ROBOT}/budget", ResponseBudget(budget_ms=100.0 + i))
-            time.sleep(0.05)  # depth-1 reliable writer: let each budget be acknowledged
+            topic = f"/{ROBOT}/budget"
+            self.publish(topic, ResponseBudget(budget_ms=100.0 + i))
+            # A depth-1 reliable writer replaces a sample not yet acknowledged by the
+            # next one (a fixed 50 ms wait lost one of three on a loaded runner).
+            assert self.pubs[topic].wait_for_all_acked(Duration(seconds=10.0)), topic
             self.publish("/xinfer/fleet_stats", FleetStats(policy="xinfer"))
 
 

@@ -89,7 +89,11 @@ def _subscription_qos(topic: BagTopic) -> QoSProfile:
         return QoSProfile(depth=50, reliability=qos_profile_sensor_data.reliability,
                           durability=qos_profile_sensor_data.durability)
     if topic.kind == TopicKind.BUDGET:
-        return LATCHED_QOS
+        # Latched like the robots' writers (the budget in force on joining), with a
+        # deeper reader queue: a depth-1 reader replaces a budget the recorder has not
+        # taken yet while it is busy writing (one of three lost in a loaded CI run).
+        return QoSProfile(depth=10, reliability=LATCHED_QOS.reliability,
+                          durability=LATCHED_QOS.durability)
     return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 
 
