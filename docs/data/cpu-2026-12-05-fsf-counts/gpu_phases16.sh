@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Each step of the gated batch-forming chain on the modelled GPU at phases 16 robots
 # (lane batching's ERC is 20 there, the filling policies' 14-15), then the ERC of the
-# two that held. Outputs: gpu_phases16.txt, gpu_erc_more.txt.
+# two that held (gpu_erc.sh more). Outputs: gpu_phases16.txt, gpu_erc_more.txt.
 set -u
 cd /work/main
 B=config/rate_table_default_batch4.json
@@ -12,10 +12,4 @@ for p in xinfer xinfer_batch xinfer_batch_gated xinfer_batch_riders xinfer_batch
   ./env.sh xinfer-sim run --workload phases --robots 16 --rounds 2 --policy $p --slots 12,12,16 \
     --max-batch 4 --rate-table $B --quiet 2>&1 | tail -3
 done
-for w in phases parcel; do
-  for p in xinfer_batch_pressure xinfer_batch_fill_slots_strict; do
-    echo "== $w $p $(date -u +%T)"
-    ./env.sh xinfer-sim erc --policy $p --workload $w --robots 12-40 --rounds 2 --slots 12,12,16 \
-      --max-batch 4 --rate-table $B 2>&1 | tail -1
-  done
-done
+"$(dirname "$0")/gpu_erc.sh" more
