@@ -165,3 +165,32 @@ def test_a_table_file_with_bad_batch_factors_is_refused_when_read(tmp_path):
     with pytest.raises(RateTableError) as exc:
         load_rate_table(path)  # whichever policy would read it, batching or not
     assert str(path) in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("path", ["factors", "cells"])
+def test_feedback_scales_batches_until_the_plans_match_the_forwards(path):
+    """Batches that run 0.7x their plan: the stage's costs converge to 0.7x, others keep."""
+    pred = Predictor(factors_table() if path == "factors" else load_rate_table(BATCH4))
+    cost = BatchCost(pred, 4)
+    n = (1, 0, 1)
+    before = cost.durations(Stage.ACTION, n)
+    assert cost.scale == (1.0, 1.0, 1.0)
+    for i in range(200):
+        k = 1 + i % 4
+        predicted = cost.duration(Stage.ACTION, k, n)  # what a plan would have used
+        cost.observe(Stage.ACTION, predicted, 0.7 * before[k - 1])
+    assert cost.scale[2] == pytest.approx(0.7, rel=0.03)
+    assert cost.scale[:2] == (1.0, 1.0)
+    after = cost.durations(Stage.ACTION, n)  # the memo was dropped with the old scale
+    assert after == pytest.approx(tuple(0.7 * d for d in before), rel=0.03)
+    assert cost.duration(Stage.ACTION, 3, n) == pytest.approx(after[2])
+    assert cost.durations(Stage.VIT, n) == pytest.approx(
+        tuple(cost.duration(Stage.VIT, k, n) for k in range(1, 5)))
+
+
+def test_feedback_ignores_observations_without_a_duration():
+    cost = BatchCost(Predictor(factors_table()), 4)
+    for bad in [(0.0, 0.05), (0.05, 0.0), (float("nan"), 0.05), (0.05, float("inf"))]:
+        for _ in range(20):
+            cost.observe(Stage.ACTION, *bad)
+    assert cost.scale == (1.0, 1.0, 1.0) and cost.feedback is None

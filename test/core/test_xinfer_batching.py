@@ -551,3 +551,24 @@ def test_unpressed_admission_sees_the_launch_limit_as_the_stage_slots(preset):
 def test_a_lane_gate_setting_without_the_gate_is_refused(flag):
     with pytest.raises(ValueError, match=f"{flag} needs lane_gate"):
         policy(**{flag: True})
+
+
+def test_batch_feedback_needs_batches_and_learns_only_when_on():
+    with pytest.raises(ValueError, match="batch_feedback needs max_batch above one"):
+        policy(max_batch=1, batch_feedback=True)
+    plain, fed = policy(), policy(batch_feedback=True)
+    for p in (plain, fed):
+        assert p.batch_cost is not None
+        for _ in range(40):  # batches ran 0.7x what the table says
+            planned = p.batch_cost.duration(Stage.ACTION, 2, (0, 0, 0))
+            p.observe_batch(Stage.ACTION, planned, 0.7 * planned / p.batch_cost.scale[2])
+    assert plain.batch_cost is not None and plain.batch_cost.scale == (1.0, 1.0, 1.0)
+    assert fed.batch_cost is not None and fed.batch_cost.scale[2] == pytest.approx(0.7, rel=0.05)
+
+
+def test_the_fed_preset_is_fill_slots_with_floors_and_feedback():
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    p = make_policy("xinfer_batch_fill_slots_floors_fed", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(p, XInferPolicy) and forms_batches("xinfer_batch_fill_slots_floors_fed")
+    assert p.batch_feedback and p.fill_keeps_floors and p.slots_under_pressure

@@ -442,3 +442,45 @@ def test_gated_units_wait_in_the_ready_queue_while_their_lane_runs_a_batch(polic
     else:
         assert max(launched) < freed - 0.02, (started, launched)
     assert not spy.violations
+
+
+def test_the_engine_audits_each_formed_batch_against_its_plan() -> None:
+    """A robot whose Action runs 50 ms longer than the table shows in the batch audit."""
+    engine, _backend, spy = _engine(slow={"r0": (Stage.ACTION, 0.05)})
+    _serve(engine, [2.0, 2.0])
+    audit = engine.batch_audit.summary()
+    planned = {s.name.lower() for s, _, _, _ in spy.plans}
+    assert set(audit) == planned
+    action = audit["action"]
+    assert sum(cell["batches"] for cell in action.values()) >= 1
+    # r0's batch ran 50 ms longer than planned, whichever it was; the others as planned.
+    late = sum(c["batches"] * (c["observed_ms"] - c["predicted_ms"]) for c in action.values())
+    assert late > 40.0, audit
+    for stage in ("vit", "prefill"):
+        for cell in audit[stage].values():
+            assert cell["ratio_median"] < 2.0, audit
+    assert engine._formed.predicted == {}  # each entry left with its batch
+
+
+def test_batch_feedback_on_the_engine_learns_from_the_batches_it_ran() -> None:
+    """Every Action batch runs 60 ms longer than planned: the fed policy's cost rises."""
+    engine, _backend, _spy = _engine(
+        "xinfer_batch_fill_slots_floors_fed",
+        slow={f"r{i}": (Stage.ACTION, 0.06) for i in range(8)})
+    policy = engine.policy
+    assert isinstance(policy, XInferPolicy) and policy.batch_cost is not None
+    # Two waves, so that the feedback has seen its five samples by the second.
+    for wave in range(2):
+        _serve_more(engine, [2.0] * 4, wave)
+    engine.close()
+    assert policy.batch_cost.scale[Stage.ACTION] > 1.2, engine.batch_audit.summary()
+    assert policy.batch_cost.scale[Stage.VIT] == pytest.approx(1.0, abs=0.5)
+
+
+def _serve_more(engine: StageEngine, budgets: Sequence[float], wave: int) -> None:
+    """Requests ``r<i>`` on a started engine, one wave at a time."""
+    engine.start()
+    futures = [engine.submit(RequestInputs(seed=10 * wave + i), b, f"r{i}")
+               for i, b in enumerate(budgets)]
+    results = [f.result(10) for f in futures]
+    assert all(r.ok for r in results), [r.reason for r in results]

@@ -32,8 +32,11 @@ from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend
 from xinfer_ros.core.clients import Link
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import WindowMetrics, summarize
+from xinfer_ros.core.policy import Policy
+from xinfer_ros.core.rate_correction import CorrectionSummary
 from xinfer_ros.core.rate_table import RateTable, resolve_rate_table, write_rate_table
 from xinfer_ros.core.registry import policy_names
+from xinfer_ros.core.xinfer_policy import batch_former
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
 from xinfer_ros.engine.batching import BatchSizes
@@ -222,6 +225,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
             start = engine.clock.now()
             engine.audit.keep_from = engine.batches.keep_from = start + window[0]
             engine.batches.keep_until = start + window[1]  # not the drain after it
+            engine.batch_audit.keep_from = start + window[0]
+            engine.batch_audit.keep_until = start + window[1]
             t0 = time.monotonic()
             run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
                                   link=link)
@@ -274,6 +279,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         arm=args.arm,
         speed_probe=speed,
         batches=engine.batches.snapshot(),
+        batch_audit=engine.batch_audit.summary() or None,
+        batch_feedback=_feedback(engine.policy),
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -385,6 +392,17 @@ def _fmt(report: EngineReport) -> str:
         lines.append(f"{prefix}units per forward (forwards): " + " ".join(
             f"{stage}={BatchSizes.mean_size(counts):.2f} ({sum(counts.values())})"
             for stage, counts in report.batches.items()))
+    if report.batch_audit is not None:
+        lines.append(f"{prefix}formed batches, observed / predicted duration (median; "
+                     "batches, lags to the lane's start + to the dispatcher): " + " ".join(
+                         f"{stage}[{size}]={cell['ratio_median']:.2f} ({cell['batches']}, "
+                         f"lags {cell['start_lag_ms']:.1f}+{cell['report_lag_ms']:.1f} ms)"
+                         for stage, sizes in report.batch_audit.items()
+                         for size, cell in sizes.items()))
+    if report.batch_feedback is not None:
+        lines.append(f"{prefix}batch-cost feedback c=" + ",".join(
+            f"{c:.2f}" for c in report.batch_feedback["factors"]) + " from " + ",".join(
+            str(n) for n in report.batch_feedback["samples"]) + " batches")
     if report.speed_probe is not None:
         sp = report.speed_probe
         lines.append(f"{prefix}speed probe, CPU ms median (p10/p90) over {sp.samples} "
@@ -501,3 +519,10 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
     return 0
+
+
+def _feedback(policy: Policy) -> CorrectionSummary | None:
+    """What ``policy``'s batch-cost feedback learned (None: off, or nothing observed)."""
+    former = batch_former(policy)
+    cost = former.batch_cost if former is not None else None
+    return cost.feedback.summary() if cost is not None and cost.feedback is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, TypedDict
 
+from xinfer_ros.core.batch_audit import BatchAuditSummary
 from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.core.prediction_audit import AuditSummary
 from xinfer_ros.core.rate_correction import CorrectionSummary
@@ -134,6 +135,12 @@ class EngineReport:
     # Forwards each stage started in the window, by stage and batch size
     # (BatchSizes.snapshot); None: not recorded.
     batches: BatchCounts | None = None
+    # Formed batches' observed against predicted durations, by stage and size
+    # (BatchAudit.summary); None: the policy formed no batch, or not recorded.
+    batch_audit: BatchAuditSummary | None = None
+    # The batch-cost factors c_s the policy's feedback learned (batch_feedback); None:
+    # feedback off, or no batch observed.
+    batch_feedback: CorrectionSummary | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""
@@ -158,4 +165,8 @@ class EngineReport:
             out["speed_probe"] = self.speed_probe.to_dict()
         if self.batches is not None:
             out["batches"] = self.batches
+        if self.batch_audit is not None:
+            out["batch_audit"] = self.batch_audit
+        if self.batch_feedback is not None:
+            out["batch_feedback"] = self.batch_feedback
         return out

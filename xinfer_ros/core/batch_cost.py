@@ -32,6 +32,14 @@ progress tracker integrates a running batch's members as units (ρ(n − e_s)), 
 remaining times for running batches do not use the factors. Only batch-forming policies
 read them; :func:`~xinfer_ros.core.rate_table.load_rate_table` checks them on every read.
 
+**Feedback** (an experiment, :meth:`BatchCost.observe`): the engine may report each
+formed batch's observed forward against the duration its plan used. A per-stage factor
+c_s, learned as the online rate correction learns its factors (geometric EWMA, clipped,
+with a deadband: :class:`~xinfer_ros.core.rate_correction.RateCorrection`), then
+scales every d_s(k, n), so formation and the pressure test price batches as the device
+has been running them. On the CPU engine fill-slots formation predicted its batches
+1.3-1.45x longer than they ran, at every size (docs/BENCHMARKS.md section 5.3).
+
 A table without ``settings.max_batch`` (the paper's default, every unbatched calibration)
 states batch size 1 only. Asking it for batches is refused at start
 (:func:`check_batch_table`, one line naming the table) rather than extrapolated: an
@@ -41,8 +49,11 @@ one stacked forward.
 
 from __future__ import annotations
 
+import math
+
 from xinfer_ros.core.errors import RateTableError
 from xinfer_ros.core.predictor import Predictor
+from xinfer_ros.core.rate_correction import RateCorrection
 from xinfer_ros.core.rate_table import (
     BatchFactors,
     RateTable,
@@ -105,7 +116,8 @@ class BatchCost:
         RateTableError: when the table cannot cost batches of ``max_batch``.
     """
 
-    __slots__ = ("_durations", "_q_tab", "factors", "max_batch", "predictor")
+    __slots__ = ("_durations", "_q_tab", "_scale", "factors", "feedback", "max_batch",
+                 "predictor")
 
     def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table",
                  table: RateTable | None = None) -> None:
@@ -119,6 +131,31 @@ class BatchCost:
         #: the object in ``_q_tab`` (an online correction swaps in a new table).
         self._durations: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
         self._q_tab: object = predictor.q_tab
+        #: Learns c_s from observed batches (:meth:`observe`); None until the first.
+        self.feedback: RateCorrection | None = None
+        #: c_s per stage: 1 until feedback publishes a factor.
+        self._scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
+
+    @property
+    def scale(self) -> tuple[float, float, float]:
+        """c_s: the factor feedback applies to every d_s(k, n) (1 without feedback)."""
+        return self._scale
+
+    def observe(self, stage: int, predicted: float, observed: float) -> None:
+        """Feed back one formed batch: ``predicted`` (its plan's d_s, s) against the forward.
+
+        The observation is ``observed`` over the unscaled prediction (the current
+        c_s divided out), so c_s converges to where the plans' median error is one. A
+        prediction or forward that is not positive and finite is ignored.
+        """
+        if not (0.0 < predicted < math.inf and 0.0 < observed < math.inf):
+            return
+        corr = self.feedback
+        if corr is None:
+            corr = self.feedback = RateCorrection()
+        if corr.observe(stage, observed / (predicted / self._scale[stage])):
+            self._scale = corr.factors
+            self._durations.clear()
 
     def duration(self, stage: int, k: int, n: tuple[int, int, int]) -> float:
         """d_s(k, n): ``k`` units as one batch among ``n`` other running units (s).
@@ -133,7 +170,7 @@ class BatchCost:
             return self.durations(stage, n)[k - 1]  # the formula lives there, memoised
         mates = (n[0] + (k - 1) * (stage == 0), n[1] + (k - 1) * (stage == 1),
                  n[2] + (k - 1) * (stage == 2))
-        return pred.q_tab[pred.index(mates)][stage]
+        return pred.q_tab[pred.index(mates)][stage] * self._scale[stage]
 
     def durations(self, stage: int, n: tuple[int, int, int]) -> tuple[float, ...]:
         """``(d_s(1, n), ..., d_s(max_batch, n))``: one lookup per size, for formation.
@@ -152,12 +189,13 @@ class BatchCost:
         if out is None and self.factors is not None:
             h = pred.h[stage]
             work = q[pred.index(n)][stage] - h
-            out = tuple(h + f * work for f in self.factors[stage][:self.max_batch])
+            c = self._scale[stage]
+            out = tuple((h + f * work) * c for f in self.factors[stage][:self.max_batch])
             memo[key] = out
         if out is None:
-            index = pred.index
+            index, c = pred.index, self._scale[stage]
             out = tuple(q[index((n[0] + k * (stage == 0), n[1] + k * (stage == 1),
-                                 n[2] + k * (stage == 2)))][stage]
+                                 n[2] + k * (stage == 2)))][stage] * c
                         for k in range(self.max_batch))
             memo[key] = out
         return out

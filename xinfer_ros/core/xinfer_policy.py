@@ -330,6 +330,12 @@ class XInferPolicy(Policy):
             batched Action more than lane batching at 8 robots and kept fewer 90 ms
             requests (docs/BENCHMARKS.md section 5.3); a batch that runs longer than
             predicted then still leaves the tight members a margin.
+        batch_feedback: an experiment (off by default), with ``max_batch`` above one:
+            the engine reports each formed batch's observed forward
+            (:meth:`observe_batch`) and :class:`~xinfer_ros.core.batch_cost.BatchCost`
+            scales its batch costs by what it learns. On the CPU engine formation
+            predicted its batches 1.3-1.45x longer than they ran
+            (docs/BENCHMARKS.md section 5.3).
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -375,6 +381,7 @@ class XInferPolicy(Policy):
         fill_under_pressure: bool = False,
         slots_under_pressure: bool = False,
         fill_keeps_floors: bool = False,
+        batch_feedback: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -394,12 +401,17 @@ class XInferPolicy(Policy):
         self.fill_under_pressure = bool(fill_under_pressure)
         self.slots_under_pressure = bool(slots_under_pressure)
         self.fill_keeps_floors = bool(fill_keeps_floors)
-        if self.fill_keeps_floors and not self.fill_under_pressure:
-            raise ValueError("fill_keeps_floors needs fill_under_pressure: "
-                             "without filling the floors are always kept")
-        if self.slots_under_pressure and not self.fill_under_pressure:
-            raise ValueError("slots_under_pressure needs fill_under_pressure: "
-                             "without it, it would do nothing")
+        self.batch_feedback = bool(batch_feedback)
+        for wrong, why in ((self.batch_feedback and self.batch_cost is None,
+                            "batch_feedback needs max_batch above one: units run alone"),
+                           (self.fill_keeps_floors and not self.fill_under_pressure,
+                            "fill_keeps_floors needs fill_under_pressure: "
+                            "without filling the floors are always kept"),
+                           (self.slots_under_pressure and not self.fill_under_pressure,
+                            "slots_under_pressure needs fill_under_pressure: "
+                            "without it, it would do nothing")):
+            if wrong:
+                raise ValueError(why)
         for flag, on in (("ride_along", self.ride_along),
                          ("batch_under_pressure", self.batch_under_pressure)):
             if on and not self.lane_gate:
@@ -595,6 +607,15 @@ class XInferPolicy(Policy):
             self._batches_started += 1
             for rid in request_ids:
                 self._started[rid] = (s, self._batches_started)
+
+    def observe_batch(self, stage: Stage | int, predicted: float, observed: float) -> None:
+        """A batch :meth:`plan_batch` formed ran ``observed`` s against ``predicted``.
+
+        With ``batch_feedback`` its batch costs learn from it
+        (:meth:`~xinfer_ros.core.batch_cost.BatchCost.observe`); otherwise a no-op.
+        """
+        if self.batch_feedback and self.batch_cost is not None:
+            self.batch_cost.observe(int(stage), predicted, observed)
 
     def _gates(self) -> bool:
         """Whether units launch only into free lanes (``lane_gate`` with batches)."""

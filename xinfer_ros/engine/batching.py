@@ -158,6 +158,11 @@ class FormedBatches:
         self._busy = [0, 0, 0]
         #: Held leads per stage: request id -> start_by of the lead's first hold.
         self._held: dict[Stage, dict[int, float]] = {s: {} for s in STAGES}
+        #: Formed batches now on a lane: (stage, first unit's request id) -> (size, the
+        #: plan's predicted duration in s, when it was formed). The dispatcher pops an
+        #: entry when that unit ends (:class:`~xinfer_ros.core.batch_audit.BatchAudit`),
+        #: so it holds at most one entry per lane.
+        self.predicted: dict[tuple[Stage, int], tuple[int, float, float]] = {}
 
     def put(self, stage: Stage, live: LiveRequest, issued: float) -> None:
         """Queue a launched unit with its batch key."""
@@ -209,14 +214,16 @@ class FormedBatches:
                 if group[0].key is None:
                     batches.append(group)
                     break
-                members, start_by = self._plan(stage, group, now, plan)
+                members, start_by, duration = self._plan(stage, group, now, plan)
                 lead = members[0]
                 start_by = min(start_by, held.get(lead, math.inf))
                 if start_by - now >= min_hold:
                     holds[lead] = start_by
                     break
                 chosen = set(members)
-                batches.append([w for w in group if w.live.rid in chosen])
+                batch = [w for w in group if w.live.rid in chosen]
+                self.predicted[(stage, batch[0].live.rid)] = (len(batch), duration, now)
+                batches.append(batch)
                 group = [w for w in group if w.live.rid not in chosen]
         if batches:
             started = {w.live.rid for batch in batches for w in batch}
@@ -229,8 +236,11 @@ class FormedBatches:
         return batches
 
     def _plan(self, stage: Stage, group: list[Waiting], now: float,
-              plan: Planner) -> tuple[Sequence[int], float]:
-        """The plan's members (lead first, all from ``group``) and its ``start_by``."""
+              plan: Planner) -> tuple[Sequence[int], float, float]:
+        """The plan's members (lead first, all from ``group``), ``start_by`` and duration.
+
+        The duration is NaN when the plan raised (the fallback has no prediction).
+        """
         ids = [w.live.rid for w in group]
         try:
             got = plan(stage, ids, now)
@@ -238,10 +248,10 @@ class FormedBatches:
             if not members or not set(members) <= set(ids) or len(members) > self.max_batch:
                 raise ValueError(f"plan_batch chose {members!r} from the waiting "
                                  f"{stage.name} units {ids!r} (max_batch {self.max_batch})")
-            return members, got.start_by
+            return members, got.start_by, float(got.duration)
         except Exception as exc:  # a policy bug must not leave units waiting forever
             self._on_plan_error(exc)
-            return ids[:self.max_batch], now
+            return ids[:self.max_batch], now, math.nan
 
 
 def _groups(waiting: list[Waiting], owner: object) -> list[list[Waiting]]:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from xinfer_ros.core.batch_audit import BatchAudit
 from xinfer_ros.core.errors import InvalidRequestError, XInferError
 from xinfer_ros.core.policy import Launch, Policy, SchedulerOutput
 from xinfer_ros.core.prediction_audit import PredictionAudit
@@ -227,6 +228,8 @@ class StageEngine:
         self._formed = FormedBatches(
             tuple(cfg.lanes(s) for s in range(3)), cfg.max_batch,
             lambda stage, live: backend.batch_key(stage, live.state), self._plan_failed)
+        #: Formed batches' predicted against observed durations (the benchmark reports it).
+        self.batch_audit = BatchAudit()
         setup = backend.lane_setup
         # One pool per stage (ViT and Prefill both of the context group): a stage's
         # batches never take the lanes of the other.
@@ -620,6 +623,13 @@ class StageEngine:
         now = self.clock.now()
         self._gates.completed(stage)
         live.running = None
+        formed = self._formed.predicted.pop((stage, live.rid), None)
+        if formed is not None and error is None:
+            self.batch_audit.record(stage, formed[0], formed[1], t0, t1,
+                                    formed=formed[2], seen=now)
+            former = batch_former(live.policy) if live.policy is not None else None
+            if former is not None:
+                former.observe_batch(stage, formed[1], t1 - t0)
         setattr(live.timings, _STAGE_FIELD[stage], (t1 - t0) * MS_PER_S)
         policy = live.policy
         assert policy is not None
