@@ -8,6 +8,9 @@ VPY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.xinfer-setup
 BUILD_STAMP := install/.xinfer-build
 ROS_SOURCES := $(wildcard msg/*.msg srv/*.srv) CMakeLists.txt package.xml
+# The package's folders: one changes when a module is added or removed, which the
+# symlinked install only picks up when rebuilt (edits to existing modules need no build).
+PY_DIRS := $(shell find xinfer_ros -type d -not -name __pycache__)
 # ROS 2's launch, launch_testing and ros2 command, where the shared kit is beside this
 # checkout (the PyPI wheels lack them; a plain clone skips the tests that need them).
 LAUNCH_KIT := ../shared/ros2-launch-kit
@@ -38,7 +41,7 @@ $(VENV_STAMP): requirements/base.txt requirements/ros.txt setup.py scripts/repai
 
 build: $(BUILD_STAMP)  ## generate the ROS interfaces and install the package (colcon)
 
-$(BUILD_STAMP): $(VENV_STAMP) $(ROS_SOURCES) $(wildcard launch/* config/* config/*/* scripts/nodes/*)
+$(BUILD_STAMP): $(VENV_STAMP) $(ROS_SOURCES) $(PY_DIRS) $(wildcard launch/* config/* config/*/* scripts/nodes/*)
 	@echo "[build] colcon build"
 	@mkdir -p log && source $(VENV)/bin/activate && \
 	 if [ -z "$$ROS_DISTRO" ]; then \
