@@ -193,4 +193,33 @@ def test_feedback_ignores_observations_without_a_duration():
     for bad in [(0.0, 0.05), (0.05, 0.0), (float("nan"), 0.05), (0.05, float("inf"))]:
         for _ in range(20):
             cost.observe(Stage.ACTION, *bad)
-    assert cost.scale == (1.0, 1.0, 1.0) and cost.feedback is None
+    assert cost.scale == (1.0, 1.0, 1.0) and not cost.feedback
+
+
+def test_feedback_by_size_learns_each_batch_size_from_its_own_batches():
+    """Singles run as planned, pairs 0.8x, full batches 0.6x; triples never ran."""
+    cost = BatchCost(Predictor(factors_table()), 4)
+    cost.by_size = True
+    n = (0, 0, 1)
+    before = cost.durations(Stage.ACTION, n)
+    ran = {1: 1.0, 2: 0.8, 4: 0.6}
+    for i in range(300):
+        k = (1, 2, 4)[i % 3]
+        cost.observe(Stage.ACTION, cost.duration(Stage.ACTION, k, n), ran[k] * before[k - 1], k)
+    scales = [c[2] for c in cost.scales]
+    assert scales == pytest.approx([1.0, 0.8, 1.0, 0.6], rel=0.03)
+    assert cost.scale == cost.scales[0] and all(c[:2] == (1.0, 1.0) for c in cost.scales)
+    after = cost.durations(Stage.ACTION, n)
+    assert after == pytest.approx(tuple(s * d for s, d in zip(scales, before, strict=True)))
+    for bad in (0, 5):  # a size it cannot cost is ignored
+        cost.observe(Stage.ACTION, 0.05, 0.5, bad)
+    assert [c[2] for c in cost.scales] == scales
+
+
+def test_pooled_feedback_applies_one_factor_to_every_size():
+    cost = BatchCost(Predictor(factors_table()), 4)
+    for _ in range(50):
+        cost.observe(Stage.PREFILL, cost.duration(Stage.PREFILL, 3, (0, 0, 0)),
+                     0.5 * cost.duration(Stage.PREFILL, 3, (0, 0, 0)) / cost.scale[1], 3)
+    assert len(cost.feedback) == 1
+    assert len({c for c in cost.scales}) == 1 and cost.scale[1] == pytest.approx(0.5, rel=0.05)

@@ -160,3 +160,30 @@ def test_a_tight_unit_is_never_held_waiting_for_mates(durations, raw, fill):
     if tight:
         assert plan.runs_now(T)
         assert plan.members[0] == tight[0]  # the oldest tight unit runs now
+
+
+def test_a_unit_late_by_less_than_the_contest_margin_runs_alone_and_joins_no_batch():
+    # Unit 2 is predicted 5 ms late alone: given up without a margin, contested with 10 ms.
+    cands = [cand(1, 1.0), cand(2, -0.005), cand(3, 1.0)]
+    assert form_batch(cands, T, D).members == (2, 1, 3)
+    plan = form_batch(cands, T, D, contest=0.010)
+    assert plan.members == (2,) and plan.runs_now(T)
+    # As a mate it is left out too (its lead here is a tight unit on time, filling).
+    lead = cand(4, 0.015)
+    assert form_batch([lead, cand(5, -0.005), cand(6, 1.0)], T, D, fill=True,
+                      contest=0.010).members == (4, 6)
+    # Later than the margin it is lost, and batches as before.
+    assert form_batch([cand(1, 1.0), cand(2, -0.02)], T, D, contest=0.010).members == (2, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(durations_st, candidates_st, st.floats(0.0, 0.2), st.booleans(), st.booleans())
+def test_a_contested_unit_is_never_made_later_by_a_batch(durations, raw, contest, fill, floors):
+    cands = [Candidate(i, T + slack, rest) for i, (slack, rest) in enumerate(raw)]
+    plan = form_batch(cands, T, durations, contest=contest, fill=fill,
+                      keep_floors=floors and fill)
+    for rid in plan.members:
+        c = cands[rid]
+        alone = c.deadline - T - durations[0] - c.rest
+        if -contest <= alone < 0.0:
+            assert plan.duration <= durations[0]

@@ -140,3 +140,19 @@ def test_off_switch_gives_the_calibrated_predictions_exactly() -> None:
     # A correction that has not warmed up keeps the calibrated tables too.
     fresh = Predictor(table, correction=RateCorrection())
     assert fresh.q_tab == plain.q_tab and fresh.suffix_tab == plain.suffix_tab
+
+
+def test_dispersion_measures_the_spread_of_the_observations_not_their_level() -> None:
+    rng = random.Random(3)
+    steady, noisy = RateCorrection(), RateCorrection()
+    for _ in range(400):
+        steady.observe(Stage.ACTION, 1.6)
+        noisy.observe(Stage.ACTION, 1.6 * math.exp(rng.gauss(0.0, 0.2)))
+    assert steady.dispersion == (0.0, 0.0, 0.0)
+    # |N(0, 0.2)| has mean 0.2 * sqrt(2 / pi) ~= 0.16 in log space; the EWMA of the last
+    # dozen or so has a standard deviation of ~0.035 around it.
+    assert 0.06 < math.log1p(noisy.dispersion[Stage.ACTION]) < 0.27
+    assert noisy.dispersion[:2] == (0.0, 0.0)
+    assert noisy.summary()["dispersion"] == list(noisy.dispersion)
+    noisy.reset()
+    assert noisy.dispersion == (0.0, 0.0, 0.0)

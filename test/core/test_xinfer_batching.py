@@ -572,3 +572,39 @@ def test_the_fed_preset_is_fill_slots_with_floors_and_feedback():
     p = make_policy("xinfer_batch_fill_slots_floors_fed", rate_table=BATCH4, slots=(4, 4, 8))
     assert isinstance(p, XInferPolicy) and forms_batches("xinfer_batch_fill_slots_floors_fed")
     assert p.batch_feedback and p.fill_keeps_floors and p.slots_under_pressure
+
+
+def test_contest_and_feedback_by_size_need_their_prerequisites():
+    with pytest.raises(ValueError, match="contest_late needs max_batch above one"):
+        policy(max_batch=1, contest_late=True)
+    with pytest.raises(ValueError, match="batch_feedback_by_size needs batch_feedback"):
+        policy(batch_feedback_by_size=True)
+
+
+def test_the_contest_margin_is_the_predictors_error_on_the_remaining_time():
+    from xinfer_ros.core.rate_correction import RateCorrection
+
+    p = policy(contest_late=True)
+    assert p._contest(Stage.PREFILL, 0.02, 0.08) == 0.0  # no correction: exact rates
+    corr = RateCorrection()
+    for i in range(40):  # Prefill off by ~10 %, Action by ~30 %, ViT exact
+        corr.observe(Stage.PREFILL, 1.1 if i % 2 else 1 / 1.1)
+        corr.observe(Stage.ACTION, 1.3 if i % 2 else 1 / 1.3)
+        corr.observe(Stage.VIT, 1.0)
+    p.predictor.set_correction(corr)
+    disp = corr.dispersion
+    assert disp[0] == 0.0 and disp[1] > 0.05 and disp[2] > disp[1]
+    assert p._contest(Stage.PREFILL, 0.02, 0.08) == pytest.approx(0.02 * disp[1] + 0.08 * disp[2])
+    assert p._contest(Stage.ACTION, 0.06, 0.001) == pytest.approx(0.06 * disp[2])
+    off = policy()
+    off.predictor.set_correction(corr)
+    assert off._contest(Stage.ACTION, 0.06, 0.001) == 0.0
+
+
+def test_the_contest_preset_is_fed_with_feedback_by_size_and_contested_units():
+    from xinfer_ros.core.registry import forms_batches, make_policy
+
+    p = make_policy("xinfer_batch_contest", rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(p, XInferPolicy) and forms_batches("xinfer_batch_contest")
+    assert p.batch_feedback and p.fill_keeps_floors and p.slots_under_pressure
+    assert p.contest_late and p.batch_cost is not None and p.batch_cost.by_size

@@ -477,6 +477,26 @@ def test_batch_feedback_on_the_engine_learns_from_the_batches_it_ran() -> None:
     assert policy.batch_cost.scale[Stage.VIT] == pytest.approx(1.0, abs=0.5)
 
 
+def test_feedback_by_size_on_the_engine_learns_each_size_it_ran_from_its_own_batches() -> None:
+    """The engine reports each batch's size: sizes that ran learn, sizes that did not keep 1."""
+    engine, _backend, _spy = _engine(
+        "xinfer_batch_contest", slow={f"r{i}": (Stage.ACTION, 0.06) for i in range(8)})
+    policy = engine.policy
+    assert isinstance(policy, XInferPolicy) and policy.batch_cost is not None
+    for wave in range(3):
+        _serve_more(engine, [2.0] * 4, wave)
+    engine.close()
+    ran = engine.batch_audit.summary()["action"]
+    scales = policy.batch_cost.scales
+    learned = [k for k in range(1, 5) if str(k) in ran and ran[str(k)]["batches"] >= 5]
+    assert learned, ran
+    for k in range(1, 5):
+        if k in learned:
+            assert scales[k - 1][Stage.ACTION] > 1.2, (k, scales, ran)
+        elif str(k) not in ran:
+            assert scales[k - 1][Stage.ACTION] == 1.0, (k, scales, ran)
+
+
 def _serve_more(engine: StageEngine, budgets: Sequence[float], wave: int) -> None:
     """Requests ``r<i>`` on a started engine, one wave at a time."""
     engine.start()

@@ -281,6 +281,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         batches=engine.batches.snapshot(),
         batch_audit=engine.batch_audit.summary() or None,
         batch_feedback=_feedback(engine.policy),
+        batch_feedback_sizes=_feedback_sizes(engine.policy),
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -402,7 +403,10 @@ def _fmt(report: EngineReport) -> str:
     if report.batch_feedback is not None:
         lines.append(f"{prefix}batch-cost feedback c=" + ",".join(
             f"{c:.2f}" for c in report.batch_feedback["factors"]) + " from " + ",".join(
-            str(n) for n in report.batch_feedback["samples"]) + " batches")
+            str(n) for n in report.batch_feedback["samples"]) + " batches"
+            + ("" if report.batch_feedback_sizes is None else "; by size " + " ".join(
+                f"[{k}]=" + ",".join(f"{c:.2f}" for c in cs)
+                for k, cs in report.batch_feedback_sizes.items())))
     if report.speed_probe is not None:
         sp = report.speed_probe
         lines.append(f"{prefix}speed probe, CPU ms median (p10/p90) over {sp.samples} "
@@ -525,4 +529,13 @@ def _feedback(policy: Policy) -> CorrectionSummary | None:
     """What ``policy``'s batch-cost feedback learned (None: off, or nothing observed)."""
     former = batch_former(policy)
     cost = former.batch_cost if former is not None else None
-    return cost.feedback.summary() if cost is not None and cost.feedback is not None else None
+    return cost.feedback[0].summary() if cost is not None and cost.feedback else None
+
+
+def _feedback_sizes(policy: Policy) -> dict[str, list[float]] | None:
+    """c_s(k) by batch size when ``policy`` learns them per size (None otherwise)."""
+    former = batch_former(policy)
+    cost = former.batch_cost if former is not None else None
+    if cost is None or not cost.by_size or not cost.feedback:
+        return None
+    return {str(k): list(c) for k, c in enumerate(cost.scales, start=1)}

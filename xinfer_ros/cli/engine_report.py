@@ -138,9 +138,12 @@ class EngineReport:
     # Formed batches' observed against predicted durations, by stage and size
     # (BatchAudit.summary); None: the policy formed no batch, or not recorded.
     batch_audit: BatchAuditSummary | None = None
-    # The batch-cost factors c_s the policy's feedback learned (batch_feedback); None:
-    # feedback off, or no batch observed.
+    # The batch-cost factors c_s the policy's feedback learned (batch_feedback; with
+    # batch_feedback_by_size, those of single units); None: feedback off, or no batch
+    # observed.
     batch_feedback: CorrectionSummary | None = None
+    # With batch_feedback_by_size: the factors c_s(k) by batch size k; else None.
+    batch_feedback_sizes: dict[str, list[float]] | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""
@@ -169,4 +172,6 @@ class EngineReport:
             out["batch_audit"] = self.batch_audit
         if self.batch_feedback is not None:
             out["batch_feedback"] = self.batch_feedback
+        if self.batch_feedback_sizes is not None:
+            out["batch_feedback_sizes"] = self.batch_feedback_sizes
         return out

@@ -39,6 +39,10 @@ with a deadband: :class:`~xinfer_ros.core.rate_correction.RateCorrection`), then
 scales every d_s(k, n), so formation and the pressure test price batches as the device
 has been running them. On the CPU engine fill-slots formation predicted its batches
 1.3-1.45x longer than they ran, at every size (docs/BENCHMARKS.md section 5.3).
+With ``by_size`` the factor is learned per stage *and batch size*, c_s(k), each size
+from its own batches (its factor stays 1 until it has had ``min_samples`` of them):
+under one c_s per stage the audit still read 0.72–1.13 across sizes, since most formed
+batches are single units and pull c_s to their own error.
 
 A table without ``settings.max_batch`` (the paper's default, every unbatched calibration)
 states batch size 1 only. Asking it for batches is refused at start
@@ -116,8 +120,8 @@ class BatchCost:
         RateTableError: when the table cannot cost batches of ``max_batch``.
     """
 
-    __slots__ = ("_durations", "_q_tab", "_scale", "factors", "feedback", "max_batch",
-                 "predictor")
+    __slots__ = ("_durations", "_q_tab", "_scale", "by_size", "factors", "feedback",
+                 "max_batch", "predictor")
 
     def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table",
                  table: RateTable | None = None) -> None:
@@ -131,30 +135,46 @@ class BatchCost:
         #: the object in ``_q_tab`` (an online correction swaps in a new table).
         self._durations: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
         self._q_tab: object = predictor.q_tab
-        #: Learns c_s from observed batches (:meth:`observe`); None until the first.
-        self.feedback: RateCorrection | None = None
-        #: c_s per stage: 1 until feedback publishes a factor.
-        self._scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
+        #: Learn c_s(k) per batch size, not one c_s per stage (set before feedback).
+        self.by_size = False
+        #: Learns c_s from observed batches (:meth:`observe`), one per batch size with
+        #: ``by_size`` (index k − 1), else one in total; empty until the first.
+        self.feedback: list[RateCorrection] = []
+        #: c_s(k) by size (index k − 1, every size alike without ``by_size``): 1 until
+        #: feedback publishes a factor.
+        self._scale: list[tuple[float, float, float]] = [(1.0, 1.0, 1.0)] * max_batch
 
     @property
     def scale(self) -> tuple[float, float, float]:
-        """c_s: the factor feedback applies to every d_s(k, n) (1 without feedback)."""
-        return self._scale
+        """c_s of single units: the factor feedback applies to d_s(1, n) (1 without)."""
+        return self._scale[0]
 
-    def observe(self, stage: int, predicted: float, observed: float) -> None:
+    @property
+    def scales(self) -> list[tuple[float, float, float]]:
+        """c_s(k) for k = 1..max_batch (all alike without ``by_size``)."""
+        return list(self._scale)
+
+    def observe(self, stage: int, predicted: float, observed: float, size: int = 1) -> None:
         """Feed back one formed batch: ``predicted`` (its plan's d_s, s) against the forward.
 
         The observation is ``observed`` over the unscaled prediction (the current
-        c_s divided out), so c_s converges to where the plans' median error is one. A
-        prediction or forward that is not positive and finite is ignored.
+        factor divided out), so the factor converges to where the plans' median error
+        is one. A prediction or forward that is not positive and finite, or a ``size``
+        outside 1..max_batch, is ignored.
         """
-        if not (0.0 < predicted < math.inf and 0.0 < observed < math.inf):
+        if not (0.0 < predicted < math.inf and 0.0 < observed < math.inf
+                and 1 <= size <= self.max_batch):
             return
-        corr = self.feedback
-        if corr is None:
-            corr = self.feedback = RateCorrection()
-        if corr.observe(stage, observed / (predicted / self._scale[stage])):
-            self._scale = corr.factors
+        at = size - 1 if self.by_size else 0
+        if not self.feedback:
+            self.feedback = [RateCorrection() for _ in range(self.max_batch if self.by_size
+                                                             else 1)]
+        corr = self.feedback[at]
+        if corr.observe(stage, observed / (predicted / self._scale[size - 1][stage])):
+            if self.by_size:
+                self._scale[at] = corr.factors
+            else:
+                self._scale = [corr.factors] * self.max_batch
             self._durations.clear()
 
     def duration(self, stage: int, k: int, n: tuple[int, int, int]) -> float:
@@ -170,7 +190,7 @@ class BatchCost:
             return self.durations(stage, n)[k - 1]  # the formula lives there, memoised
         mates = (n[0] + (k - 1) * (stage == 0), n[1] + (k - 1) * (stage == 1),
                  n[2] + (k - 1) * (stage == 2))
-        return pred.q_tab[pred.index(mates)][stage] * self._scale[stage]
+        return pred.q_tab[pred.index(mates)][stage] * self._scale[k - 1][stage]
 
     def durations(self, stage: int, n: tuple[int, int, int]) -> tuple[float, ...]:
         """``(d_s(1, n), ..., d_s(max_batch, n))``: one lookup per size, for formation.
@@ -189,13 +209,14 @@ class BatchCost:
         if out is None and self.factors is not None:
             h = pred.h[stage]
             work = q[pred.index(n)][stage] - h
-            c = self._scale[stage]
-            out = tuple((h + f * work) * c for f in self.factors[stage][:self.max_batch])
+            scale = self._scale
+            out = tuple((h + f * work) * scale[k][stage]
+                        for k, f in enumerate(self.factors[stage][:self.max_batch]))
             memo[key] = out
         if out is None:
-            index, c = pred.index, self._scale[stage]
+            index, scale = pred.index, self._scale
             out = tuple(q[index((n[0] + k * (stage == 0), n[1] + k * (stage == 1),
-                                 n[2] + k * (stage == 2)))][stage] * c
+                                 n[2] + k * (stage == 2)))][stage] * scale[k][stage]
                         for k in range(self.max_batch))
             memo[key] = out
         return out

@@ -24,6 +24,12 @@ costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
   pays: the lane would have finished it). The caller runs the batch at ``start_by`` at
   the latest, or sooner when a mate arrives (it calls again).
 
+* **Late by less than the predictor's error is not lost** (``contest``). A member
+  predicted late alone by at most ``contest`` seconds may still make it (on this CPU the
+  predicted end of an Action unit is off by 10–30 ms on average): it keeps all of its
+  slack, so it runs alone and joins no batch. Only a member later than that is
+  given up. With ``contest`` 0 (the default) every member late alone is given up.
+
 * **Under pressure, fill** (``fill``): when the policy finds that the stage's backlog
   served in batches keeps more deadlines than served one unit at a time, the guard (on
   the batch's extra time and on a relaxed lead's hold alike) and the tight members'
@@ -91,7 +97,8 @@ def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
 
 def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
                guard: float = float("inf"), may_wait: bool = True,
-               fill: bool = False, keep_floors: bool = False) -> BatchPlan:
+               fill: bool = False, keep_floors: bool = False,
+               contest: float = 0.0) -> BatchPlan:
     """The batch a free lane runs, and how long it may wait for mates.
 
     Args:
@@ -108,6 +115,8 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
             half-slack floors, only no member made late (see module doc).
         keep_floors: with ``fill``, tight members keep their half-slack floors (only
             the guard goes).
+        contest: how late alone (s, >= 0) a member may be predicted and still be
+            served as if it could make its deadline: it keeps all its slack.
 
     Returns:
         The plan; ``members`` is never empty.
@@ -117,13 +126,14 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
     """
     return form_batch_of([c.request_id for c in candidates], [c.deadline for c in candidates],
                          [c.rest for c in candidates], t, durations, guard=guard,
-                         may_wait=may_wait, fill=fill, keep_floors=keep_floors)
+                         may_wait=may_wait, fill=fill, keep_floors=keep_floors,
+                         contest=contest)
 
 
 def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequence[float],
                   t: float, durations: Sequence[float], *, guard: float = float("inf"),
                   may_wait: bool = True, fill: bool = False,
-                  keep_floors: bool = False) -> BatchPlan:
+                  keep_floors: bool = False, contest: float = 0.0) -> BatchPlan:
     """:func:`form_batch` on the candidates' fields as parallel sequences.
 
     The policy's hot path (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`
@@ -163,7 +173,7 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     # unless the floors are kept.
     spread_floor = 0.0 if fill and not keep_floors else spread
     members = [first]
-    floors = [_floor_of(alone[first], spread_floor)]
+    floors = [_floor_of(alone[first], spread_floor, contest)]
     for i in range(n):
         if i == first:
             continue
@@ -173,7 +183,7 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
         extra = durations[k] - d1
         if extra > guard:
             break  # larger batches only cost more lane time
-        floor = _floor_of(alone[i], spread_floor)
+        floor = _floor_of(alone[i], spread_floor, contest)
         # Slack in a batch of duration d is the slack alone less the extra duration.
         if alone[i] - extra < floor:
             continue  # this mate would be late (or lose its tight slack): skip it
@@ -189,15 +199,15 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     return BatchPlan(tuple(ids[m] for m in members), durations[k - 1], start_by)
 
 
-def _floor_of(alone: float, spread: float) -> float:
+def _floor_of(alone: float, spread: float, contest: float = 0.0) -> float:
     """Slack a member must keep in a batch, from its slack ``alone`` (see module doc).
 
-    Half of it when tight, else 0. A member predicted late even alone has no floor:
-    its deadline is lost whatever the batch, and refusing it mates would only cost the
-    others throughput.
+    Half of it when tight, else 0. A member predicted late alone by more than
+    ``contest`` has no floor: its deadline is lost whatever the batch, and refusing it
+    mates would only cost the others throughput. One late by less keeps all of it.
     """
     if alone < 0.0:
-        return -math.inf
+        return alone if alone >= -contest else -math.inf
     if alone < spread:
         return alone / 2.0
     return 0.0

@@ -17,6 +17,11 @@ every unit it forecasts. :class:`RateCorrection` learns one multiplicative facto
   after ``min_samples`` observations of its stage, and re-published only when it moved
   by more than ``deadband`` (relative), so that consumers rebuild their lookup tables
   rarely.
+* Beside the factor it keeps the observations' **dispersion**: an exponentially
+  weighted mean of ``|log x − log k_s|`` (the deviation from the estimate before the
+  observation, same weights), so ``exp(dispersion) − 1`` is a unit's typical relative
+  error about the corrected rate. A batch-forming policy uses it to tell a unit late by
+  less than the predictor's own error from one that is lost (issue 28).
 
 The predictor applies a published factor by scaling the stage's work, ``W_s → k_s ·
 W_s``: every duration and residual it gives (``q_s``, ``R_j``, ``r̃_{j,s}``) then
@@ -40,6 +45,7 @@ class CorrectionSummary(TypedDict):
 
     factors: list[float]
     estimates: list[float]
+    dispersion: list[float]
     samples: list[int]
     alpha: float
     min_samples: int
@@ -95,7 +101,7 @@ class RateCorrection:
         corr.factors                          # (1.0, 1.0, 1.5)
     """
 
-    __slots__ = ("_log_est", "_log_pub", "samples", "settings")
+    __slots__ = ("_log_dev", "_log_est", "_log_pub", "samples", "settings")
 
     def __init__(self, settings: CorrectionSettings | None = None) -> None:
         self.settings = settings if settings is not None else CorrectionSettings()
@@ -103,6 +109,7 @@ class RateCorrection:
         self.samples: list[int] = [0] * NUM_STAGES
         self._log_est: list[float] = [0.0] * NUM_STAGES
         self._log_pub: list[float] = [0.0] * NUM_STAGES
+        self._log_dev: list[float] = [0.0] * NUM_STAGES
 
     @property
     def factors(self) -> tuple[float, float, float]:
@@ -115,6 +122,16 @@ class RateCorrection:
         """Current estimates, published or not (diagnostics)."""
         e = self._log_est
         return (math.exp(e[0]), math.exp(e[1]), math.exp(e[2]))
+
+    @property
+    def dispersion(self) -> tuple[float, float, float]:
+        """Typical relative error of one observation about the estimate, per stage.
+
+        ``exp(d_s) − 1`` where ``d_s`` is the weighted mean absolute deviation of the
+        observations' logs from the estimate before each (0 until a stage has two).
+        """
+        d = self._log_dev
+        return (math.expm1(d[0]), math.expm1(d[1]), math.expm1(d[2]))
 
     def observe(self, stage: int, ratio: float) -> bool:
         """Record one completed unit's observed-to-predicted work ratio ``ŵ / W_s``.
@@ -137,7 +154,11 @@ class RateCorrection:
         min_n = self.settings.min_samples
         # Equal weights while warming up (running mean), then the EWMA.
         w = 1.0 / n if n <= min_n else self.settings.alpha
-        est = self._log_est[stage] + w * (x - self._log_est[stage])
+        prev = self._log_est[stage]
+        if n > 1:  # the first observation has no estimate to deviate from
+            wd = 1.0 / (n - 1) if n <= min_n + 1 else self.settings.alpha
+            self._log_dev[stage] += wd * (abs(x - prev) - self._log_dev[stage])
+        est = prev + w * (x - prev)
         self._log_est[stage] = est
         if n < min_n:
             return False
@@ -154,10 +175,12 @@ class RateCorrection:
         self.samples = [0] * NUM_STAGES
         self._log_est = [0.0] * NUM_STAGES
         self._log_pub = [0.0] * NUM_STAGES
+        self._log_dev = [0.0] * NUM_STAGES
 
     def summary(self) -> CorrectionSummary:
         """JSON-ready state: published factors, current estimates, sample counts."""
         return {"factors": list(self.factors), "estimates": list(self.estimates),
-                "samples": list(self.samples), "alpha": self.settings.alpha,
+                "dispersion": list(self.dispersion), "samples": list(self.samples),
+                "alpha": self.settings.alpha,
                 "min_samples": self.settings.min_samples,
                 "bounds": list(self.settings.bounds), "deadband": self.settings.deadband}

@@ -15,7 +15,9 @@ pressure: ``xinfer_batch_fill``, also launching up to the slots under pressure:
 ``xinfer_batch_fill_slots``, the same with the strict pressure test (batches must
 keep more deadlines, not as many): ``xinfer_batch_fill_slots_strict``, and filling that
 keeps the tight members' floors: ``xinfer_batch_fill_slots_floors``, and the same with batch
-costs learned from the forwards: ``xinfer_batch_fill_slots_floors_fed``; the experiments
+costs learned from the forwards: ``xinfer_batch_fill_slots_floors_fed``, and learned per
+batch size, with units late by less than the predictor's error still contested:
+``xinfer_batch_contest``; the experiments
 ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
@@ -113,6 +115,13 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch_fill_slots_floors_fed": {**_FILL, "slots_under_pressure": True,
                                            "fill_keeps_floors": True,
                                            "batch_feedback": True},
+    # fed whose batch costs learn per batch size and whose units predicted late by less
+    # than the predictor's typical error still run as if they could make it (alone):
+    # the forming policies gave up the 90 ms class on parcel at 6 robots. On a fast host
+    # short of lane batching at phases 8 and 12 and parcel 8-12 (docs/BENCHMARKS.md 5.3).
+    "xinfer_batch_contest": {**_FILL, "slots_under_pressure": True,
+                             "fill_keeps_floors": True, "batch_feedback": True,
+                             "batch_feedback_by_size": True, "contest_late": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -130,7 +139,8 @@ BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_fill", "xinfer_batch_fill_slots",
                                            "xinfer_batch_fill_slots_strict",
                                            "xinfer_batch_fill_slots_floors",
-                                           "xinfer_batch_fill_slots_floors_fed"})
+                                           "xinfer_batch_fill_slots_floors_fed",
+                                           "xinfer_batch_contest"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

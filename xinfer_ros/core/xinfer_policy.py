@@ -336,6 +336,23 @@ class XInferPolicy(Policy):
             scales its batch costs by what it learns. On the CPU engine formation
             predicted its batches 1.3-1.45x longer than they ran
             (docs/BENCHMARKS.md section 5.3).
+        batch_feedback_by_size: an experiment (off by default), with ``batch_feedback``:
+            the batch costs learn one factor per stage and batch size
+            (:class:`~xinfer_ros.core.batch_cost.BatchCost` ``by_size``), not one per
+            stage: under one per stage the formed batches still ran 0.72-1.13x their
+            predictions across sizes, by size 0.96-1.12x.
+        contest_late: an experiment (off by default), with ``max_batch`` above one: a
+            unit predicted late alone by less than the predictor's own error is still
+            served as if it could make its deadline (:meth:`_contest`): formation keeps
+            all of its slack, so it runs alone, and the pressure test counts it as kept.
+            Without it such a unit is given up: it joins any batch (which makes it late
+            for sure), and with ``batch_on_ties`` its loss alone is enough to put the
+            stage under pressure. On the CPU engine the forming policies kept 5–22 % of
+            the 90 ms class at 6 robots where unbatched XInfer kept 25–37 %, while the
+            predicted ends of Action units were off by 10–30 ms on average. With it
+            (and ``batch_feedback_by_size``) fed gained 5 points at phases 8 but not at
+            parcel 12 on a fast host, still short of lane batching at both
+            (docs/BENCHMARKS.md section 5.3).
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -382,6 +399,8 @@ class XInferPolicy(Policy):
         slots_under_pressure: bool = False,
         fill_keeps_floors: bool = False,
         batch_feedback: bool = False,
+        batch_feedback_by_size: bool = False,
+        contest_late: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -402,8 +421,15 @@ class XInferPolicy(Policy):
         self.slots_under_pressure = bool(slots_under_pressure)
         self.fill_keeps_floors = bool(fill_keeps_floors)
         self.batch_feedback = bool(batch_feedback)
-        for wrong, why in ((self.batch_feedback and self.batch_cost is None,
+        self.contest_late = bool(contest_late)
+        if self.batch_cost is not None:
+            self.batch_cost.by_size = bool(batch_feedback_by_size)
+        for wrong, why in ((bool(batch_feedback_by_size) and not self.batch_feedback,
+                            "batch_feedback_by_size needs batch_feedback"),
+                           (self.batch_feedback and self.batch_cost is None,
                             "batch_feedback needs max_batch above one: units run alone"),
+                           (self.contest_late and self.batch_cost is None,
+                            "contest_late needs max_batch above one: units run alone"),
                            (self.fill_keeps_floors and not self.fill_under_pressure,
                             "fill_keeps_floors needs fill_under_pressure: "
                             "without filling the floors are always kept"),
@@ -566,7 +592,8 @@ class XInferPolicy(Policy):
                 guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
                              guard=guard, may_wait=may_wait, fill=fill,
-                             keep_floors=self.fill_keeps_floors)
+                             keep_floors=self.fill_keeps_floors,
+                             contest=self._contest(s, durations[0], rest))
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
@@ -608,14 +635,15 @@ class XInferPolicy(Policy):
             for rid in request_ids:
                 self._started[rid] = (s, self._batches_started)
 
-    def observe_batch(self, stage: Stage | int, predicted: float, observed: float) -> None:
-        """A batch :meth:`plan_batch` formed ran ``observed`` s against ``predicted``.
+    def observe_batch(self, stage: Stage | int, predicted: float, observed: float,
+                      size: int = 1) -> None:
+        """A batch of ``size`` :meth:`plan_batch` formed ran ``observed`` s against ``predicted``.
 
         With ``batch_feedback`` its batch costs learn from it
         (:meth:`~xinfer_ros.core.batch_cost.BatchCost.observe`); otherwise a no-op.
         """
         if self.batch_feedback and self.batch_cost is not None:
-            self.batch_cost.observe(int(stage), predicted, observed)
+            self.batch_cost.observe(int(stage), predicted, observed, size)
 
     def _gates(self) -> bool:
         """Whether units launch only into free lanes (``lane_gate`` with batches)."""
@@ -684,9 +712,26 @@ class XInferPolicy(Policy):
         durations = cost.durations(s, others)
         rest = pred.suffix_tab[pred.index(others)][s + 1]
         lane_free = [t] * idle + list(busy.values())
-        batched = _on_time(backlog, lane_free, durations, rest, len(durations))
-        alone = _on_time(backlog, lane_free, durations, rest, 1)
+        # A unit late by less than the predictor's error counts as kept (contest_late).
+        rest_kept = rest - self._contest(s, durations[0], rest)
+        batched = _on_time(backlog, lane_free, durations, rest_kept, len(durations))
+        alone = _on_time(backlog, lane_free, durations, rest_kept, 1)
         return _pressed(batched, alone, len(backlog), ties=self.batch_on_ties)
+
+    def _contest(self, s: int, duration: float, rest: float) -> float:
+        """How late alone (s) a stage-``s`` unit may be predicted and still be contested.
+
+        The predictor's typical error on its remaining time: its ``duration`` at ``s``
+        and the ``rest`` after it, each times the relative error per unit the online
+        rate correction has seen (:attr:`~xinfer_ros.core.rate_correction.
+        RateCorrection.dispersion`; for the rest the largest of the later stages'). 0
+        without ``contest_late`` or without a correction (the simulator's exact rates).
+        """
+        corr = self.predictor.correction
+        if not self.contest_late or corr is None:
+            return 0.0
+        disp = corr.dispersion
+        return duration * disp[s] + rest * max(disp[s + 1:], default=0.0)
 
     def _lane_use(self, s: int) -> tuple[int, int]:
         """Stage-``s`` units in started batches, and how many batches (lane gate)."""

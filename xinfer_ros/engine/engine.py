@@ -629,7 +629,7 @@ class StageEngine:
                                     formed=formed[2], seen=now)
             former = batch_former(live.policy) if live.policy is not None else None
             if former is not None:
-                former.observe_batch(stage, formed[1], t1 - t0)
+                former.observe_batch(stage, formed[1], t1 - t0, formed[0])
         setattr(live.timings, _STAGE_FIELD[stage], (t1 - t0) * MS_PER_S)
         policy = live.policy
         assert policy is not None
