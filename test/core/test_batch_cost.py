@@ -198,8 +198,7 @@ def test_feedback_ignores_observations_without_a_duration():
 
 def test_feedback_by_size_learns_each_batch_size_from_its_own_batches():
     """Singles run as planned, pairs 0.8x, full batches 0.6x; triples never ran."""
-    cost = BatchCost(Predictor(factors_table()), 4)
-    cost.by_size = True
+    cost = BatchCost(Predictor(factors_table()), 4, by_size=True)
     n = (0, 0, 1)
     before = cost.durations(Stage.ACTION, n)
     ran = {1: 1.0, 2: 0.8, 4: 0.6}

@@ -115,6 +115,7 @@ class BatchCost:
         table: the table whose batch dimension is checked (default: the predictor's;
             pass the calibrated one when the predictor runs the no-interference
             ablation, whose isolated copy keeps no calibration settings).
+        by_size: learn the feedback factor per batch size, c_s(k), not one per stage.
 
     Raises:
         RateTableError: when the table cannot cost batches of ``max_batch``.
@@ -124,7 +125,7 @@ class BatchCost:
                  "max_batch", "predictor")
 
     def __init__(self, predictor: Predictor, max_batch: int, source: str = "rate table",
-                 table: RateTable | None = None) -> None:
+                 table: RateTable | None = None, *, by_size: bool = False) -> None:
         calibrated = predictor.table if table is None else table
         check_batch_table(calibrated, max_batch, source)
         self.predictor = predictor
@@ -135,8 +136,8 @@ class BatchCost:
         #: the object in ``_q_tab`` (an online correction swaps in a new table).
         self._durations: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
         self._q_tab: object = predictor.q_tab
-        #: Learn c_s(k) per batch size, not one c_s per stage (set before feedback).
-        self.by_size = False
+        #: Learn c_s(k) per batch size, not one c_s per stage.
+        self.by_size = bool(by_size)
         #: Learns c_s from observed batches (:meth:`observe`), one per batch size with
         #: ``by_size`` (index k − 1), else one in total; empty until the first.
         self.feedback: list[RateCorrection] = []

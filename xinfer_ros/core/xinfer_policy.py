@@ -408,8 +408,8 @@ class XInferPolicy(Policy):
         self.batch_cost: BatchCost | None = None
         if max_batch != 1:
             table = kwargs.get("rate_table") or default_rate_table()
-            self.batch_cost = BatchCost(self.predictor, max_batch,
-                                        "rate table", table)
+            self.batch_cost = BatchCost(self.predictor, max_batch, "rate table", table,
+                                        by_size=bool(batch_feedback_by_size))
         self.batch_hold = bool(batch_hold)
         self.forecast_batch_guard = bool(forecast_batch_guard)
         self.defer_batched_units = bool(defer_batched_units)
@@ -422,8 +422,6 @@ class XInferPolicy(Policy):
         self.fill_keeps_floors = bool(fill_keeps_floors)
         self.batch_feedback = bool(batch_feedback)
         self.contest_late = bool(contest_late)
-        if self.batch_cost is not None:
-            self.batch_cost.by_size = bool(batch_feedback_by_size)
         for wrong, why in ((bool(batch_feedback_by_size) and not self.batch_feedback,
                             "batch_feedback_by_size needs batch_feedback"),
                            (self.batch_feedback and self.batch_cost is None,
