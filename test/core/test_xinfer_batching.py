@@ -6,6 +6,7 @@ import pytest
 
 from xinfer_ros.config_paths import config_dir
 from xinfer_ros.core import Request, Stage
+from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.errors import RateTableError, SchedulerStateError
 from xinfer_ros.core.rate_table import load_rate_table
 from xinfer_ros.core.xinfer_policy import XInferPolicy
@@ -608,3 +609,31 @@ def test_the_contest_preset_is_fed_with_feedback_by_size_and_contested_units():
     assert isinstance(p, XInferPolicy) and forms_batches("xinfer_batch_contest")
     assert p.batch_feedback and p.fill_keeps_floors and p.slots_under_pressure
     assert p.contest_late and p.batch_cost is not None and p.batch_cost.by_size
+
+
+def test_a_backlog_late_by_less_than_the_predictors_error_is_not_pressure():
+    """Four arrivals each a few ms short of their budget alone: with ties that loss puts
+    ViT under pressure; contested (the correction has seen units off by ~60 %), it does not."""
+    from xinfer_ros.core.rate_correction import RateCorrection
+
+    budget = BATCH4.isolated_request_s + DELTA - 0.003
+    given_up = make_policy_named("xinfer_batch_contest")
+    launched(given_up, [budget] * 4)
+    assert given_up._under_pressure(Stage.VIT, 0.0)
+    contested = make_policy_named("xinfer_batch_contest")
+    corr = RateCorrection()
+    for i in range(40):
+        for s in Stage:
+            corr.observe(s, 1.6 if i % 2 else 1 / 1.6)
+    contested.predictor.set_correction(corr)
+    assert min(corr.dispersion) > 0.4
+    launched(contested, [budget] * 4)
+    assert not contested._under_pressure(Stage.VIT, 0.0)
+
+
+def make_policy_named(name: str) -> XInferPolicy:
+    from xinfer_ros.core.registry import make_policy
+
+    p = make_policy(name, rate_table=BATCH4, slots=(4, 4, 8))
+    assert isinstance(p, XInferPolicy)
+    return p
