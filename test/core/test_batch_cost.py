@@ -194,6 +194,7 @@ def test_feedback_ignores_observations_without_a_duration():
         for _ in range(20):
             cost.observe(Stage.ACTION, *bad)
     assert cost.scale == (1.0, 1.0, 1.0) and not cost.feedback
+    assert cost.feedback_summary() is None
 
 
 def test_feedback_by_size_learns_each_batch_size_from_its_own_batches():
@@ -213,6 +214,10 @@ def test_feedback_by_size_learns_each_batch_size_from_its_own_batches():
     for bad in (0, 5):  # a size it cannot cost is ignored
         cost.observe(Stage.ACTION, 0.05, 0.5, bad)
     assert [c[2] for c in cost.scales] == scales
+    # What the engine benchmark reports: the factors by size, and single units' summary.
+    assert cost.size_factors() == {str(k): list(c) for k, c in enumerate(cost.scales, 1)}
+    summary = cost.feedback_summary()
+    assert summary is not None and summary["factors"] == list(cost.scale)
 
 
 def test_pooled_feedback_applies_one_factor_to_every_size():
@@ -220,5 +225,5 @@ def test_pooled_feedback_applies_one_factor_to_every_size():
     for _ in range(50):
         cost.observe(Stage.PREFILL, cost.duration(Stage.PREFILL, 3, (0, 0, 0)),
                      0.5 * cost.duration(Stage.PREFILL, 3, (0, 0, 0)) / cost.scale[1], 3)
-    assert len(cost.feedback) == 1
+    assert len(cost.feedback) == 1 and cost.size_factors() is None
     assert len({c for c in cost.scales}) == 1 and cost.scale[1] == pytest.approx(0.5, rel=0.05)

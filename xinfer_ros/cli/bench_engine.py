@@ -29,11 +29,11 @@ from xinfer_ros.cli.engine_report import (
     SimulatorRun,
 )
 from xinfer_ros.cli.torch_options import add_torch_arguments, make_torch_backend, stage_counts
+from xinfer_ros.core.batch_cost import BatchCost
 from xinfer_ros.core.clients import Link
 from xinfer_ros.core.constants import DEFAULT_SLOTS
 from xinfer_ros.core.metrics import WindowMetrics, summarize
 from xinfer_ros.core.policy import Policy
-from xinfer_ros.core.rate_correction import CorrectionSummary
 from xinfer_ros.core.rate_table import RateTable, resolve_rate_table, write_rate_table
 from xinfer_ros.core.registry import policy_names
 from xinfer_ros.core.xinfer_policy import batch_former
@@ -223,10 +223,10 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         engine.start()
         try:
             start = engine.clock.now()
-            engine.audit.keep_from = engine.batches.keep_from = start + window[0]
-            engine.batches.keep_until = start + window[1]  # not the drain after it
-            engine.batch_audit.keep_from = start + window[0]
-            engine.batch_audit.keep_until = start + window[1]
+            engine.audit.keep_from = engine.batches.keep_from = \
+                engine.batch_audit.keep_from = start + window[0]
+            # not the drain after it
+            engine.batches.keep_until = engine.batch_audit.keep_until = start + window[1]
             t0 = time.monotonic()
             run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
                                   link=link)
@@ -248,6 +248,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         key = s.result.status.name if s.result is not None else "UNANSWERED"
         statuses[key] = statuses.get(key, 0) + 1
     stats = engine.stats()
+    cost = _batch_cost(engine.policy)
     report = EngineReport(
         emulated=backend.emulated,
         notice=EMULATION_NOTICE if backend.emulated else "",
@@ -280,8 +281,8 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         speed_probe=speed,
         batches=engine.batches.snapshot(),
         batch_audit=engine.batch_audit.summary() or None,
-        batch_feedback=_feedback(engine.policy),
-        batch_feedback_sizes=_feedback_sizes(engine.policy),
+        batch_feedback=cost.feedback_summary() if cost is not None else None,
+        batch_feedback_sizes=cost.size_factors() if cost is not None else None,
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -525,17 +526,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _feedback(policy: Policy) -> CorrectionSummary | None:
-    """What ``policy``'s batch-cost feedback learned (None: off, or nothing observed)."""
+def _batch_cost(policy: Policy) -> BatchCost | None:
+    """The batch costs of ``policy`` when it forms batches (their feedback is reported)."""
     former = batch_former(policy)
-    cost = former.batch_cost if former is not None else None
-    return cost.feedback[0].summary() if cost is not None and cost.feedback else None
-
-
-def _feedback_sizes(policy: Policy) -> dict[str, list[float]] | None:
-    """c_s(k) by batch size when ``policy`` learns them per size (None otherwise)."""
-    former = batch_former(policy)
-    cost = former.batch_cost if former is not None else None
-    if cost is None or not cost.by_size or not cost.feedback:
-        return None
-    return {str(k): list(c) for k, c in enumerate(cost.scales, start=1)}
+    return former.batch_cost if former is not None else None

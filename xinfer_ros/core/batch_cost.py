@@ -57,7 +57,7 @@ import math
 
 from xinfer_ros.core.errors import RateTableError
 from xinfer_ros.core.predictor import Predictor
-from xinfer_ros.core.rate_correction import RateCorrection
+from xinfer_ros.core.rate_correction import CorrectionSummary, RateCorrection
 from xinfer_ros.core.rate_table import (
     BatchFactors,
     RateTable,
@@ -154,6 +154,16 @@ class BatchCost:
     def scales(self) -> list[tuple[float, float, float]]:
         """c_s(k) for k = 1..max_batch (all alike without ``by_size``)."""
         return list(self._scale)
+
+    def feedback_summary(self) -> CorrectionSummary | None:
+        """What feedback learned (of single units with ``by_size``); None before any batch."""
+        return self.feedback[0].summary() if self.feedback else None
+
+    def size_factors(self) -> dict[str, list[float]] | None:
+        """c_s(k) by batch size (as a string) with ``by_size``; None otherwise or before any."""
+        if not self.by_size or not self.feedback:
+            return None
+        return {str(k): list(c) for k, c in enumerate(self._scale, start=1)}
 
     def observe(self, stage: int, predicted: float, observed: float, size: int = 1) -> None:
         """Feed back one formed batch: ``predicted`` (its plan's d_s, s) against the forward.
