@@ -187,3 +187,33 @@ def test_a_contested_unit_is_never_made_later_by_a_batch(durations, raw, contest
         alone = c.deadline - T - durations[0] - c.rest
         if -contest <= alone < 0.0:
             assert plan.duration <= durations[0]
+
+
+def test_members_keep_the_error_margin_as_slack_or_all_of_it_when_they_have_less():
+    # Unit 2 has 35 ms to spare alone (not tight: a full batch costs 30 ms more).
+    cands = [cand(1, 1.0), cand(2, 0.035), cand(3, 1.0), cand(4, 1.0)]
+    assert form_batch(cands, T, D).members == (1, 2, 3, 4)  # leaves unit 2 with 5 ms
+    # With a 10 ms margin it keeps 10 ms: the fourth member (+30 ms) stays out.
+    assert form_batch(cands, T, D, margin=0.010).members == (1, 2, 3)
+    # With a 40 ms margin it has less than the margin and keeps all of it: no batch.
+    assert form_batch(cands, T, D, margin=0.040).members == (1, 3, 4)
+    assert form_batch([cand(2, 0.035), cand(1, 1.0)], T, D, margin=0.040).members == (2,)
+    # A lone relaxed lead holds for mates only while a full batch leaves it the margin.
+    held = form_batch([cand(1, 0.045)], T, D, margin=0.010)
+    assert held.start_by == pytest.approx(T + 0.045 - (D[-1] - D[0]) - 0.010)
+
+
+@settings(max_examples=300, deadline=None)
+@given(durations_st, candidates_st, st.floats(0.0, 0.2), st.booleans(), st.booleans())
+def test_a_batch_never_takes_a_members_error_margin(durations, raw, margin, fill, floors):
+    cands = [Candidate(i, T + slack, rest) for i, (slack, rest) in enumerate(raw)]
+    plan = form_batch(cands, T, durations, margin=margin, fill=fill,
+                      keep_floors=floors and fill)
+    if len(plan.members) < 2:
+        return
+    for rid in plan.members:
+        c = cands[rid]
+        alone = c.deadline - T - durations[0] - c.rest
+        in_batch = c.deadline - T - plan.duration - c.rest
+        if alone >= 0.0:  # one that can make it keeps min(alone, margin)
+            assert in_batch >= min(alone, margin) - 1e-12

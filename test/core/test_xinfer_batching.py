@@ -637,3 +637,45 @@ def make_policy_named(name: str) -> XInferPolicy:
     p = make_policy(name, rate_table=BATCH4, slots=(4, 4, 8))
     assert isinstance(p, XInferPolicy)
     return p
+
+
+def test_error_margin_needs_batches_and_passes_the_predictors_error_to_formation(monkeypatch):
+    import xinfer_ros.core.xinfer_policy as xp
+    from xinfer_ros.core.rate_correction import RateCorrection
+
+    with pytest.raises(ValueError, match="error_margin needs max_batch above one"):
+        policy(max_batch=1, error_margin=True)
+    seen: list[dict[str, object]] = []
+    real = xp.form_batch_of
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(xp, "form_batch_of", spy)
+    corr = RateCorrection()
+    for i in range(40):
+        for s in Stage:
+            corr.observe(s, 1.3 if i % 2 else 1 / 1.3)
+    got = []
+    for flags in ({}, {"contest_late": True}, {"error_margin": True}):
+        p = policy(**flags)
+        p.predictor.set_correction(corr)
+        p.plan_batch(Stage.VIT, launched(p, [2.0] * 3), 0.0)
+        got.append((seen[-1]["contest"], seen[-1]["margin"]))
+    (plain_c, plain_m), (con_c, con_m), (mar_c, mar_m) = got
+    assert plain_c == plain_m == con_m == mar_c == 0.0
+    # The same error on the same state: the one the contest uses, now kept as slack.
+    assert con_c > 0.0 and mar_m == pytest.approx(con_c)
+
+
+def test_the_margin_and_deferred_presets_are_contest_and_one_setting_each():
+    from xinfer_ros.core.registry import ABLATIONS, forms_batches
+
+    con = dict(ABLATIONS["xinfer_batch_contest"])
+    for name, extra in (("xinfer_batch_margin", "error_margin"),
+                        ("xinfer_batch_contest_deferred", "defer_batched_units")):
+        assert forms_batches(name)
+        assert dict(ABLATIONS[name]) == {**con, extra: True}
+        p = make_policy_named(name)
+        assert p.contest_late and getattr(p, extra)

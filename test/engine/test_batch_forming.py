@@ -504,3 +504,21 @@ def _serve_more(engine: StageEngine, budgets: Sequence[float], wave: int) -> Non
                for i, b in enumerate(budgets)]
     results = [f.result(10) for f in futures]
     assert all(r.ok for r in results), [r.reason for r in results]
+
+
+@pytest.mark.parametrize("policy", ["xinfer", "xinfer_batch"])
+def test_results_report_their_action_batch_and_their_wait_on_a_lane(policy: str) -> None:
+    # Each robot's ViT has a key of its own: the one ViT lane runs them one at a time,
+    # so all but the first wait on it after their launch; their Action units batch.
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock, alone=[f"r{i}" for i in range(4)])
+    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
+    results = _serve(engine, [2.0] * 4)
+    action = {rid: len(ids) for stage, ids, _ in backend.batches if stage is Stage.ACTION
+              for rid in ids}
+    assert sorted(r.timings.action_batch for r in results) == sorted(action.values())
+    assert max(action.values()) > 1
+    waits = [r.timings.lane_ms for r in results]
+    assert all(w >= 0.0 for w in waits)
+    if policy == "xinfer":  # launched together, each ViT waits for the ones before it
+        assert max(waits) > 0.5 * BATCH4.work[Stage.VIT] * 1e3

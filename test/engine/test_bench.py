@@ -22,7 +22,7 @@ def test_bench_engine_emulated_json(tmp_path: Path) -> None:
     m = report["metrics"]
     assert m["requests"] > 10 and m["errors"] == 0
     assert 0.0 <= m["attainment"] <= 1.0
-    for key in ("vit", "prefill", "action", "output", "queue"):
+    for key in ("vit", "prefill", "action", "output", "queue", "lane"):
         assert key in report["stage_ms"]
     assert report["prediction"]["samples"] > 0
     # The file's schema, in its order (tools and docs/BENCHMARKS.md read these keys).
@@ -30,7 +30,14 @@ def test_bench_engine_emulated_json(tmp_path: Path) -> None:
         "benchmark", "emulated", "notice", "backend", "engine", "config", "policy",
         "workload", "robots", "duration_s", "window_s", "rate_table", "rate_table_provenance",
         "time_scale", "phase_spread", "held", "host", "load_average", "metrics", "stage_ms",
-        "prediction", "rate_correction", "statuses", "dispatcher", "batches"]
+        "prediction", "rate_correction", "statuses", "dispatcher", "batches", "lateness"]
+    # Every budget class the run sent, each with its late and on-time parts.
+    lateness = report["lateness"]
+    assert set(lateness) == set(m["per_budget"])
+    assert sum(row["requests"] for row in lateness.values()) == m["requests"]
+    for row in lateness.values():
+        assert set(row["on_time_ms"]) == set(row["late_ms"]) == {
+            "queue", "lane", "prepare", "vit", "prefill", "action", "output"}
 
 
 def test_bench_engine_serial_is_slower_than_async() -> None:

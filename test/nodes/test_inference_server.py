@@ -330,7 +330,7 @@ def _result(status, hold_s=0.0, actions=True):
     from xinfer_ros.engine.types import EngineResult, StageTimings
 
     timings = StageTimings(queue_ms=1.0, vit_ms=5.0, prefill_ms=9.0, action_ms=12.0,
-                           output_ms=1.0)
+                           output_ms=1.0, lane_ms=2.5)
     return EngineResult(1, "r1", status, reason="" if status == 0 else "crafted",
                         actions=np.zeros((H, D)) if actions else None, timings=timings,
                         finished=10.0, release_at=10.0 + hold_s)
@@ -365,6 +365,7 @@ def test_a_held_result_is_published_at_its_release_time() -> None:
         assert chunk.status == ActionChunk.STATUS_OK and (chunk.horizon, chunk.action_dim) == (H, D)
         t = chunk.timing
         assert 95.0 <= t.hold_ms < 150.0
+        assert t.queue_ms == 3.5  # the ready queues' wait and the lanes'
         assert arrival + t.server_total_ms / 1e3 <= arrival + 0.400 - 0.004
         assert t.budget_met and t.budget_ms == 400.0
         # Released at once: never queued.

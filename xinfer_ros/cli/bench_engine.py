@@ -43,6 +43,7 @@ from xinfer_ros.engine.batching import BatchSizes
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.closed_loop import ClosedLoopRun, run_closed_loop
 from xinfer_ros.engine.engine import StageEngine
+from xinfer_ros.engine.lateness import PARTS, lateness
 from xinfer_ros.engine.speed_probe import PROBE_PERIOD_S, SpeedProbe, SpeedSummary
 from xinfer_ros.engine.types import (
     TABLE6,
@@ -184,8 +185,8 @@ def stage_summary(run: ClosedLoopRun, window: tuple[float, float]) -> dict[str, 
     rows = [s.result.timings for s in run.sent
             if s.result is not None and s.result.ok and window[0] <= s.send_time < window[1]]
     out: dict[str, dict[str, float]] = {}
-    for name in ("queue_ms", "prepare_ms", "vit_ms", "prefill_ms", "action_ms", "output_ms",
-                 "total_ms"):
+    for name in ("queue_ms", "lane_ms", "prepare_ms", "vit_ms", "prefill_ms", "action_ms",
+                 "output_ms", "total_ms"):
         vals = np.array([getattr(t, name) for t in rows], dtype=float)
         vals = vals[np.isfinite(vals)]
         key = name.removesuffix("_ms")
@@ -283,6 +284,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         batch_audit=engine.batch_audit.summary() or None,
         batch_feedback=cost.feedback_summary() if cost is not None else None,
         batch_feedback_sizes=cost.size_factors() if cost is not None else None,
+        lateness=lateness(run.sent, window),
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -408,6 +410,15 @@ def _fmt(report: EngineReport) -> str:
             + ("" if report.batch_feedback_sizes is None else "; by size " + " ".join(
                 f"[{k}]=" + ",".join(f"{c:.2f}" for c in cs)
                 for k, cs in report.batch_feedback_sizes.items())))
+    if report.lateness is not None:
+        lines.append(f"{prefix}late requests by budget, mean ms "
+                     f"{'/'.join(PARTS)} (share of Action batched): " + "; ".join(
+                         f"{b}: {row['late']} of {row['requests']} late "
+                         + "/".join(f"{row['late_ms'][p]:.1f}" for p in PARTS)
+                         + f" ({row['late_batched']:.0%}), on time "
+                         + "/".join(f"{row['on_time_ms'][p]:.1f}" for p in PARTS)
+                         + f" ({row['on_time_batched']:.0%})"
+                         for b, row in report.lateness.items()))
     if report.speed_probe is not None:
         sp = report.speed_probe
         lines.append(f"{prefix}speed probe, CPU ms median (p10/p90) over {sp.samples} "

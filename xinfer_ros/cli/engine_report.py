@@ -15,6 +15,7 @@ from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.core.prediction_audit import AuditSummary
 from xinfer_ros.core.rate_correction import CorrectionSummary
 from xinfer_ros.engine.batching import BatchCounts
+from xinfer_ros.engine.lateness import LatenessRow
 from xinfer_ros.engine.speed_probe import SpeedSummary
 
 __all__ = ["CorrectedSimulation", "Dispatcher", "EngineReport", "PairRow", "SimulatorRun"]
@@ -144,6 +145,9 @@ class EngineReport:
     batch_feedback: CorrectionSummary | None = None
     # With batch_feedback_by_size: the factors c_s(k) by batch size k; else None.
     batch_feedback_sizes: dict[str, list[float]] | None = None
+    # Late and on-time requests' server time by part, per budget class (ms key);
+    # None: not recorded.
+    lateness: dict[str, LatenessRow] | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""
@@ -174,4 +178,6 @@ class EngineReport:
             out["batch_feedback"] = self.batch_feedback
         if self.batch_feedback_sizes is not None:
             out["batch_feedback_sizes"] = self.batch_feedback_sizes
+        if self.lateness is not None:
+            out["lateness"] = self.lateness
         return out

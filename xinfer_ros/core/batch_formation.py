@@ -19,16 +19,23 @@ costs (:class:`~xinfer_ros.core.batch_cost.BatchCost`):
 * **A tight unit is never held.** The oldest tight candidate leads the batch (else
   the oldest), and a batch with a tight member runs now. Otherwise, when the batch is
   not full, the lead may wait for mates until ``start_by``: the latest start at which
-  a *full* batch still keeps every member (and ``guard``) feasible, and at most one
-  lone-unit duration d(1) after ``t`` (waiting longer than the unit takes alone never
-  pays: the lane would have finished it). The caller runs the batch at ``start_by`` at
-  the latest, or sooner when a mate arrives (it calls again).
+  a *full* batch still keeps every member (and ``guard``) feasible with ``margin`` of
+  slack to spare, and at most one lone-unit duration d(1) after ``t`` (waiting longer
+  than the unit takes alone never pays: the lane would have finished it). The caller
+  runs the batch at ``start_by`` at the latest, or sooner when a mate arrives (it
+  calls again).
 
 * **Late by less than the predictor's error is not lost** (``contest``). A member
   predicted late alone by at most ``contest`` seconds may still make it (on this CPU the
   predicted end of an Action unit is off by 10–30 ms on average): it keeps all of its
   slack, so it runs alone and joins no batch. Only a member later than that is
   given up. With ``contest`` 0 (the default) every member late alone is given up.
+
+* **On time by less than the predictor's error is at risk** (``margin``). A member
+  keeps at least ``margin`` seconds of slack in a batch, or all of it when it has less:
+  without it a relaxed member's floor is 0, so mates join until its predicted end
+  meets its deadline, and an end predicted 10–30 ms off then makes it late. With
+  ``margin`` 0 (the default) the floors are the ones above.
 
 * **Under pressure, fill** (``fill``): when the policy finds that the stage's backlog
   served in batches keeps more deadlines than served one unit at a time, the guard (on
@@ -98,7 +105,7 @@ def is_tight(c: Candidate, t: float, durations: Sequence[float]) -> bool:
 def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[float], *,
                guard: float = float("inf"), may_wait: bool = True,
                fill: bool = False, keep_floors: bool = False,
-               contest: float = 0.0) -> BatchPlan:
+               contest: float = 0.0, margin: float = 0.0) -> BatchPlan:
     """The batch a free lane runs, and how long it may wait for mates.
 
     Args:
@@ -117,6 +124,8 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
             the guard goes).
         contest: how late alone (s, >= 0) a member may be predicted and still be
             served as if it could make its deadline: it keeps all its slack.
+        margin: slack (s, >= 0) every member that can make its deadline keeps in a
+            batch (all of it when it has less), beside its floor.
 
     Returns:
         The plan; ``members`` is never empty.
@@ -127,13 +136,14 @@ def form_batch(candidates: Sequence[Candidate], t: float, durations: Sequence[fl
     return form_batch_of([c.request_id for c in candidates], [c.deadline for c in candidates],
                          [c.rest for c in candidates], t, durations, guard=guard,
                          may_wait=may_wait, fill=fill, keep_floors=keep_floors,
-                         contest=contest)
+                         contest=contest, margin=margin)
 
 
 def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequence[float],
                   t: float, durations: Sequence[float], *, guard: float = float("inf"),
                   may_wait: bool = True, fill: bool = False,
-                  keep_floors: bool = False, contest: float = 0.0) -> BatchPlan:
+                  keep_floors: bool = False, contest: float = 0.0,
+                  margin: float = 0.0) -> BatchPlan:
     """:func:`form_batch` on the candidates' fields as parallel sequences.
 
     The policy's hot path (:meth:`~xinfer_ros.core.xinfer_policy.XInferPolicy.plan_batch`
@@ -160,7 +170,7 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
         start_by = t
         if (may_wait and n_max > 1 and not (alone0 < 0.0 or alone0 < spread)
                 and spread <= guard):
-            latest = deadlines[0] - rests[0] - durations[-1]
+            latest = deadlines[0] - rests[0] - durations[-1] - margin
             start_by = max(t, min(latest, t + d1))
         return BatchPlan((ids[0],), d1, start_by)
     # Each candidate's slack alone, computed once: tightness and floors derive from it.
@@ -173,7 +183,7 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     # unless the floors are kept.
     spread_floor = 0.0 if fill and not keep_floors else spread
     members = [first]
-    floors = [_floor_of(alone[first], spread_floor, contest)]
+    floors = [_floor_of(alone[first], spread_floor, contest, margin)]
     for i in range(n):
         if i == first:
             continue
@@ -183,7 +193,7 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
         extra = durations[k] - d1
         if extra > guard:
             break  # larger batches only cost more lane time
-        floor = _floor_of(alone[i], spread_floor, contest)
+        floor = _floor_of(alone[i], spread_floor, contest, margin)
         # Slack in a batch of duration d is the slack alone less the extra duration.
         if alone[i] - extra < floor:
             continue  # this mate would be late (or lose its tight slack): skip it
@@ -194,20 +204,21 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
     start_by = t
     if may_wait and k < n_max and not any(tight[m] for m in members) and spread <= guard:
         # Nobody tight: wait while a full batch started then keeps everyone feasible.
-        latest = min(deadlines[m] - rests[m] for m in members) - durations[-1]
+        latest = min(deadlines[m] - rests[m] for m in members) - durations[-1] - margin
         start_by = max(t, min(latest, t + d1))
     return BatchPlan(tuple(ids[m] for m in members), durations[k - 1], start_by)
 
 
-def _floor_of(alone: float, spread: float, contest: float = 0.0) -> float:
+def _floor_of(alone: float, spread: float, contest: float = 0.0,
+              margin: float = 0.0) -> float:
     """Slack a member must keep in a batch, from its slack ``alone`` (see module doc).
 
-    Half of it when tight, else 0. A member predicted late alone by more than
-    ``contest`` has no floor: its deadline is lost whatever the batch, and refusing it
-    mates would only cost the others throughput. One late by less keeps all of it.
+    Half of it when tight, else 0, and at least ``margin`` (all of it when it has
+    less). A member predicted late alone by more than ``contest`` has no floor: its
+    deadline is lost whatever the batch, and refusing it mates would only cost the
+    others throughput. One late by less keeps all of it.
     """
     if alone < 0.0:
         return alone if alone >= -contest else -math.inf
-    if alone < spread:
-        return alone / 2.0
-    return 0.0
+    floor = alone / 2.0 if alone < spread else 0.0
+    return max(floor, min(alone, margin))

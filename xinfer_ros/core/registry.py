@@ -17,7 +17,9 @@ keep more deadlines, not as many): ``xinfer_batch_fill_slots_strict``, and filli
 keeps the tight members' floors: ``xinfer_batch_fill_slots_floors``, and the same with batch
 costs learned from the forwards: ``xinfer_batch_fill_slots_floors_fed``, and learned per
 batch size, with units late by less than the predictor's error still contested:
-``xinfer_batch_contest``; the experiments
+``xinfer_batch_contest``, whose members also keep the predictor's error as slack:
+``xinfer_batch_margin``, or whose units wait without work until their batch starts:
+``xinfer_batch_contest_deferred``; the experiments
 ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
@@ -122,6 +124,22 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch_contest": {**_FILL, "slots_under_pressure": True,
                              "fill_keeps_floors": True, "batch_feedback": True,
                              "batch_feedback_by_size": True, "contest_late": True},
+    # contest whose batch members keep the predictor's typical error as slack: under
+    # contest, batches filled relaxed members up to their predicted deadlines. Within
+    # at phases 8 in a slower hour, 9-11 points below lane batching at 12 robots
+    # (docs/BENCHMARKS.md 5.3).
+    "xinfer_batch_margin": {**_FILL, "slots_under_pressure": True,
+                            "fill_keeps_floors": True, "batch_feedback": True,
+                            "batch_feedback_by_size": True, "contest_late": True,
+                            "error_margin": True},
+    # contest whose units do no work in the predictor until their batch starts, so the
+    # online correction learns the time units run, not the time they wait for a lane.
+    # Its k_A came closer to unbatched XInfer's; attainment did not follow (3-13
+    # points short at phases 8, 12 and parcel 8, 12; docs/BENCHMARKS.md 5.3).
+    "xinfer_batch_contest_deferred": {**_FILL, "slots_under_pressure": True,
+                                      "fill_keeps_floors": True, "batch_feedback": True,
+                                      "batch_feedback_by_size": True,
+                                      "contest_late": True, "defer_batched_units": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -140,7 +158,8 @@ BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_fill_slots_strict",
                                            "xinfer_batch_fill_slots_floors",
                                            "xinfer_batch_fill_slots_floors_fed",
-                                           "xinfer_batch_contest"})
+                                           "xinfer_batch_contest", "xinfer_batch_margin",
+                                           "xinfer_batch_contest_deferred"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

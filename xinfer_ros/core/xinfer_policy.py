@@ -353,6 +353,16 @@ class XInferPolicy(Policy):
             (and ``batch_feedback_by_size``) fed gained 5 points at phases 8 but not at
             parcel 12 on a fast host, still short of lane batching at both
             (docs/BENCHMARKS.md section 5.3).
+        error_margin: an experiment (off by default), with ``max_batch`` above one:
+            every batch member that can make its deadline keeps the predictor's
+            typical error on its remaining time (:meth:`_predictor_error`) as slack, or
+            all of its slack when it has less (``margin`` of
+            :func:`~xinfer_ros.core.batch_formation.form_batch`). Without it a relaxed
+            member's floor is 0: on the CPU engine at phases 8, 46 % of the late 90 ms
+            requests under ``xinfer_batch_contest`` had run their Action in a batch
+            (53 ms against 40 ms alone under unbatched XInfer). With it that preset
+            was within of the better arm at phases 8, but 9-11 points short of lane
+            batching at 12 robots (docs/BENCHMARKS.md section 5.3).
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -401,6 +411,7 @@ class XInferPolicy(Policy):
         batch_feedback: bool = False,
         batch_feedback_by_size: bool = False,
         contest_late: bool = False,
+        error_margin: bool = False,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -422,12 +433,15 @@ class XInferPolicy(Policy):
         self.fill_keeps_floors = bool(fill_keeps_floors)
         self.batch_feedback = bool(batch_feedback)
         self.contest_late = bool(contest_late)
+        self.error_margin = bool(error_margin)
         for wrong, why in ((bool(batch_feedback_by_size) and not self.batch_feedback,
                             "batch_feedback_by_size needs batch_feedback"),
                            (self.batch_feedback and self.batch_cost is None,
                             "batch_feedback needs max_batch above one: units run alone"),
                            (self.contest_late and self.batch_cost is None,
                             "contest_late needs max_batch above one: units run alone"),
+                           (self.error_margin and self.batch_cost is None,
+                            "error_margin needs max_batch above one: units run alone"),
                            (self.fill_keeps_floors and not self.fill_under_pressure,
                             "fill_keeps_floors needs fill_under_pressure: "
                             "without filling the floors are always kept"),
@@ -588,10 +602,12 @@ class XInferPolicy(Policy):
             guard = self._batch_guard(members, t)
             if cost is not None and self.forecast_batch_guard and self.arrival_aware:
                 guard = min(guard, self._forecast_guard(s, t, durations[-1], others_index))
+        error = self._predictor_error(s, durations[0], rest)
         plan = form_batch_of(request_ids, deadlines, (rest,) * waiting, t, durations,
                              guard=guard, may_wait=may_wait, fill=fill,
                              keep_floors=self.fill_keeps_floors,
-                             contest=self._contest(s, durations[0], rest))
+                             contest=error if self.contest_late else 0.0,
+                             margin=error if self.error_margin else 0.0)
         if plan.start_by > t and s > 0 and not self._mate_due(s, members, plan.start_by - t, t):
             return BatchPlan(plan.members, plan.duration, t)
         return plan
@@ -719,14 +735,21 @@ class XInferPolicy(Policy):
     def _contest(self, s: int, duration: float, rest: float) -> float:
         """How late alone (s) a stage-``s`` unit may be predicted and still be contested.
 
-        The predictor's typical error on its remaining time: its ``duration`` at ``s``
-        and the ``rest`` after it, each times the relative error per unit the online
-        rate correction has seen (:attr:`~xinfer_ros.core.rate_correction.
-        RateCorrection.dispersion`; for the rest the largest of the later stages'). 0
-        without ``contest_late`` or without a correction (the simulator's exact rates).
+        :meth:`_predictor_error` with ``contest_late``, else 0.
+        """
+        return self._predictor_error(s, duration, rest) if self.contest_late else 0.0
+
+    def _predictor_error(self, s: int, duration: float, rest: float) -> float:
+        """The predictor's typical error (s) on a stage-``s`` unit's remaining time.
+
+        Its ``duration`` at ``s`` and the ``rest`` after it, each times the relative
+        error per unit the online rate correction has seen
+        (:attr:`~xinfer_ros.core.rate_correction.RateCorrection.dispersion`; for the
+        rest the largest of the later stages'). 0 without a correction (the
+        simulator's exact rates).
         """
         corr = self.predictor.correction
-        if not self.contest_late or corr is None:
+        if corr is None:
             return 0.0
         disp = corr.dispersion
         return duration * disp[s] + rest * max(disp[s + 1:], default=0.0)

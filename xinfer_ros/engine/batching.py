@@ -426,7 +426,7 @@ class UnitRunner:
             t1 = self.clock.now()
             t0 = t1 if math.isnan(t0) else t0
             errors = [exc] * len(batch)
-        return [UnitDone(unit.live, stage, t0, t1, error)
+        return [UnitDone(unit.live, stage, t0, t1, error, unit.issued, len(batch))
                 for unit, error in zip(batch, errors, strict=True)]
 
     def _run(self, stage: Stage, lives: list[LiveRequest], lane: LaneInfo | None,

@@ -43,6 +43,8 @@ class Sent:
     send_time: float
     budget: float
     result: EngineResult | None = None
+    # When the answer reached the robot (s from the run start, as send_time); None:
+    # not answered.
     response_time: float | None = None
 
 

@@ -582,8 +582,8 @@ class StageEngine:
         match ev:
             case Prepared(live, state, error):
                 self._on_prepared(live, state, error)
-            case UnitDone(live, stage, t0, t1, error):
-                self._on_unit(live, stage, t0, t1, error)
+            case UnitDone():
+                self._on_unit(ev)
             case OutputDone(live, actions, error):
                 self._on_output(live, actions, error)
             case Dropped(live):
@@ -618,9 +618,13 @@ class StageEngine:
             return
         live.policy, live.ready_since = self.policy, now
 
-    def _on_unit(self, live: LiveRequest, stage: Stage, t0: float, t1: float,
-                 error: BaseException | None) -> None:
+    def _on_unit(self, done: UnitDone) -> None:
+        live, stage, t0, t1, error = done.live, done.stage, done.t0, done.t1, done.error
         now = self.clock.now()
+        if done.issued <= t0:  # NaN (not known) compares False
+            live.timings.lane_ms += (t0 - done.issued) * MS_PER_S
+        if stage is Stage.ACTION:
+            live.timings.action_batch = done.batch
         self._gates.completed(stage)
         live.running = None
         formed = self._formed.predicted.pop((stage, live.rid), None)

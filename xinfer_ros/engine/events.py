@@ -11,6 +11,7 @@ idle engine from one with news on its way.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from concurrent.futures import Future
@@ -58,6 +59,10 @@ class UnitDone(RequestEvent):
     t1: float
     #: What the unit raised, or None when it ran.
     error: BaseException | None
+    #: Engine time the policy launched the unit (s); NaN when not known.
+    issued: float = math.nan
+    #: Units in the forward it ran in (its batch).
+    batch: int = 1
 
 
 @dataclass(frozen=True, slots=True)

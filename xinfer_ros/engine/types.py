@@ -255,8 +255,10 @@ def mode_config(mode: ExecMode | str, base: EngineConfig | None = None) -> Engin
 class StageTimings:
     """Per-request server timings in milliseconds (NaN when the step did not run).
 
-    ``queue_ms`` sums every wait inside the server: for a CPU worker before
-    preparation and output, and in the ready queues before each model unit.
+    ``queue_ms`` sums the waits inside the server before work is handed out: for a CPU
+    worker before preparation and output, and in the policy's ready queues before each
+    model unit is launched. ``lane_ms`` sums the waits after a launch, for a lane (a
+    busy lane, a batch held for mates) until the unit's forward starts.
     """
 
     prepare_ms: float = math.nan
@@ -266,6 +268,9 @@ class StageTimings:
     action_ms: float = math.nan
     output_ms: float = math.nan
     total_ms: float = math.nan
+    lane_ms: float = 0.0
+    #: Units in the Action forward the request ran in (0: its Action did not run).
+    action_batch: int = 0
 
     def to_dict(self) -> dict[str, float]:
         """JSON-ready form."""

@@ -588,9 +588,10 @@ class InferenceServer(LifecycleNode):
             chunk.actions = array.array("f", np.asarray(result.actions, np.float32).tobytes())
         chunk.image_stamps, chunk.state_stamp = stamps
         t = result.timings
+        # The message's queue time is every wait: in the ready queues and on the lanes.
         chunk.timing = StageTiming(
-            queue_ms=_ms(t.queue_ms), vit_ms=_ms(t.vit_ms), prefill_ms=_ms(t.prefill_ms),
-            action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms),
+            queue_ms=_ms(t.queue_ms) + _ms(t.lane_ms), vit_ms=_ms(t.vit_ms),
+            prefill_ms=_ms(t.prefill_ms), action_ms=_ms(t.action_ms), output_ms=_ms(t.output_ms),
             budget_ms=rx.msg.budget_ms)
         # Called on the engine's thread; a chunk the engine holds for phase spreading
         # goes out on the release thread at its release time.
