@@ -49,6 +49,12 @@ _RIDERS: Mapping[str, object] = {"max_batch": 4, "lane_gate": True, "ride_along"
 _PRESSURE: Mapping[str, object] = {**_RIDERS, "batch_under_pressure": True}
 _TIES: Mapping[str, object] = {**_PRESSURE, "batch_on_ties": True}
 _FILL: Mapping[str, object] = {**_TIES, "fill_under_pressure": True}
+# Past fill: fsf (launching up to the slots and keeping the floors), fed, contest.
+_FLOORS: Mapping[str, object] = {**_FILL, "slots_under_pressure": True,
+                                 "fill_keeps_floors": True}
+_FED: Mapping[str, object] = {**_FLOORS, "batch_feedback": True}
+_CONTEST: Mapping[str, object] = {**_FED, "batch_feedback_by_size": True,
+                                  "contest_late": True}
 
 #: Ablation presets: name -> XInferPolicy keyword arguments (App. C.3).
 ABLATIONS: Mapping[str, Mapping[str, object]] = {
@@ -108,38 +114,27 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # guard only). Within issue 28's tolerance at 6-12 robots in a slow hour; in a fast
     # one 4.6-11.7 points short at 6 and 8 robots on phases and at 6 on parcel
     # (docs/BENCHMARKS.md section 5.3).
-    "xinfer_batch_fill_slots_floors": {**_FILL, "slots_under_pressure": True,
-                                       "fill_keeps_floors": True},
+    "xinfer_batch_fill_slots_floors": _FLOORS,
     # fsf whose batch costs learn from the batches the engine ran (batch_feedback): on
     # the CPU engine fsf's plans ran 1.3-1.45x the forwards; fed was within issue 28's
     # tolerance at 6, 8, 12 robots and parcel 10 but short at parcel 6 and 4 robots in
     # one slow hour (docs/BENCHMARKS.md section 5.3).
-    "xinfer_batch_fill_slots_floors_fed": {**_FILL, "slots_under_pressure": True,
-                                           "fill_keeps_floors": True,
-                                           "batch_feedback": True},
+    "xinfer_batch_fill_slots_floors_fed": _FED,
     # fed whose batch costs learn per batch size and whose units predicted late by less
     # than the predictor's typical error still run as if they could make it (alone):
     # the forming policies gave up the 90 ms class on parcel at 6 robots. On a fast host
     # short of lane batching at phases 8 and 12 and parcel 8-12 (docs/BENCHMARKS.md 5.3).
-    "xinfer_batch_contest": {**_FILL, "slots_under_pressure": True,
-                             "fill_keeps_floors": True, "batch_feedback": True,
-                             "batch_feedback_by_size": True, "contest_late": True},
+    "xinfer_batch_contest": _CONTEST,
     # contest whose batch members keep the predictor's typical error as slack: under
     # contest, batches filled relaxed members up to their predicted deadlines. Within
     # at phases 8 in a slower hour, 9-11 points below lane batching at 12 robots
     # (docs/BENCHMARKS.md 5.3).
-    "xinfer_batch_margin": {**_FILL, "slots_under_pressure": True,
-                            "fill_keeps_floors": True, "batch_feedback": True,
-                            "batch_feedback_by_size": True, "contest_late": True,
-                            "error_margin": True},
+    "xinfer_batch_margin": {**_CONTEST, "error_margin": True},
     # contest whose units do no work in the predictor until their batch starts, so the
     # online correction learns the time units run, not the time they wait for a lane.
     # Its k_A came closer to unbatched XInfer's; attainment did not follow (3-13
     # points short at phases 8, 12 and parcel 8, 12; docs/BENCHMARKS.md 5.3).
-    "xinfer_batch_contest_deferred": {**_FILL, "slots_under_pressure": True,
-                                      "fill_keeps_floors": True, "batch_feedback": True,
-                                      "batch_feedback_by_size": True,
-                                      "contest_late": True, "defer_batched_units": True},
+    "xinfer_batch_contest_deferred": {**_CONTEST, "defer_batched_units": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
