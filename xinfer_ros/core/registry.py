@@ -127,8 +127,8 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     "xinfer_batch_contest": _CONTEST,
     # contest whose batch members keep the predictor's typical error as slack: under
     # contest, batches filled relaxed members up to their predicted deadlines. Within
-    # at phases 8 in a slower hour, 9-11 points below lane batching at 12 robots
-    # (docs/BENCHMARKS.md 5.3).
+    # at phases 4 and 8 in slower hours, short at 6 by the medians, 9-17 points short
+    # past saturation (docs/BENCHMARKS.md 5.3).
     "xinfer_batch_margin": {**_CONTEST, "error_margin": True},
     # contest whose units do no work in the predictor until their batch starts, so the
     # online correction learns the time units run, not the time they wait for a lane.

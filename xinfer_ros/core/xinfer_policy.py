@@ -361,8 +361,9 @@ class XInferPolicy(Policy):
             member's floor is 0: on the CPU engine at phases 8, 46 % of the late 90 ms
             requests under ``xinfer_batch_contest`` had run their Action in a batch
             (53 ms against 40 ms alone under unbatched XInfer). With it that preset
-            was within of the better arm at phases 8, but 9-11 points short of lane
-            batching at 12 robots (docs/BENCHMARKS.md section 5.3).
+            was within of the better arm at phases 4 and 8 in slower hours, short at
+            6 by the medians, and 9-17 points short past saturation (12 robots, parcel
+            10 in the slowest hour; docs/BENCHMARKS.md section 5.3).
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
