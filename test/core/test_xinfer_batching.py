@@ -9,6 +9,7 @@ from xinfer_ros.core import Request, Stage
 from xinfer_ros.core.constants import DELTA
 from xinfer_ros.core.errors import RateTableError, SchedulerStateError
 from xinfer_ros.core.rate_table import load_rate_table
+from xinfer_ros.core.saturation import SaturationSettings
 from xinfer_ros.core.xinfer_policy import XInferPolicy
 
 BATCH4 = load_rate_table(config_dir() / "rate_table_cpu_pi0_tiny_batch4.json")
@@ -679,3 +680,98 @@ def test_the_margin_and_deferred_presets_are_contest_and_one_setting_each():
         assert dict(ABLATIONS[name]) == {**con, extra: True}
         p = make_policy_named(name)
         assert p.contest_late and getattr(p, extra)
+
+
+
+def make_switch() -> XInferPolicy:
+    from xinfer_ros.core.xinfer_policy import batch_former
+
+    p = make_policy_named("xinfer_batch_switch")
+    assert p.saturation_switch and p.saturation is not None and p.batch_cost is not None
+    assert batch_former(p) is None  # it forms no batch: the lanes do
+    return p
+
+
+def _saturate(p: XInferPolicy, rate: float, until: float) -> None:
+    """Feed the meter arrivals at ``rate`` per second until ``until`` (no requests)."""
+    meter = p._meter
+    assert meter is not None
+    i = 0
+    while (t := i / rate) < until:
+        meter.arrive(t)
+        i += 1
+
+
+def test_the_switch_preset_launches_one_unit_per_lane_below_saturation():
+    p = make_switch()
+    ids = launched(p, [2.0, 2.0, 2.0])
+    # One ViT lane: one unit launches, as unbatched XInfer on slots 1,1,2 would, and
+    # admission sees that lane as the stage's slots.
+    assert len(ids) == 1 and len(p.ready_queue(Stage.VIT)) == 2
+    assert p._admit_slots[Stage.VIT] == 1
+    assert p.saturation is not None and p.saturation["switches"] == 0
+
+
+def test_the_switch_preset_launches_up_to_the_slots_once_saturated():
+    p = make_switch()
+    # Action: 2 lanes; the fallback unit time is the table's with the other lane busy.
+    unit = p._unit_alone(Stage.ACTION)
+    _saturate(p, rate=2 * 2.0 / unit, until=2.0)  # utilisation 2
+    ids = launched(p, [2.0] * 5, t=2.0)
+    # Saturated: units launch up to the ViT slots (4), as lane batching's do; the
+    # lane batches them.
+    assert len(ids) == 4 and p._admit_slots[Stage.VIT] == 4
+    summary = p.saturation
+    assert summary is not None and summary["switches"] == 1
+    # 2 from the meter's arrivals, plus the five requests that arrived at 2.0.
+    assert 2.0 < summary["utilisation"][2] < 2.0 * (1 + 6 / (2 * 2.0 / unit * 2.0))
+
+
+def test_units_launched_while_saturated_hold_their_lanes_until_below_one_per_lane():
+    p = make_switch()
+    unit = p._unit_alone(Stage.ACTION)
+    _saturate(p, rate=2 * 2.0 / unit, until=2.0)
+    ids = launched(p, [10.0] * 4, t=2.0)
+    assert len(ids) == 4
+    # Two windows later no request has arrived: unsaturated, nothing more launches
+    # while the four launched units outnumber the one ViT lane.
+    assert launched(p, [10.0], t=6.0) == []
+    assert p.saturation is not None and p.saturation["switches"] == 2
+    for rid in ids:
+        p.on_complete(rid, Stage.VIT, 6.01)
+    assert len(running(p, Stage.VIT)) == 1
+
+
+def test_the_switch_meter_reads_each_forward_over_its_cost_factor():
+    p = make_switch()
+    d = p.batch_cost.durations(0, (0, 0, 0))  # type: ignore[union-attr]
+    for _ in range(2):  # both members of one batch of two report it
+        p.observe_forward(Stage.VIT, 0.010, 2, 1.0)
+    p.observe_forward(Stage.VIT, 0.004, 1, 1.0)
+    assert p._meter is not None
+    alone = 0.010 / (d[1] / d[0])
+    assert p._meter.unit_times(1.0)[0] == pytest.approx((2 * alone + 0.004) / 3)
+    # Other policies ignore forwards.
+    plain = policy()
+    plain.observe_forward(Stage.VIT, 0.010, 2, 1.0)
+    assert plain.saturation is None
+
+
+@pytest.mark.parametrize(("kwargs", "needs"), [
+    ({"saturation_switch": True}, "max_batch above one"),
+    ({"max_batch": 4, "saturation_switch": True, "lane_gate": True}, "excludes"),
+    ({"max_batch": 4, "saturation_switch": True, "error_margin": True}, "excludes"),
+    ({"max_batch": 4, "saturation_switch": True, "batch_feedback": True}, "excludes"),
+    ({"max_batch": 4, "saturation": SaturationSettings()}, "need saturation_switch"),
+])
+def test_the_switch_refuses_settings_it_cannot_honour(kwargs, needs):
+    with pytest.raises(ValueError, match=needs):
+        XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_switch_follows_new_slots():
+    p = make_switch()
+    assert p._meter is not None and p._meter.lanes == (1, 1, 2)
+    p.set_slots((8, 8, 16))
+    assert p._meter.lanes == (2, 2, 4)
+    assert len(launched(p, [2.0] * 3)) == 2  # two ViT lanes, unsaturated

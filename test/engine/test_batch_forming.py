@@ -19,6 +19,7 @@ from xinfer_ros.config_paths import config_dir
 from xinfer_ros.core.batch_formation import BatchPlan
 from xinfer_ros.core.policy import SchedulerOutput
 from xinfer_ros.core.rate_table import load_rate_table
+from xinfer_ros.core.saturation import SaturationSettings
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.xinfer_policy import XInferPolicy
 from xinfer_ros.engine import Clock, EngineConfig, EngineResult, StageEngine
@@ -522,3 +523,28 @@ def test_results_report_their_action_batch_and_their_wait_on_a_lane(policy: str)
     assert all(w >= 0.0 for w in waits)
     if policy == "xinfer":  # launched together, each ViT waits for the ones before it
         assert max(waits) > 0.5 * BATCH4.work[Stage.VIT] * 1e3
+
+
+
+@pytest.mark.parametrize("saturated", [False, True], ids=["keeps-up", "saturated"])
+def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturated: bool) -> None:
+    """Four relaxed requests: alone while the meter reads the server keeping up, and
+    lane batching's batches when its band says saturated (a band near 0 here); either
+    way the meter reads the Action forwards the engine ran, 30 ms over the table."""
+    band = SaturationSettings(enter=1e-6, leave=1e-6) if saturated else None
+    policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
+                          saturation_switch=True, saturation=band)
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock,
+                               slow={f"r{i}": (Stage.ACTION, 0.03) for i in range(4)})
+    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
+    _serve(engine, [2.0] * 4)
+    sizes = [len(ids) for stage, ids, _ in backend.batches if stage is Stage.ACTION]
+    assert sum(sizes) == 4
+    assert (max(sizes) > 1) is saturated, backend.batches
+    assert engine.batch_audit.summary() == {}  # the lanes formed them, not the policy
+    summary = policy.saturation
+    assert summary is not None and summary["switches"] == int(saturated)
+    # Not the table's time, which the meter reads while it has no forward.
+    table = policy.predictor.q(Stage.ACTION, (0, 0, 1))
+    assert table + 0.01 < summary["unit_s"][Stage.ACTION] < table + 0.03 * 4, summary

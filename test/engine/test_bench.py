@@ -241,3 +241,24 @@ def test_gpu_suite_records_a_failed_group_and_goes_on(tmp_path: Path) -> None:
     assert written["errors"] == {"compiled": "RuntimeError: graph replay failed"}
     # Where it was raised, for an error whose message alone names nothing.
     assert "in broken" in written["tracebacks"]["compiled"]
+
+
+def test_the_report_says_what_the_saturation_switch_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from xinfer_ros.config_paths import config_dir
+
+    out = tmp_path / "r.json"
+    table = config_dir() / "rate_table_cpu_pi0_tiny_batch4.json"
+    # The emulated backend runs units one at a time: the tiny π0 batches.
+    rc = bench.main(["engine", "--backend", "torch", "--model", "pi0-tiny", "--robots", "2",
+                     "--duration", "3", "--warmup", "1", "--no-speed-probe",
+                     "--policy", "xinfer_batch_switch",
+                     "--slots", "4,4,8", "--max-batch", "4", "--rate-table", str(table),
+                     "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert list(report)[-1] == "saturation"
+    sat = report["saturation"]
+    assert sat["arrival_rate"] > 0 and len(sat["utilisation"]) == len(sat["unit_s"]) == 3
+    assert 0.0 <= sat["saturated_share"] <= 1.0
+    assert "saturation switch: saturated" in capsys.readouterr().out

@@ -202,3 +202,30 @@ def test_batching_under_pressure_forms_batches_only_past_saturation():
     assert max(sizes) > 1
     _, unbatched = sizes_and_metrics("xinfer", 12, slots=(1, 1, 2), max_batch=1)
     assert high.goodput_rps > 1.2 * unbatched.goodput_rps
+
+
+def test_the_saturation_switch_runs_unbatched_xinfer_until_saturated_then_lane_batches():
+    """``xinfer_batch_switch`` in the simulator: at 3 robots it decides as unbatched
+    XInfer on the lanes as slots (1, 1, 2) and keeps as many requests; at 12 its meter,
+    fed the simulated forwards, reads the lanes saturated and it keeps as many as lane
+    batching (plain XInfer on 4,4,8 with max_batch 4) and more than unbatched XInfer."""
+    def run(policy, robots, **kw):
+        sim = Simulation(cfg(policy=policy, robots=robots, duration=20.0,
+                             window=(5.0, 20.0), **kw))
+        assert getattr(sim.gpu, "former", None) is None  # the lanes batch, not the policy
+        return sim, sim.run().metrics
+
+    sim, low = run("xinfer_batch_switch", 3)
+    summary = sim.policy.saturation
+    assert summary is not None and summary["switches"] == 0
+    _, alone = run("xinfer", 3, slots=(1, 1, 2), max_batch=1)
+    assert low.attainment == pytest.approx(alone.attainment, abs=0.02)
+    sim, high = run("xinfer_batch_switch", 12)
+    summary = sim.policy.saturation
+    assert summary is not None and summary["saturated_share"] > 0.5, summary
+    # Read from the simulated forwards, not the table's unit beside one other.
+    assert summary["unit_s"][2] != pytest.approx(sim.policy._unit_alone(2), rel=0.01)
+    _, lane = run("xinfer", 12)
+    _, unbatched = run("xinfer", 12, slots=(1, 1, 2), max_batch=1)
+    assert high.attainment >= lane.attainment - 0.02
+    assert high.goodput_rps > unbatched.goodput_rps

@@ -36,7 +36,9 @@ from xinfer_ros.core.metrics import WindowMetrics, summarize
 from xinfer_ros.core.policy import Policy
 from xinfer_ros.core.rate_table import RateTable, resolve_rate_table, write_rate_table
 from xinfer_ros.core.registry import policy_names
-from xinfer_ros.core.xinfer_policy import batch_former
+from xinfer_ros.core.saturation import SaturationSummary
+from xinfer_ros.core.timing import MS_PER_S
+from xinfer_ros.core.xinfer_policy import XInferPolicy, batch_former
 from xinfer_ros.engine.affinity import pin_thread
 from xinfer_ros.engine.backends import BACKENDS, EMULATION_NOTICE, Backend, make_backend
 from xinfer_ros.engine.batching import BatchSizes
@@ -285,6 +287,7 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         batch_feedback=cost.feedback_summary() if cost is not None else None,
         batch_feedback_sizes=cost.size_factors() if cost is not None else None,
         lateness=lateness(run.sent, window),
+        saturation=_saturation(engine.policy),
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -419,6 +422,13 @@ def _fmt(report: EngineReport) -> str:
                          + "/".join(f"{row['on_time_ms'][p]:.1f}" for p in PARTS)
                          + f" ({row['on_time_batched']:.0%})"
                          for b, row in report.lateness.items()))
+    if report.saturation is not None:
+        sat = report.saturation
+        lines.append(f"{prefix}saturation switch: saturated {sat['saturated_share']:.0%} of "
+                     f"the run, {sat['switches']} switches; last utilisation V/P/A "
+                     + "/".join(f"{u:.2f}" for u in sat["utilisation"])
+                     + f" at {sat['arrival_rate']:.1f} requests/s, unit ms "
+                     + "/".join(f"{d * MS_PER_S:.1f}" for d in sat["unit_s"]))
     if report.speed_probe is not None:
         sp = report.speed_probe
         lines.append(f"{prefix}speed probe, CPU ms median (p10/p90) over {sp.samples} "
@@ -541,3 +551,8 @@ def _batch_cost(policy: Policy) -> BatchCost | None:
     """The batch costs of ``policy`` when it forms batches (their feedback is reported)."""
     former = batch_former(policy)
     return former.batch_cost if former is not None else None
+
+
+def _saturation(policy: Policy) -> SaturationSummary | None:
+    """What ``saturation_switch``'s meter read and decided; None for other policies."""
+    return policy.saturation if isinstance(policy, XInferPolicy) else None

@@ -14,6 +14,7 @@ from xinfer_ros.core.batch_audit import BatchAuditSummary
 from xinfer_ros.core.metrics import WindowMetrics
 from xinfer_ros.core.prediction_audit import AuditSummary
 from xinfer_ros.core.rate_correction import CorrectionSummary
+from xinfer_ros.core.saturation import SaturationSummary
 from xinfer_ros.engine.batching import BatchCounts
 from xinfer_ros.engine.lateness import LatenessRow
 from xinfer_ros.engine.speed_probe import SpeedSummary
@@ -148,6 +149,8 @@ class EngineReport:
     # Late and on-time requests' server time by part, per budget class (ms key);
     # None: not recorded.
     lateness: dict[str, LatenessRow] | None = None
+    # With saturation_switch: what its meter read and decided; else None.
+    saturation: SaturationSummary | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""
@@ -180,4 +183,6 @@ class EngineReport:
             out["batch_feedback_sizes"] = self.batch_feedback_sizes
         if self.lateness is not None:
             out["lateness"] = self.lateness
+        if self.saturation is not None:
+            out["saturation"] = self.saturation
         return out

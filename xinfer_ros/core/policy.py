@@ -258,6 +258,14 @@ class Policy(ABC):
             self._on_removed(req)
         return req
 
+    def observe_forward(self, stage: Stage | int, duration: float, batch: int,  # noqa: B027
+                        t: float) -> None:
+        """Hook: a unit of ``stage`` ran ``duration`` s in a forward of ``batch`` units.
+
+        The engine reports every completed unit's forward, whichever policy formed it,
+        with ``t`` its completion; policies that learn from forwards override this.
+        """
+
     def abort(self, request_id: int, t: float) -> None:
         """The driver could not start a launched unit: put it back into its ready queue."""
         t = self._advance_clock(t)

@@ -19,7 +19,8 @@ costs learned from the forwards: ``xinfer_batch_fill_slots_floors_fed``, and lea
 batch size, with units late by less than the predictor's error still contested:
 ``xinfer_batch_contest``, whose members also keep the predictor's error as slack:
 ``xinfer_batch_margin``, or whose units wait without work until their batch starts:
-``xinfer_batch_contest_deferred``; the experiments
+``xinfer_batch_contest_deferred``; unbatched until unbatched serving saturates, then
+lane batching: ``xinfer_batch_switch``; the experiments
 ``xinfer_batch_deferred`` and ``xinfer_batch_guarded``). Names are matched
 case-insensitively with ``-`` and ``_`` equivalent.
 """
@@ -135,6 +136,11 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # Its k_A came closer to unbatched XInfer's; attainment did not follow (3-13
     # points short at phases 8, 12 and parcel 8, 12; docs/BENCHMARKS.md 5.3).
     "xinfer_batch_contest_deferred": {**_CONTEST, "defer_batched_units": True},
+    # Unbatched XInfer while unbatched serving keeps up with the offered load, lane
+    # batching once it cannot (core.saturation): the arms crossed where unbatched
+    # Action lanes were about 0.9 busy on the CPU engine (docs/BENCHMARKS.md 5.3). It
+    # sets how many units launch; the lanes batch them (it is no batch former).
+    "xinfer_batch_switch": {"max_batch": 4, "saturation_switch": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -154,7 +160,8 @@ BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_fill_slots_floors",
                                            "xinfer_batch_fill_slots_floors_fed",
                                            "xinfer_batch_contest", "xinfer_batch_margin",
-                                           "xinfer_batch_contest_deferred"})
+                                           "xinfer_batch_contest_deferred",
+                                           "xinfer_batch_switch"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

@@ -41,9 +41,10 @@ from xinfer_ros.core.batch_formation import BatchPlan, form_batch_of
 from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.constants import DELTA, FRONTEND_RESERVE
 from xinfer_ros.core.errors import SchedulerStateError
-from xinfer_ros.core.policy import Launch, Policy, PolicyOptions
+from xinfer_ros.core.policy import Launch, Policy, PolicyOptions, SlotCounts
 from xinfer_ros.core.rate_table import default_rate_table
 from xinfer_ros.core.request import Request, check_time
+from xinfer_ros.core.saturation import SaturationMeter, SaturationSettings, SaturationSummary
 from xinfer_ros.core.stages import Stage
 from xinfer_ros.core.timing import deadline
 
@@ -364,6 +365,23 @@ class XInferPolicy(Policy):
             was within of the better arm at phases 4 and 8 in slower hours, short at
             6 by the medians, and 9-17 points short past saturation (12 robots, parcel
             10 in the slowest hour; docs/BENCHMARKS.md section 5.3).
+        saturation_switch: with ``max_batch`` above one: serve as unbatched XInfer
+            while unbatched serving keeps up with the offered load, and as lane batching
+            once it cannot (:class:`~xinfer_ros.core.saturation.SaturationMeter`:
+            arrivals per second times each stage's unit time alone, over its lanes,
+            against a band around 0.9). Unsaturated, at most one unit per lane is
+            launched (running or waiting) and admission sees those as the slots, so no
+            unit waits for a lane; saturated, units launch up to the slots with admission
+            on the slots, and the lanes batch up to ``max_batch`` of their oldest
+            waiting units, as lane batching does. The policy forms no batch
+            (:func:`batch_former` is None): the engine reports every unit's forward
+            (:meth:`observe_forward`) for the meter. On the CPU engine's paired blocks
+            the two arms crossed where unbatched Action lanes were about 0.9 busy
+            (docs/BENCHMARKS.md section 5.3). Excludes ``lane_gate`` and the formation
+            settings.
+        saturation: the meter's window and band (default
+            :class:`~xinfer_ros.core.saturation.SaturationSettings`), with
+            ``saturation_switch``.
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -413,6 +431,8 @@ class XInferPolicy(Policy):
         batch_feedback_by_size: bool = False,
         contest_late: bool = False,
         error_margin: bool = False,
+        saturation_switch: bool = False,
+        saturation: SaturationSettings | None = None,
         **kwargs: Unpack[PolicyOptions],
     ) -> None:
         super().__init__(interference=interference, **kwargs)
@@ -435,36 +455,20 @@ class XInferPolicy(Policy):
         self.batch_feedback = bool(batch_feedback)
         self.contest_late = bool(contest_late)
         self.error_margin = bool(error_margin)
-        for wrong, why in ((bool(batch_feedback_by_size) and not self.batch_feedback,
-                            "batch_feedback_by_size needs batch_feedback"),
-                           (self.batch_feedback and self.batch_cost is None,
-                            "batch_feedback needs max_batch above one: units run alone"),
-                           (self.contest_late and self.batch_cost is None,
-                            "contest_late needs max_batch above one: units run alone"),
-                           (self.error_margin and self.batch_cost is None,
-                            "error_margin needs max_batch above one: units run alone"),
-                           (self.fill_keeps_floors and not self.fill_under_pressure,
-                            "fill_keeps_floors needs fill_under_pressure: "
-                            "without filling the floors are always kept"),
-                           (self.slots_under_pressure and not self.fill_under_pressure,
-                            "slots_under_pressure needs fill_under_pressure: "
-                            "without it, it would do nothing")):
-            if wrong:
-                raise ValueError(why)
-        for flag, on in (("ride_along", self.ride_along),
-                         ("batch_under_pressure", self.batch_under_pressure)):
-            if on and not self.lane_gate:
-                raise ValueError(f"{flag} needs lane_gate: without it, it would do nothing")
-        for flag, on in (("batch_on_ties", self.batch_on_ties),
-                         ("fill_under_pressure", self.fill_under_pressure)):
-            if on and not self.batch_under_pressure:
-                raise ValueError(f"{flag} needs batch_under_pressure: "
-                                 "without it, it would do nothing")
+        self._check_batch_flags(bool(batch_feedback_by_size), bool(saturation_switch),
+                                saturation)
         #: With the lane gate: request id -> (stage, batch number) of each unit whose
         #: formed batch started (start_batch); stale entries are pruned when read.
         self._started: dict[int, tuple[int, int]] = {}
+        #: Launch as unbatched XInfer or as lane batching by the meter's verdict.
+        self.saturation_switch = bool(saturation_switch)
+        #: With saturation_switch: whether unbatched serving keeps up.
+        self._meter: SaturationMeter | None = None
+        if self.saturation_switch:
+            self._meter = SaturationMeter(self._lanes(), self._unit_alone, saturation)
         #: Slots slot-aware admission sees per stage: the stage's slots, or with
-        #: ``batch_under_pressure`` and no pressure, the gate's one unit per lane.
+        #: ``batch_under_pressure`` and no pressure, the gate's one unit per lane (with
+        #: ``saturation_switch`` unsaturated, the stage's lanes).
         self._admit_slots: list[int] = list(self.slots)
         self._batches_started = 0
         self.strict_priority = bool(strict_priority)
@@ -499,6 +503,51 @@ class XInferPolicy(Policy):
         self.last_refresh_iterations = 0
         self.last_refresh_p0 = 0
 
+    def _check_batch_flags(self, batch_feedback_by_size: bool, saturation_switch: bool,
+                           saturation: SaturationSettings | None) -> None:
+        """Refuse batch settings that need another one, or exclude each other (one line).
+
+        Raises:
+            ValueError: naming the setting and what it needs.
+        """
+        for wrong, why in ((bool(batch_feedback_by_size) and not self.batch_feedback,
+                            "batch_feedback_by_size needs batch_feedback"),
+                           (self.batch_feedback and self.batch_cost is None,
+                            "batch_feedback needs max_batch above one: units run alone"),
+                           (self.contest_late and self.batch_cost is None,
+                            "contest_late needs max_batch above one: units run alone"),
+                           (self.error_margin and self.batch_cost is None,
+                            "error_margin needs max_batch above one: units run alone"),
+                           (saturation_switch and self.batch_cost is None,
+                            "saturation_switch needs max_batch above one: units run alone"),
+                           (saturation_switch and (self.lane_gate or self.batch_feedback
+                                                   or self.contest_late or self.error_margin
+                                                   or self.defer_batched_units
+                                                   or self.forecast_batch_guard),
+                            "saturation_switch leaves batches to the lanes: it excludes "
+                            "lane_gate and the formation settings (batch_feedback, "
+                            "contest_late, error_margin, defer_batched_units, "
+                            "forecast_batch_guard)"),
+                           (saturation is not None and not saturation_switch,
+                            "saturation settings need saturation_switch"),
+                           (self.fill_keeps_floors and not self.fill_under_pressure,
+                            "fill_keeps_floors needs fill_under_pressure: "
+                            "without filling the floors are always kept"),
+                           (self.slots_under_pressure and not self.fill_under_pressure,
+                            "slots_under_pressure needs fill_under_pressure: "
+                            "without it, it would do nothing")):
+            if wrong:
+                raise ValueError(why)
+        for flag, on in (("ride_along", self.ride_along),
+                         ("batch_under_pressure", self.batch_under_pressure)):
+            if on and not self.lane_gate:
+                raise ValueError(f"{flag} needs lane_gate: without it, it would do nothing")
+        for flag, on in (("batch_on_ties", self.batch_on_ties),
+                         ("fill_under_pressure", self.fill_under_pressure)):
+            if on and not self.batch_under_pressure:
+                raise ValueError(f"{flag} needs batch_under_pressure: "
+                                 "without it, it would do nothing")
+
     def add_request(self, request: Request, t: float) -> None:
         """Register an arrival (see :meth:`Policy.add_request`), under ``phase_budget``."""
         cap = self.phase_budget
@@ -506,6 +555,30 @@ class XInferPolicy(Policy):
             request.budget = cap
             request.deadline = deadline(request.arrival, cap, request.delta)
         super().add_request(request, t)
+        if self._meter is not None:
+            self._meter.arrive(t)
+
+    def observe_forward(self, stage: Stage | int, duration: float, batch: int, t: float) -> None:
+        """A unit of ``stage`` ran ``duration`` s in a forward of ``batch`` units, ending at ``t``.
+
+        With ``saturation_switch`` its meter counts the time the unit would have run
+        alone, ``duration`` over the table's batch factor f_s(``batch``); otherwise a
+        no-op. Every member of a batch reports it, so a forward weighs its units.
+        """
+        if self._meter is not None and batch >= 1:
+            s = int(stage)
+            self._meter.observe(s, duration / self._batch_factor(s, batch), t=t)
+
+    def set_slots(self, slots: SlotCounts) -> None:
+        """Change the slots (see :meth:`Policy.set_slots`); the switch's lanes follow."""
+        super().set_slots(slots)
+        if self._meter is not None:
+            self._meter.lanes = self._lanes()
+
+    @property
+    def saturation(self) -> SaturationSummary | None:
+        """What ``saturation_switch``'s meter read and decided; None without it."""
+        return self._meter.summary() if self._meter is not None else None
 
     # -- public views -----------------------------------------------------------------------
     @property
@@ -659,6 +732,30 @@ class XInferPolicy(Policy):
         """
         if self.batch_feedback and self.batch_cost is not None:
             self.batch_cost.observe(int(stage), predicted, observed, size)
+
+    def _batch_factor(self, s: int, k: int) -> float:
+        """f_s(k): a stage-``s`` batch of ``k`` alone over one unit alone (the table's)."""
+        cost = self.batch_cost
+        if cost is None or k <= 1:
+            return 1.0
+        d = cost.durations(s, (0, 0, 0))
+        return d[min(k, len(d)) - 1] / d[0]
+
+    def _lanes(self) -> tuple[int, int, int]:
+        """Lanes per stage: the slots in batches of up to ``max_batch`` (1 without)."""
+        cost = self.batch_cost
+        n = cost.max_batch if cost is not None else 1
+        return (lanes_for(self.slots[0], n), lanes_for(self.slots[1], n),
+                lanes_for(self.slots[2], n))
+
+    def _unit_alone(self, s: int) -> float:
+        """The predictor's time for one stage-``s`` unit while the stage's other lanes run.
+
+        The saturation meter's reading for a stage with no recent forward.
+        """
+        pred = self.predictor
+        others = tuple((self._lanes()[s] - 1) * (i == s) for i in range(3))
+        return pred.q_tab[pred.index(others)][s]
 
     def _gates(self) -> bool:
         """Whether units launch only into free lanes (``lane_gate`` with batches)."""
@@ -1136,9 +1233,16 @@ class XInferPolicy(Policy):
                      lane_use: tuple[int, int] | None) -> tuple[int, bool]:
         """Stage ``s``'s launch limit now, and whether it counts as under pressure.
 
-        ``lane_use``: :meth:`_lane_use` of ``s`` with the lane gate, else None.
+        With ``saturation_switch``, under pressure means saturated: the limit is then the
+        slots, else the stage's lanes. ``lane_use``: :meth:`_lane_use` of ``s`` with the
+        lane gate, else None.
         """
         gates = lane_use is not None
+        if self._meter is not None:
+            # One verdict for every stage, the busiest stage's. Unsaturated, a unit per
+            # lane: none waits for a lane, as under unbatched XInfer on those slots.
+            saturated = self._meter.saturated(t)
+            return (self.slots[s] if saturated else self._lanes()[s]), saturated
         if self.slots_under_pressure and gates:
             # Under pressure, launch as lane batching does (formation still checks every
             # member); the test runs whenever a unit could launch, since it may raise
@@ -1356,7 +1460,10 @@ def batch_former(policy: Policy) -> XInferPolicy | None:
     """``policy`` when it forms its lanes' batches (issue 28: ``max_batch`` above one), else None.
 
     The one test the engine and the simulator use to hand batch formation to the policy.
+    ``saturation_switch`` does not form batches: it sets how many units launch, and the
+    lanes batch them oldest first.
     """
-    if isinstance(policy, XInferPolicy) and policy.batch_cost is not None:
+    if (isinstance(policy, XInferPolicy) and policy.batch_cost is not None
+            and not policy.saturation_switch):
         return policy
     return None

@@ -269,8 +269,8 @@ class StageEngine:
                     self._note("lazy_slots applies to XInfer policies: %s fills every free "
                                "slot", policy, level=logging.WARNING)
             policy = make_policy(policy, **args)
-        former = batch_former(policy)
-        cost = former.batch_cost if former is not None else None
+        # Formers and the saturation switch alike size batches by their max_batch.
+        cost = policy.batch_cost if isinstance(policy, XInferPolicy) else None
         if cost is not None and cost.max_batch != self.config.max_batch:
             raise ValueError(f"policy {policy.name!r} forms batches of {cost.max_batch} but "
                              f"the engine runs max_batch {self.config.max_batch}")
@@ -628,15 +628,11 @@ class StageEngine:
         self._gates.completed(stage)
         live.running = None
         formed = self._formed.predicted.pop((stage, live.rid), None)
-        if formed is not None and error is None:
-            self.batch_audit.record(stage, formed[0], formed[1], t0, t1,
-                                    formed=formed[2], seen=now)
-            former = batch_former(live.policy) if live.policy is not None else None
-            if former is not None:
-                former.observe_batch(stage, formed[1], t1 - t0, formed[0])
         setattr(live.timings, _STAGE_FIELD[stage], (t1 - t0) * MS_PER_S)
         policy = live.policy
         assert policy is not None
+        if error is None:
+            self._observe_forward(policy, done, formed, now)
         if error is not None:
             self._remove_from_policy(live, now)
             self._note("request %d (%s): %s raised %s: %s", live.rid, live.robot_id,
@@ -780,6 +776,22 @@ class StageEngine:
         self._launch_all(self.policy, self.policy.schedule(now), now)
         if not self._draining:
             self.audit.maybe_sample(self.policy, now)
+
+    def _observe_forward(self, policy: Policy, done: UnitDone,
+                         formed: tuple[int, float, float] | None, now: float) -> None:
+        """Tell the audit and ``policy`` how a completed unit's forward ran.
+
+        ``formed``: the (size, predicted duration, formation time) of the batch the
+        policy formed for it, None when it formed none.
+        """
+        stage, t0, t1 = done.stage, done.t0, done.t1
+        if formed is not None:
+            self.batch_audit.record(stage, formed[0], formed[1], t0, t1,
+                                    formed=formed[2], seen=now)
+            former = batch_former(policy)
+            if former is not None:
+                former.observe_batch(stage, formed[1], t1 - t0, formed[0])
+        policy.observe_forward(stage, t1 - t0, done.batch, now)
 
     def _launch_all(self, policy: Policy, out: SchedulerOutput, now: float) -> None:
         opening = self._gates.open_round()

@@ -349,9 +349,12 @@ class Simulation:
         heap = self._heap
         complete: Callable[..., object] = policy.complete
         add_request: Callable[..., object] = policy.add_request
+        # As the engine reports every unit's forward (the saturation switch's meter).
+        forward: Callable[..., object] = policy.observe_forward
         if self.decisions is not None:
             complete = self.decisions.timed(complete, "complete")
             add_request = self.decisions.timed(add_request, "arrival")
+            forward = self.decisions.timed(forward, "complete")
         # δ is the two links; the deadline takes them off one at a time, the order the
         # simulator has always used (a + b − δ in one step differs in the last bit).
         up, down, prep, h_out = self.link.up, self.link.down, cfg.cpu_prep, self.table.h_out
@@ -380,6 +383,7 @@ class Simulation:
             if t_gpu <= t_heap and t_gpu <= next_tick:
                 unit = gpu.pop_finished(t)
                 rid, s = cast(int, unit.key), unit.stage  # the loop issues request ids
+                forward(s, t - unit.started, unit.batch, t)
                 complete(rid, s, t)
                 if self.audit is not None:
                     self.audit.observe_end(rid, STAGES[s], t)

@@ -59,6 +59,8 @@ class Unit:
         rate: Current progress rate (isolated seconds per second).
         last: Time up to which ``work`` is accounted.
         finish: Predicted finish under the current rate (s).
+        started: When its forward started (s): its issue, or its batch's start.
+        batch: Units in its forward (1 unbatched).
     """
 
     key: object
@@ -69,6 +71,8 @@ class Unit:
     rate: float
     last: float
     finish: float
+    started: float = 0.0
+    batch: int = 1
 
 
 class GpuModel:
@@ -196,6 +200,7 @@ class GpuModel:
             rate=1.0,
             last=t,
             finish=math.inf,
+            started=t,
         )
         self.units[key] = unit
         self.counts[stage] += 1
@@ -317,6 +322,7 @@ class BatchedGpuModel(GpuModel):
     def _start(self, stage: int, units: list[Unit], t: float, *, open_: bool) -> None:
         for u in units:
             u.compute_start = t + self._overhead[stage]
+            u.started, u.batch = t, len(units)
         # One noise draw per batch: the batch is one forward.
         batch = _Batch(stage, t, t + self._overhead[stage],
                        self._work_of(stage, units[0].work, len(units)), list(units),
@@ -339,6 +345,8 @@ class BatchedGpuModel(GpuModel):
                        and b.started == t and len(b.members) < self.max_batch), None)
         if joined is not None:
             joined.members.append(unit)
+            for member in joined.members:
+                member.batch = len(joined.members)
             self._running[stage] += 1
             # Joined at its start instant: no work done yet, so the size sets it afresh.
             joined.work = self._work_of(stage, joined.members[0].work, len(joined.members))

@@ -1,0 +1,209 @@
+"""Whether unbatched serving keeps up with the offered load (issue 28, ``saturation_switch``).
+
+On the CPU engine, lane batching and unbatched XInfer win on opposite sides of one line:
+below it units served one per lane keep more deadlines (a batch makes its tight members
+wait for its mates' work), past it only batches have the throughput to shorten
+everyone's queue. Across every block of docs/BENCHMARKS.md section 5.3 that ran both
+arms, the line lay where unbatched serving's Action lanes would be about 0.9 busy:
+``ρ_s = λ · d̄_s / L_s``, with λ the requests arriving per second, d̄_s the time one
+stage-``s`` unit runs alone on its lane under the load it meets, and L_s the stage's
+lanes.
+
+:class:`SaturationMeter` measures that from what a policy sees: λ from the arrivals of
+the last ``window`` seconds, d̄_s from the forwards that completed in it, each batch of
+``k`` counted as ``k`` units of its duration over the batch's cost factor f_s(k) (a
+batch of k alone over one unit alone, from the rate table), so that the measure reads
+the same whether the server batches or not. It says the server is saturated once the
+largest ρ_s reaches ``enter`` and no longer once it falls below ``leave`` (a band, so
+that a load on the line does not switch at every decision).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypedDict
+
+from xinfer_ros.core.stages import NUM_STAGES
+
+__all__ = ["SaturationMeter", "SaturationSettings", "SaturationSummary"]
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationSettings:
+    """Parameters of :class:`SaturationMeter`.
+
+    Attributes:
+        window: seconds of arrivals and forwards each reading counts (> 0). 2 s holds
+            about 70 Action units at the load where the arms cross on the CPU engine,
+            enough for a mean within a few per cent, and follows a change of robots
+            or of host speed within a few seconds.
+        enter: utilisation at which serving turns batched (> 0). Across the paired
+            blocks of section 5.3 (medians of 3 rounds, ρ_A read from unbatched
+            XInfer's runs; docs/data/cpu-2026-12-06-switch/crossover.py), lane
+            batching kept fewer requests than unbatched XInfer at 18 of the 26 points
+            below 0.92 and at least as many at 28 of the 33 at or above it.
+        leave: utilisation below which serving turns unbatched again (0 < leave <=
+            enter).
+    """
+
+    window: float = 2.0
+    enter: float = 0.92
+    leave: float = 0.88
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.window < math.inf):
+            raise ValueError(f"window must be positive and finite, got {self.window!r}")
+        if not (0.0 < self.leave <= self.enter < math.inf):
+            raise ValueError(f"need 0 < leave <= enter, got leave {self.leave!r}, "
+                             f"enter {self.enter!r}")
+
+
+class SaturationSummary(TypedDict):
+    """:meth:`SaturationMeter.summary`: what the meter read and decided."""
+
+    # Share of the time between the first and the latest reading spent saturated.
+    saturated_share: float
+    # Times the verdict changed.
+    switches: int
+    # The latest ρ_s per stage (V, P, A) and its inputs: arrivals per second and the
+    # mean unit time alone per stage (s).
+    utilisation: list[float]
+    arrival_rate: float
+    unit_s: list[float]
+    window: float
+    enter: float
+    leave: float
+
+
+class SaturationMeter:
+    """Unbatched utilisation of each stage's lanes, and a saturated verdict with a band.
+
+    Not thread-safe: fed and read by the thread that drives one policy.
+
+    Args:
+        lanes: lanes per stage (V, P, A), each >= 1.
+        fallback: the time (s) one stage-``s`` unit runs alone, used while no forward
+            of that stage completed within the window (the start, an idle stage): the
+            caller passes the predictor's, which follows its online correction.
+        settings: window and band.
+
+    Example::
+
+        meter = SaturationMeter((1, 1, 2), lambda s: (0.002, 0.005, 0.040)[s])
+        for i in range(90):              # 45 requests per second for 2 s
+            meter.arrive(i / 45)
+        meter.observe(2, 0.040, t=1.9)   # one Action unit of 40 ms
+        meter.saturated(2.0)             # 45 * 0.040 / 2 = 0.9: not yet
+    """
+
+    __slots__ = ("_arrivals", "_fallback", "_first", "_lanes", "_last", "_saturated",
+                 "_sums", "_units", "saturated_time", "settings", "switches")
+
+    def __init__(self, lanes: tuple[int, int, int], fallback: Callable[[int], float],
+                 settings: SaturationSettings | None = None) -> None:
+        self.settings = settings if settings is not None else SaturationSettings()
+        self._lanes = (1, 1, 1)
+        self.lanes = lanes
+        self._fallback = fallback
+        #: Arrival times within the window, oldest first.
+        self._arrivals: deque[float] = deque()
+        #: Per stage: (completion time, unit time alone, units) of each recent forward,
+        #: and their running sums of units and of unit time (a reading costs no scan).
+        self._units: list[deque[tuple[float, float, int]]] = [deque() for _ in range(NUM_STAGES)]
+        self._sums: list[list[float]] = [[0.0, 0.0] for _ in range(NUM_STAGES)]
+        self._saturated = False
+        self._first = math.nan
+        self._last = math.nan
+        #: Seconds spent saturated, and verdict changes, since the first reading.
+        self.saturated_time = 0.0
+        self.switches = 0
+
+    @property
+    def lanes(self) -> tuple[int, int, int]:
+        """Lanes per stage (V, P, A) the utilisation divides by."""
+        return self._lanes
+
+    @lanes.setter
+    def lanes(self, lanes: tuple[int, int, int]) -> None:
+        if len(lanes) != NUM_STAGES or min(lanes) < 1:
+            raise ValueError(f"lanes must be {NUM_STAGES} counts >= 1, got {lanes!r}")
+        self._lanes = (lanes[0], lanes[1], lanes[2])
+
+    def arrive(self, t: float) -> None:
+        """Count one request arriving at ``t``."""
+        self._arrivals.append(t)
+
+    def observe(self, stage: int, alone: float, units: int = 1, *, t: float) -> None:
+        """Count a forward of ``units`` stage-``stage`` units that completed at ``t``.
+
+        Args:
+            stage: 0 ViT, 1 Prefill, 2 Action.
+            alone: the time one of its units would have run alone (s): the forward's
+                duration over its batch's cost factor. Not positive and finite: ignored.
+            units: units the forward ran (>= 1).
+            t: its completion time.
+        """
+        if 0.0 < alone < math.inf and units >= 1:
+            self._units[stage].append((t, alone, units))
+            sums = self._sums[stage]
+            sums[0] += units
+            sums[1] += alone * units
+
+    def _prune(self, t: float) -> None:
+        since = t - self.settings.window
+        arrivals = self._arrivals
+        while arrivals and arrivals[0] <= since:
+            arrivals.popleft()
+        for q, sums in zip(self._units, self._sums, strict=True):
+            while q and q[0][0] <= since:
+                _, alone, units = q.popleft()
+                sums[0] -= units
+                sums[1] -= alone * units
+            if not q:  # no rounding left over from the subtractions
+                sums[0] = sums[1] = 0.0
+
+    def unit_times(self, t: float) -> tuple[float, float, float]:
+        """Mean time (s) one unit of each stage ran alone in the window ending at ``t``."""
+        self._prune(t)
+        out = [total / n if n > 0.0 else self._fallback(s)
+               for s, (n, total) in enumerate(self._sums)]
+        return (out[0], out[1], out[2])
+
+    def utilisation(self, t: float) -> tuple[float, float, float]:
+        """ρ_s at ``t``: arrivals per second times unit time alone over lanes, per stage."""
+        d = self.unit_times(t)
+        rate = len(self._arrivals) / self.settings.window
+        lanes = self._lanes
+        return (rate * d[0] / lanes[0], rate * d[1] / lanes[1], rate * d[2] / lanes[2])
+
+    def saturated(self, t: float) -> bool:
+        """The verdict at ``t``: enters at ``enter``, leaves below ``leave``."""
+        if t <= self._last:  # one reading per instant (a lane's plan may lag a decision)
+            return self._saturated
+        if math.isnan(self._first):
+            self._first = t
+        elif self._saturated and t > self._last:
+            self.saturated_time += t - self._last
+        self._last = t
+        peak = max(self.utilisation(t))
+        cfg = self.settings
+        now = peak >= cfg.enter if not self._saturated else peak >= cfg.leave
+        if now != self._saturated:
+            self._saturated = now
+            self.switches += 1
+        return now
+
+    def summary(self) -> SaturationSummary:
+        """JSON-ready readings (the latest) and decisions so far."""
+        span = self._last - self._first if not math.isnan(self._first) else 0.0
+        t = self._last if not math.isnan(self._last) else 0.0
+        cfg = self.settings
+        return {"saturated_share": self.saturated_time / span if span > 0.0 else 0.0,
+                "switches": self.switches,
+                "utilisation": list(self.utilisation(t)),
+                "arrival_rate": len(self._arrivals) / cfg.window,
+                "unit_s": list(self.unit_times(t)),
+                "window": cfg.window, "enter": cfg.enter, "leave": cfg.leave}
