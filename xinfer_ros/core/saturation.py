@@ -96,7 +96,7 @@ class SaturationMeter:
         for i in range(90):              # 45 requests per second for 2 s
             meter.arrive(i / 45)
         meter.observe(2, 0.040, t=1.9)   # one Action unit of 40 ms
-        meter.saturated(2.0)             # 45 * 0.040 / 2 = 0.9: not yet
+        meter.saturated(2.0)             # 89 in (0, 2]: 44.5 * 0.040 / 2 = 0.89 < 0.92
     """
 
     __slots__ = ("_arrivals", "_fallback", "_first", "_lanes", "_last", "_saturated",
