@@ -150,7 +150,8 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
 #: The preset that forms its lanes' batches (issue 28): a driver building it by name
 #: passes its own ``max_batch``.
 BATCH_FORMING = "xinfer_batch"
-#: Every preset that forms batches (see :func:`forms_batches`).
+#: Every preset that forms batches (see :func:`forms_batches`), and the saturation switch,
+#: which forms none but needs the engine's max_batch to count its lanes.
 BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_deferred", "xinfer_batch_guarded",
                                            "xinfer_batch_gated", "xinfer_batch_riders",
@@ -187,7 +188,10 @@ def is_xinfer(name: str) -> bool:
 
 
 def forms_batches(name: str) -> bool:
-    """Whether preset ``name`` forms its lanes' batches: its driver passes ``max_batch``."""
+    """Whether preset ``name`` takes its driver's ``max_batch``.
+
+    It forms its lanes' batches, or (``saturation_switch``) lets them batch once saturated.
+    """
     return policy_key(name) in BATCH_FORMERS
 
 

@@ -172,10 +172,18 @@ class SaturationMeter:
                for s, (n, total) in enumerate(self._sums)]
         return (out[0], out[1], out[2])
 
+    def arrival_rate(self, t: float) -> float:
+        """Requests per second that arrived in the window ending at ``t``."""
+        self._prune(t)
+        return self._rate()
+
+    def _rate(self) -> float:
+        return len(self._arrivals) / self.settings.window
+
     def utilisation(self, t: float) -> tuple[float, float, float]:
         """ρ_s at ``t``: arrivals per second times unit time alone over lanes, per stage."""
-        d = self.unit_times(t)
-        rate = len(self._arrivals) / self.settings.window
+        d = self.unit_times(t)  # pruned to the window
+        rate = self._rate()
         lanes = self._lanes
         return (rate * d[0] / lanes[0], rate * d[1] / lanes[1], rate * d[2] / lanes[2])
 
@@ -185,7 +193,7 @@ class SaturationMeter:
             return self._saturated
         if math.isnan(self._first):
             self._first = t
-        elif self._saturated and t > self._last:
+        elif self._saturated:  # t is past the last reading (see above)
             self.saturated_time += t - self._last
         self._last = t
         peak = max(self.utilisation(t))
@@ -204,6 +212,6 @@ class SaturationMeter:
         return {"saturated_share": self.saturated_time / span if span > 0.0 else 0.0,
                 "switches": self.switches,
                 "utilisation": list(self.utilisation(t)),
-                "arrival_rate": len(self._arrivals) / cfg.window,
+                "arrival_rate": self.arrival_rate(t),
                 "unit_s": list(self.unit_times(t)),
                 "window": cfg.window, "enter": cfg.enter, "leave": cfg.leave}

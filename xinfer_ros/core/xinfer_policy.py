@@ -1242,7 +1242,7 @@ class XInferPolicy(Policy):
             # One verdict for every stage, the busiest stage's. Unsaturated, a unit per
             # lane: none waits for a lane, as under unbatched XInfer on those slots.
             saturated = self._meter.saturated(t)
-            return (self.slots[s] if saturated else self._lanes()[s]), saturated
+            return (self.slots[s] if saturated else self._meter.lanes[s]), saturated
         if self.slots_under_pressure and gates:
             # Under pressure, launch as lane batching does (formation still checks every
             # member); the test runs whenever a unit could launch, since it may raise
