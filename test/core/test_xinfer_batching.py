@@ -742,6 +742,20 @@ def test_units_launched_while_saturated_hold_their_lanes_until_below_one_per_lan
     assert len(running(p, Stage.VIT)) == 1
 
 
+def test_the_switch_spreads_and_holds_ticks_only_while_unsaturated():
+    p = make_switch()
+    assert p.spreads_lanes() and not p.at_own_limit(Stage.VIT)
+    launched(p, [2.0, 2.0])
+    # The one ViT lane is taken: a tick could launch nothing more.
+    assert p.at_own_limit(Stage.VIT) and not p.at_own_limit(Stage.ACTION)
+    unit = p._unit_alone(Stage.ACTION)
+    _saturate(p, rate=2 * 2.0 / unit, until=2.0)
+    launched(p, [2.0], t=2.0)
+    assert not p.spreads_lanes() and not p.at_own_limit(Stage.VIT)
+    plain = policy()  # other policies: the slots are their limit, the lanes batch
+    assert not plain.spreads_lanes() and not plain.at_own_limit(Stage.VIT)
+
+
 def test_the_switch_meter_reads_each_forward_over_its_cost_factor():
     p = make_switch()
     d = p.batch_cost.durations(0, (0, 0, 0))  # type: ignore[union-attr]

@@ -548,3 +548,38 @@ def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturat
     # Not the table's time, which the meter reads while it has no forward.
     table = policy.predictor.q(Stage.ACTION, (0, 0, 1))
     assert table + 0.01 < summary["unit_s"][Stage.ACTION] < table + 0.03 * 4, summary
+
+
+def test_an_unsaturated_switch_runs_units_launched_together_on_lanes_of_their_own() -> None:
+    """Slots 8,8,8 in batches of 4: two lanes a stage. Four requests prepared before the
+    first decision launch two ViT units in it; unsaturated, each runs alone on a lane
+    (``Policy.spreads_lanes``), as under unbatched XInfer, where lane batching would
+    have run them as one forward and left the other lane idle."""
+    policy = XInferPolicy(rate_table=BATCH4, slots=(8, 8, 8), max_batch=4,
+                          saturation_switch=True)
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock)
+    engine = StageEngine(backend, policy, dataclasses.replace(CONFIG, slots=(8, 8, 8)),
+                         rate_table=BATCH4, clock=clock)
+    _serve(engine, [2.0] * 4)
+    summary = policy.saturation
+    assert summary is not None and summary["switches"] == 0
+    vit = [(ids, t0) for stage, ids, t0 in backend.batches if stage is Stage.VIT]
+    assert [len(ids) for ids, _ in vit] == [1, 1, 1, 1], backend.batches
+    # The first two started together, on the two lanes.
+    assert abs(vit[1][1] - vit[0][1]) < 0.5 * BATCH4.work[Stage.VIT], vit
+
+
+def test_an_unsaturated_switch_does_not_tick_while_every_lane_of_a_stage_is_taken() -> None:
+    """A tick cannot launch beyond the switch's unit per lane (``Policy.at_own_limit``):
+    four requests whose ViT units take 0.1 s each on the one ViT lane leave ready work
+    waiting for 0.3 s, over which 2 ms ticks would be about 150 decisions; the
+    dispatcher decides on events instead."""
+    policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
+                          saturation_switch=True)
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock,
+                               slow={f"r{i}": (Stage.VIT, 0.1) for i in range(4)})
+    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
+    _serve(engine, [5.0] * 4)
+    assert engine.stats()["decisions"] < 60, engine.stats()

@@ -52,6 +52,26 @@ def test_queue_takes_the_oldest_unit_with_mates_of_its_key() -> None:
     assert q.take(Stage.ACTION) == [] and len(q) == 1
 
 
+def test_a_spreading_queue_gives_each_lane_its_share_of_the_waiting_units() -> None:
+    q = BatchQueue(4, lambda _stage, _live: "k", lanes=(1, 1, 2))
+    for i in range(2):
+        q.put(Stage.ACTION, i, 0.0)
+    q.spread = True  # two waiting, two lanes: one each
+    assert [len(q.take(Stage.ACTION)) for _ in range(3)] == [1, 1, 0]
+    for i in range(7):
+        q.put(Stage.ACTION, i, 0.0)
+    assert [len(q.take(Stage.ACTION)) for _ in range(4)] == [4, 2, 1, 0]  # ceil(n / 2)
+    for i in range(3):
+        q.put(Stage.VIT, i, 0.0)
+    assert len(q.take(Stage.VIT)) == 3  # one ViT lane: its share is all of them
+    q.spread = False
+    for i in range(2):
+        q.put(Stage.ACTION, i, 0.0)
+    assert len(q.take(Stage.ACTION)) == 2
+    with pytest.raises(ValueError, match="lanes"):
+        BatchQueue(4, lambda _stage, _live: "k", lanes=(1, 0, 2))
+
+
 def test_units_without_a_key_run_alone() -> None:
     q = BatchQueue(4, lambda _stage, _live: None)
     for i in range(3):

@@ -164,3 +164,20 @@ def test_with_batch_factors_a_batch_does_its_factor_of_work_at_the_rate_of_the_o
     assert done["a"] == done["b"] == pytest.approx(batch_end)
     # c did 0.9 W at rate 1/2 beside the batch (1.8 W long), then 0.1 W alone.
     assert done["c"] == pytest.approx(1.0 + H[2] + 1.9 * W[2]) and done["c"] < lone_end
+
+
+def test_spreading_lanes_runs_units_of_one_instant_on_free_lanes_first() -> None:
+    """``spread`` (``Policy.spreads_lanes``): units launched together take the free lanes
+    before any batch forms, as the engine's queue spreads them; a backlog longer than
+    the lanes then goes out ``ceil(waiting / lanes)`` at a time."""
+    gpu = BatchedGpuModel(_rate, W, H, (8, 8, 8), max_batch=4)
+    gpu.spread = True
+    for key in ("a", "b"):
+        gpu.issue(key, 2, 1.0)
+    assert [b.members for b in gpu._batches] == [[gpu.units["a"]], [gpu.units["b"]]]
+    gpu.issue("c", 2, 1.0)  # no free lane: it joins the smaller open batch
+    assert sorted(len(b.members) for b in gpu._batches) == [1, 2]
+    for key in "defgh":
+        gpu.issue(key, 2, 1.5)  # both lanes busy: five wait
+    gpu.pop_finished(gpu.next_finish)
+    assert sorted(len(b.members) for b in gpu._batches)[-1] == 3  # ceil(5 / 2), not 4

@@ -266,6 +266,29 @@ class Policy(ABC):
         with ``t`` its completion; policies that learn from forwards override this.
         """
 
+    def at_own_limit(self, stage: Stage | int) -> bool:
+        """Whether the policy launches no more ``stage`` units until one ends, slots aside.
+
+        A driver ticks a time-dependent policy while ready work waits beside a free
+        slot, since its slack checks may pass later; a policy whose own launch limit
+        (below the slots) is reached only launches again after a completion, an event
+        that brings a decision anyway. Ticking it then only costs dispatcher time,
+        which on a CPU engine the lanes share. Default: no limit of its own.
+        """
+        return False
+
+    def spreads_lanes(self) -> bool:
+        """Whether a lane now takes only its share of its stage's waiting units.
+
+        Drivers whose lanes batch launched units (the engine's ``BatchQueue``, the
+        simulator's batched GPU) ask after each decision. False (the default): a free
+        lane takes the oldest waiting unit and up to ``max_batch − 1`` mates, so units
+        launched together run as one forward. True: it takes ``ceil(waiting / lanes)``
+        of them (at most ``max_batch``), so units launched together spread over the
+        stage's lanes and only a backlog longer than the lanes forms batches.
+        """
+        return False
+
     def abort(self, request_id: int, t: float) -> None:
         """The driver could not start a launched unit: put it back into its ready queue."""
         t = self._advance_clock(t)

@@ -187,6 +187,11 @@ class SaturationMeter:
         lanes = self._lanes
         return (rate * d[0] / lanes[0], rate * d[1] / lanes[1], rate * d[2] / lanes[2])
 
+    @property
+    def verdict(self) -> bool:
+        """The latest reading's verdict (False before the first); reads nothing new."""
+        return self._saturated
+
     def saturated(self, t: float) -> bool:
         """The verdict at ``t``: enters at ``enter``, leaves below ``leave``."""
         if t <= self._last:  # one reading per instant (a lane's plan may lag a decision)

@@ -77,13 +77,25 @@ class BatchQueue:
     Args:
         max_batch: most units one lane task takes (>= 1).
         key: ``key(stage, live)``: the unit's batch key, None when it runs alone.
+        lanes: lanes per stage (V, P, A), which :attr:`spread` divides the waiting
+            units by; None: one each.
     """
 
-    def __init__(self, max_batch: int, key: BatchKey) -> None:
+    def __init__(self, max_batch: int, key: BatchKey,
+                 lanes: Sequence[int] | None = None) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
+        lanes = (1,) * len(STAGES) if lanes is None else tuple(lanes)
+        if len(lanes) != len(STAGES) or min(lanes) < 1:
+            raise ValueError(f"lanes must be {len(STAGES)} counts >= 1, got {lanes!r}")
         self.max_batch = max_batch
         self._key = key
+        self._lanes = lanes
+        #: Set by the dispatcher from its policy (``Policy.spreads_lanes``): a task
+        #: takes ``ceil(waiting / lanes)`` units of its stage (at most ``max_batch``)
+        #: rather than ``max_batch``. A bool is read and written whole, so lane threads
+        #: may read it without the lock.
+        self.spread = False
         self._lock = threading.Lock()
         self._waiting: dict[Stage, deque[Waiting]] = {s: deque() for s in STAGES}
 
@@ -97,17 +109,22 @@ class BatchQueue:
         """The oldest waiting unit of ``stage`` and its batch mates (empty if none wait).
 
         Mates share the oldest unit's batch key; units of other keys keep their place.
+        With :attr:`spread`, at most ``ceil(waiting / lanes)`` units: with no more units
+        waiting than lanes, each runs alone.
         """
         with self._lock:
             waiting = self._waiting[stage]
             if not waiting:
                 return []
+            size = self.max_batch
+            if self.spread:
+                size = min(size, -(-len(waiting) // self._lanes[stage]))
             first = waiting.popleft()
             batch = [first]
             if first.key is None:
                 return batch
             kept: deque[Waiting] = deque()
-            while waiting and len(batch) < self.max_batch:
+            while waiting and len(batch) < size:
                 unit = waiting.popleft()
                 (batch if unit.key == first.key else kept).append(unit)
             kept.extend(waiting)

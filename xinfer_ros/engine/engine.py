@@ -218,7 +218,8 @@ class StageEngine:
                              f"{cfg.lanes(2)} (Action slots / max_batch)")
         #: Launched units waiting for a lane; lanes take them in batches and run them.
         self._waiting = BatchQueue(cfg.max_batch,
-                                   lambda stage, live: backend.batch_key(stage, live.state))
+                                   lambda stage, live: backend.batch_key(stage, live.state),
+                                   lanes=tuple(cfg.lanes(s) for s in range(3)))
         #: Forwards each stage started, by batch size (the benchmark reports them).
         self.batches = BatchSizes()
         self._units = UnitRunner(backend, self._waiting, self._gate, self.clock,
@@ -562,7 +563,8 @@ class StageEngine:
             if not policy.time_dependent:
                 continue
             for s in range(3):
-                if self._gates.has_free_slot(s) and policy.ready_queue(s):
+                if (self._gates.has_free_slot(s) and policy.ready_queue(s)
+                        and not policy.at_own_limit(s)):
                     return True
         return False
 
@@ -773,7 +775,11 @@ class StageEngine:
                 self._draining.remove(old)
                 continue
             self._launch_all(old, old.schedule(now), now)
-        self._launch_all(self.policy, self.policy.schedule(now), now)
+        policy = self.policy
+        # Before the launches' lane tasks start (after the step), so they take their share.
+        out = policy.schedule(now)
+        self._waiting.spread = policy.spreads_lanes()
+        self._launch_all(policy, out, now)
         if not self._draining:
             self.audit.maybe_sample(self.policy, now)
 

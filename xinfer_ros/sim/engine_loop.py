@@ -273,6 +273,10 @@ class Simulation:
         # Policies say themselves whether time alone can change their decisions
         # (Policy.time_dependent); only those are ticked while work waits.
         self._ticks = self.policy.time_dependent
+        # Lane spreading (Policy.spreads_lanes) is asked after each decision only of a
+        # batched GPU and a policy that may spread: the hot loop skips the call otherwise.
+        self._spreads = (isinstance(self.gpu, BatchedGpuModel)
+                         and type(self.policy).spreads_lanes is not Policy.spreads_lanes)
 
     def _batch_former(self) -> Callable[[float], None] | None:
         """Let a batch-forming policy choose the GPU's batches (issue 28); the flush hook.
@@ -324,6 +328,8 @@ class Simulation:
                else self.decisions.schedule(self.policy, t))
         gpu = self.gpu
         pending = self._pending
+        if self._spreads:  # before the launches, as the engine's dispatcher sets it
+            cast(BatchedGpuModel, gpu).spread = self.policy.spreads_lanes()
         for launch in out.launches:
             s = int(launch.stage)
             gpu.issue(launch.request.request_id, s, t)
@@ -338,8 +344,9 @@ class Simulation:
             self.audit.maybe_sample(self.policy, t)
 
     def _needs_tick(self) -> bool:
-        pending, gpu = self._pending, self.gpu
-        return any(pending[s] > 0 and gpu.free(s) > 0 for s in range(3))
+        pending, gpu, policy = self._pending, self.gpu, self.policy
+        return any(pending[s] > 0 and gpu.free(s) > 0 and not policy.at_own_limit(s)
+                   for s in range(3))
 
     # Inlined on purpose: the simulator's hot loop; locals and inlining keep sweeps fast.
     def run(self) -> RunResult:  # noqa: PLR0912, PLR0915

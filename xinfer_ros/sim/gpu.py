@@ -292,6 +292,11 @@ class BatchedGpuModel(GpuModel):
         self.min_hold = 0.0
         #: Held leads per stage: key -> start_by of the lead's first hold.
         self._held: list[dict[object, float]] = [{}, {}, {}]
+        #: Set by the simulator from its policy (``Policy.spreads_lanes``), as the
+        #: engine's dispatcher sets its BatchQueue's: a unit starts on a free lane
+        #: before it joins a batch, and a lane that comes free takes ``ceil(waiting /
+        #: lanes)`` units rather than ``max_batch``.
+        self.spread = False
         #: Earliest start_by of a held lead (the simulator decides again then).
         self.next_hold = math.inf
         self._batches: list[_Batch] = []
@@ -341,8 +346,12 @@ class BatchedGpuModel(GpuModel):
             self._waiting[stage].append(unit)
             self._rerate(t)
             return unit
-        joined = next((b for b in self._batches if b.open and b.stage == stage
-                       and b.started == t and len(b.members) < self.max_batch), None)
+        on_lanes = sum(b.stage == stage for b in self._batches)
+        joinable = [b for b in self._batches if b.open and b.stage == stage
+                    and b.started == t and len(b.members) < self.max_batch]
+        joined = (None if not joinable or (self.spread and on_lanes < self.lanes[stage])
+                  else min(joinable, key=lambda b: len(b.members)) if self.spread
+                  else joinable[0])
         if joined is not None:
             joined.members.append(unit)
             for member in joined.members:
@@ -350,7 +359,7 @@ class BatchedGpuModel(GpuModel):
             self._running[stage] += 1
             # Joined at its start instant: no work done yet, so the size sets it afresh.
             joined.work = self._work_of(stage, joined.members[0].work, len(joined.members))
-        elif sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
+        elif on_lanes < self.lanes[stage]:
             self._start(stage, [unit], t, open_=True)
         else:
             self._waiting[stage].append(unit)
@@ -367,8 +376,10 @@ class BatchedGpuModel(GpuModel):
             self._done.extend(batch.members)
             waiting = self._waiting[batch.stage]
             if waiting and self.former is None:  # else the decision after this flushes
-                self._start(batch.stage, [waiting.popleft()
-                                          for _ in range(min(self.max_batch, len(waiting)))],
+                size = min(self.max_batch, len(waiting))
+                if self.spread:
+                    size = min(size, -(-len(waiting) // self.lanes[batch.stage]))
+                self._start(batch.stage, [waiting.popleft() for _ in range(size)],
                             t, open_=False)
         done = self._done.popleft()
         del self.units[done.key]
