@@ -984,7 +984,10 @@ class XInferPolicy(Policy):
         pred = self.predictor
         suffix_tab, inv_own, index = pred.suffix_tab, pred.inv_own, pred.index
         counts = self.tracker.counts
-        slots = self.slots
+        # Unsaturated, the switch launches a unit per lane: only that much protected
+        # ready work can join the load, as on unbatched XInfer's slots.
+        meter = self._meter
+        slots = (self.slots if meter is None or meter.saturated(t) else meter.lanes)
         ready = self._ready
         promoted = self._promoted
         zero_slack = self.zero_slack_promotion
