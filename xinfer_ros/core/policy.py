@@ -270,10 +270,11 @@ class Policy(ABC):
         """Whether the policy launches no more ``stage`` units until one ends, slots aside.
 
         A driver ticks a time-dependent policy while ready work waits beside a free
-        slot, since its slack checks may pass later; a policy whose own launch limit
-        (below the slots) is reached only launches again after a completion, an event
-        that brings a decision anyway. Ticking it then only costs dispatcher time,
-        which on a CPU engine the lanes share. Default: no limit of its own.
+        slot, since its slack checks may pass later. A policy whose own launch limit
+        (below the slots) is reached launches again only after an event that brings a
+        decision anyway (a completion frees a unit's place; an arrival may raise the
+        limit). Ticking it meanwhile only costs dispatcher time, which on a CPU engine
+        the lanes share. Default: no limit of its own.
         """
         return False
 

@@ -985,9 +985,10 @@ class XInferPolicy(Policy):
         suffix_tab, inv_own, index = pred.suffix_tab, pred.inv_own, pred.index
         counts = self.tracker.counts
         # Unsaturated, the switch launches a unit per lane: only that much protected
-        # ready work can join the load, as on unbatched XInfer's slots.
+        # ready work can join the load, as on unbatched XInfer's slots. The verdict is
+        # the decision's (read in _dispatch): refresh_priority reads no new one.
         meter = self._meter
-        slots = (self.slots if meter is None or meter.saturated(t) else meter.lanes)
+        slots = self.slots if meter is None or meter.verdict else meter.lanes
         ready = self._ready
         promoted = self._promoted
         zero_slack = self.zero_slack_promotion
@@ -1246,6 +1247,8 @@ class XInferPolicy(Policy):
         launches: list[Launch] = []
         if self.arrival_aware:
             self.forecaster.prune(t)
+        if self._meter is not None:  # this decision's verdict, before Algorithm 2 uses it
+            self._meter.saturated(t)
         # Events recorded since the last decision may have changed R_j(0): re-evaluate L.
         self._late_t = float("nan")
         units = self.tracker.snapshot(t)

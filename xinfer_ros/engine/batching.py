@@ -5,7 +5,10 @@ task per unit. A lane task takes the oldest waiting unit of its stage and, when 
 backend can stack states, up to ``max_batch − 1`` more of the same batch key, and runs
 them as one forward. Units launched in the same decision thus run together, and so do
 units that waited behind busy lanes (with batching each stage has fewer lanes than
-slots). With ``max_batch = 1`` each task takes one unit, the paper's engine. Units of
+slots). A unit launched by a policy that spreads lanes (``Policy.spreads_lanes``, asked
+at its launch) instead leads a batch of only ``ceil(waiting / lanes)`` units, so units
+launched together use every lane of their stage before any of them share one. With
+``max_batch = 1`` each task takes one unit, the paper's engine. Units of
 different keys (a robot with a camera missing, say) run in separate batches: they queue
 for the stage's ``ceil(slots / max_batch)`` lanes while the policy counts them running.
 
@@ -64,11 +67,14 @@ class Waiting:
         live: the engine's request record.
         issued: engine time the policy launched the unit.
         key: its batch key (None: it runs alone).
+        spread: :attr:`BatchQueue.spread` when it was queued.
     """
 
     live: LiveRequest
     issued: float
     key: Hashable | None = None
+    #: Whether its policy spread lanes when it launched: a batch it leads takes its share.
+    spread: bool = False
 
 
 class BatchQueue:
@@ -91,10 +97,9 @@ class BatchQueue:
         self.max_batch = max_batch
         self._key = key
         self._lanes = lanes
-        #: Set by the dispatcher from its policy (``Policy.spreads_lanes``): a task
-        #: takes ``ceil(waiting / lanes)`` units of its stage (at most ``max_batch``)
-        #: rather than ``max_batch``. A bool is read and written whole, so lane threads
-        #: may read it without the lock.
+        #: Set by the dispatcher before it queues a policy's launches, from that policy
+        #: (``Policy.spreads_lanes``); each unit keeps the value it was queued with, so
+        #: a later decision, or another policy's, does not change how it batches.
         self.spread = False
         self._lock = threading.Lock()
         self._waiting: dict[Stage, deque[Waiting]] = {s: deque() for s in STAGES}
@@ -103,21 +108,23 @@ class BatchQueue:
         """Queue a launched unit, with its batch key (the caller's thread computes it)."""
         key = _batch_key(self._key, stage, live) if self.max_batch > 1 else None
         with self._lock:
-            self._waiting[stage].append(Waiting(live, issued, key))
+            self._waiting[stage].append(Waiting(live, issued, key, self.spread))
 
     def take(self, stage: Stage) -> list[Waiting]:
         """The oldest waiting unit of ``stage`` and its batch mates (empty if none wait).
 
         Mates share the oldest unit's batch key; units of other keys keep their place.
-        With :attr:`spread`, at most ``ceil(waiting / lanes)`` units: with no more units
-        waiting than lanes, each runs alone.
+        When the oldest unit was queued spreading, at most ``ceil(waiting / lanes)``
+        units: with no more units waiting than lanes, each runs alone. Every waiting
+        unit of the stage and all its lanes count, busy or not (the simulator's batched
+        GPU divides the same way), so a backlog left from batching drains in even shares.
         """
         with self._lock:
             waiting = self._waiting[stage]
             if not waiting:
                 return []
             size = self.max_batch
-            if self.spread:
+            if waiting[0].spread:
                 size = min(size, -(-len(waiting) // self._lanes[stage]))
             first = waiting.popleft()
             batch = [first]

@@ -514,7 +514,8 @@ class StageEngine:
                 for item in started:
                     self._hand_over(item)
                 # Tick only while a time-dependent policy leaves ready work beside free
-                # slots (its slack checks may pass later); otherwise events suffice.
+                # slots, below its own launch limit (its slack checks may pass later);
+                # otherwise events suffice.
                 if not needs_tick:
                     next_tick = math.inf
                 elif next_tick == math.inf or now >= next_tick:
@@ -775,11 +776,7 @@ class StageEngine:
                 self._draining.remove(old)
                 continue
             self._launch_all(old, old.schedule(now), now)
-        policy = self.policy
-        # Before the launches' lane tasks start (after the step), so they take their share.
-        out = policy.schedule(now)
-        self._waiting.spread = policy.spreads_lanes()
-        self._launch_all(policy, out, now)
+        self._launch_all(self.policy, self.policy.schedule(now), now)
         if not self._draining:
             self.audit.maybe_sample(self.policy, now)
 
@@ -803,6 +800,9 @@ class StageEngine:
         opening = self._gates.open_round()
         issued: list[Stage] = []
         former = batch_former(policy)
+        # The units queued below keep how their policy, after this decision, has lanes
+        # take them (a draining policy's own answer, not the current one's).
+        self._waiting.spread = policy.spreads_lanes()
         try:
             for launch in out.launches:
                 if self._gates.allows(launch.stage, launch.request_id, opening):

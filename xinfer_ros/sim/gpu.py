@@ -61,6 +61,8 @@ class Unit:
         finish: Predicted finish under the current rate (s).
         started: When its forward started (s): its issue, or its batch's start.
         batch: Units in its forward (1 unbatched).
+        spread: Whether its policy spread lanes when it was issued (a batched GPU's
+            batch it leads takes its share of the waiting units).
     """
 
     key: object
@@ -73,6 +75,7 @@ class Unit:
     finish: float
     started: float = 0.0
     batch: int = 1
+    spread: bool = False
 
 
 class GpuModel:
@@ -294,8 +297,11 @@ class BatchedGpuModel(GpuModel):
         self._held: list[dict[object, float]] = [{}, {}, {}]
         #: Set by the simulator from its policy (``Policy.spreads_lanes``), as the
         #: engine's dispatcher sets its BatchQueue's: a unit starts on a free lane
-        #: before it joins a batch, and a lane that comes free takes ``ceil(waiting /
-        #: lanes)`` units rather than ``max_batch``.
+        #: before it joins a batch started at the same instant (the smallest such
+        #: batch; the engine's first lane task takes the largest share, so the sizes
+        #: match though the members may differ), and a lane that comes free takes
+        #: ``ceil(waiting / lanes)`` units rather than ``max_batch`` when its oldest
+        #: waiting unit was issued spreading.
         self.spread = False
         #: Earliest start_by of a held lead (the simulator decides again then).
         self.next_hold = math.inf
@@ -342,6 +348,7 @@ class BatchedGpuModel(GpuModel):
             ValueError: If the stage has no free slot or ``key`` already runs.
         """
         unit = self._new_unit(key, stage, t)
+        unit.spread = self.spread
         if self.former is not None:  # the policy forms the batch at flush()
             self._waiting[stage].append(unit)
             self._rerate(t)
@@ -377,7 +384,7 @@ class BatchedGpuModel(GpuModel):
             waiting = self._waiting[batch.stage]
             if waiting and self.former is None:  # else the decision after this flushes
                 size = min(self.max_batch, len(waiting))
-                if self.spread:
+                if waiting[0].spread:
                     size = min(size, -(-len(waiting) // self.lanes[batch.stage]))
                 self._start(batch.stage, [waiting.popleft() for _ in range(size)],
                             t, open_=False)
