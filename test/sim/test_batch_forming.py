@@ -231,35 +231,26 @@ def test_the_saturation_switch_runs_unbatched_xinfer_until_saturated_then_lane_b
     assert high.goodput_rps > unbatched.goodput_rps
 
 
-def test_the_switch_never_saturated_is_unbatched_xinfer_on_its_lanes_exactly():
-    """With a band it never enters, ``xinfer_batch_switch`` on 4,4,8 in batches of 4 makes
-    unbatched XInfer's decisions on 1,1,2: the same requests kept, to the request. At 8
-    robots unbatched XInfer misses some, so the protected work it counts matters: the
-    switch once counted protected ready units up to the slots (4,4,8) rather than the
-    lanes, and kept 2.4 % more here (and, on the engine, fewer)."""
+@pytest.mark.parametrize(("slots", "lanes"), [((4, 4, 8), (1, 1, 2)), ((8, 8, 8), (2, 2, 2))],
+                         ids=["one-lane-vit", "two-lanes-a-stage"])
+def test_the_switch_never_saturated_is_unbatched_xinfer_on_its_lanes_exactly(slots, lanes):
+    """With a band it never enters, ``xinfer_batch_switch`` in batches of 4 makes
+    unbatched XInfer's decisions on its lanes as slots: the same requests kept, to the
+    request, at 8 robots, where unbatched XInfer misses some.
+
+    On 4,4,8 (lanes 1,1,2) the protected work Algorithm 2 counts matters: the switch once
+    counted protected ready units up to the slots rather than the lanes, and kept 2.4 %
+    more here (and, on the engine, fewer). On 8,8,8 every stage has two lanes, so units of
+    one instant meet at ViT and Prefill too and must spread over them
+    (``Policy.spreads_lanes``): batched together instead, the switch kept 525 of 592
+    requests where unbatched XInfer kept 489 of 585."""
     from xinfer_ros.core.saturation import SaturationSettings
 
     never = SaturationSettings(enter=1e6, leave=1e6)
     base = {"workload": "phases", "robots": 8, "duration": 20.0, "window": (5.0, 20.0)}
-    sw = Simulation(cfg(policy="xinfer_batch_switch", policy_kwargs={"saturation": never},
-                        **base)).run().metrics
-    unb = Simulation(cfg(policy="xinfer", slots=(1, 1, 2), max_batch=1, **base)).run().metrics
-    assert unb.attainment < 0.95
-    assert (sw.requests, sw.on_time) == (unb.requests, unb.on_time)
-    assert sw.latency_p99_ms == unb.latency_p99_ms
-
-
-def test_the_switch_never_saturated_spreads_two_lanes_a_stage_as_unbatched_xinfer():
-    """Slots 8,8,8 in batches of 4 give two lanes to every stage, so units of one instant
-    meet at ViT and Prefill too: spread over the lanes (``Policy.spreads_lanes``), the
-    switch keeps exactly what unbatched XInfer keeps on 2,2,2. Batched together instead,
-    it kept 525 of 592 requests where unbatched XInfer kept 489 of 585."""
-    from xinfer_ros.core.saturation import SaturationSettings
-
-    never = SaturationSettings(enter=1e6, leave=1e6)
-    base = {"workload": "phases", "robots": 8, "duration": 20.0, "window": (5.0, 20.0)}
-    sw = Simulation(cfg(policy="xinfer_batch_switch", slots=(8, 8, 8),
+    sw = Simulation(cfg(policy="xinfer_batch_switch", slots=slots,
                         policy_kwargs={"saturation": never}, **base)).run().metrics
-    unb = Simulation(cfg(policy="xinfer", slots=(2, 2, 2), max_batch=1, **base)).run().metrics
+    unb = Simulation(cfg(policy="xinfer", slots=lanes, max_batch=1, **base)).run().metrics
+    assert unb.attainment < 0.95
     assert (sw.requests, sw.on_time) == (unb.requests, unb.on_time)
     assert sw.latency_p99_ms == unb.latency_p99_ms

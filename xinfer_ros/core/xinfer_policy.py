@@ -569,10 +569,6 @@ class XInferPolicy(Policy):
             s = int(stage)
             self._meter.observe(s, duration / self._batch_factor(s, batch), t=t)
 
-    def _serving_alone(self) -> bool:
-        """With ``saturation_switch``: whether the latest decision found it unsaturated."""
-        return self._meter is not None and not self._meter.verdict
-
     def at_own_limit(self, stage: Stage | int) -> bool:
         """Unsaturated ``saturation_switch`` with a unit on every lane of ``stage``.
 
@@ -591,7 +587,7 @@ class XInferPolicy(Policy):
         as under unbatched XInfer; without spreading, two units launched together ran
         as one forward while the other lane idled.
         """
-        return self._serving_alone()
+        return self._meter is not None and not self._meter.verdict
 
     def set_slots(self, slots: SlotCounts) -> None:
         """Change the slots (see :meth:`Policy.set_slots`); the switch's lanes follow."""
@@ -1269,9 +1265,10 @@ class XInferPolicy(Policy):
         """
         gates = lane_use is not None
         if self._meter is not None:
-            # One verdict for every stage, the busiest stage's. Unsaturated, a unit per
-            # lane: none waits for a lane, as under unbatched XInfer on those slots.
-            saturated = self._meter.saturated(t)
+            # One verdict for every stage, the busiest stage's, read once per decision
+            # (_dispatch). Unsaturated, a unit per lane: none waits for a lane, as under
+            # unbatched XInfer on those slots.
+            saturated = self._meter.verdict
             return (self.slots[s] if saturated else self._meter.lanes[s]), saturated
         if self.slots_under_pressure and gates:
             # Under pressure, launch as lane batching does (formation still checks every
