@@ -57,9 +57,11 @@ def reference_form(cands: Sequence[Candidate], t: float, durations: Sequence[flo
         if extra > guard:
             break
         floor = floor_of(alone[i])
-        if alone[i] - extra < floor:
+        # Spare slack against the extra, as form_batch_of compares them since 2026-12-06
+        # (alone - extra could round the extra away); the same rule otherwise.
+        if alone[i] - floor < extra:
             continue
-        if all(alone[m] - extra >= f for m, f in zip(members, floors, strict=True)):
+        if all(alone[m] - f >= extra for m, f in zip(members, floors, strict=True)):
             members.append(i)
             floors.append(floor)
     k = len(members)

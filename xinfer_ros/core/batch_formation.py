@@ -194,10 +194,13 @@ def form_batch_of(ids: Sequence[int], deadlines: Sequence[float], rests: Sequenc
         if extra > guard:
             break  # larger batches only cost more lane time
         floor = _floor_of(alone[i], spread_floor, contest, margin)
-        # Slack in a batch of duration d is the slack alone less the extra duration.
-        if alone[i] - extra < floor:
+        # Slack in a batch of duration d is the slack alone less the extra duration; it
+        # must stay at the floor. Compared as spare slack (alone − floor) against the
+        # extra: a member keeping all its slack then refuses any extra, however small,
+        # where alone − extra would round back to alone.
+        if alone[i] - floor < extra:
             continue  # this mate would be late (or lose its tight slack): skip it
-        if all(alone[m] - extra >= f for m, f in zip(members, floors, strict=True)):
+        if all(alone[m] - f >= extra for m, f in zip(members, floors, strict=True)):
             members.append(i)
             floors.append(floor)
     k = len(members)
