@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from xinfer_ros.config_paths import config_dir
@@ -693,11 +695,19 @@ def make_switch() -> XInferPolicy:
 
 
 def _saturate(p: XInferPolicy, rate: float, until: float) -> None:
-    """Feed the meter arrivals at ``rate`` per second until ``until`` (no requests)."""
+    """Feed the meter arrivals at ``rate`` per second until ``until`` (no requests).
+
+    The meter also reads them one dwell before ``until``, so that a reading at
+    ``until`` that is still across the band changes the verdict.
+    """
     meter = p._meter
     assert meter is not None
+    read_at = until - meter.settings.dwell
     i = 0
     while (t := i / rate) < until:
+        if t >= read_at:
+            meter.saturated(read_at)
+            read_at = math.inf
         meter.arrive(t)
         i += 1
 
@@ -733,8 +743,9 @@ def test_units_launched_while_saturated_hold_their_lanes_until_below_one_per_lan
     _saturate(p, rate=2 * 2.0 / unit, until=2.0)
     ids = launched(p, [10.0] * 4, t=2.0)
     assert len(ids) == 4
-    # Two windows later no request has arrived: unsaturated, nothing more launches
-    # while the four launched units outnumber the one ViT lane.
+    # Two windows later no request has arrived (read a dwell earlier too): unsaturated,
+    # nothing more launches while the four launched units outnumber the one ViT lane.
+    assert p._meter is not None and p._meter.saturated(6.0 - p._meter.settings.dwell)
     assert launched(p, [10.0], t=6.0) == []
     assert p.saturation is not None and p.saturation["switches"] == 2
     for rid in ids:

@@ -529,9 +529,10 @@ def test_results_report_their_action_batch_and_their_wait_on_a_lane(policy: str)
 @pytest.mark.parametrize("saturated", [False, True], ids=["keeps-up", "saturated"])
 def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturated: bool) -> None:
     """Four relaxed requests: alone while the meter reads the server keeping up, and
-    lane batching's batches when its band says saturated (a band near 0 here); either
-    way the meter reads the Action forwards the engine ran, 30 ms over the table."""
-    band = SaturationSettings(enter=1e-6, leave=1e-6) if saturated else None
+    lane batching's batches when its band says saturated (a band near 0 and no dwell
+    here); either way the meter reads the Action forwards the engine ran, 30 ms over
+    the table."""
+    band = SaturationSettings(enter=1e-6, leave=1e-6, dwell=0.0) if saturated else None
     policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
                           saturation_switch=True, saturation=band)
     clock = Clock(1.0)

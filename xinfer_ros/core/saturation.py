@@ -15,7 +15,9 @@ the last ``window`` seconds, d̄_s from the forwards that completed in it, each 
 batch of k alone over one unit alone, from the rate table), so that the measure reads
 the same whether the server batches or not. It says the server is saturated once the
 largest ρ_s reaches ``enter`` and no longer once it falls below ``leave`` (a band, so
-that a load on the line does not switch at every decision).
+that a load on the line does not switch at every decision), each only once the readings
+stayed across for ``dwell`` seconds (hysteresis in time: a band alone let a load near the
+line switch 7-36 times in a 40 s run, see :class:`SaturationSettings`).
 """
 
 from __future__ import annotations
@@ -47,11 +49,20 @@ class SaturationSettings:
             below 0.92 and at least as many at 28 of the 33 at or above it.
         leave: utilisation below which serving turns unbatched again (0 < leave <=
             enter).
+        dwell: seconds every reading must stay across the band, without one back
+            inside it, before the verdict changes (>= 0; 0 changes at the first
+            reading across). The band is about three arrivals of a 2 s window wide at
+            the crossover, less than the window's own noise: without a dwell the
+            switch changed mode 7-36 times in each 40 s run at phases 8 (ρ_A 0.85-1.02,
+            docs/data/cpu-2026-12-06-switch/block2, block3), often within 0.1 s. 1 s
+            is half a window: the window's mean has then moved on by half its
+            arrivals, so a change it still reads is the load's, not one arrival's.
     """
 
     window: float = 2.0
     enter: float = 0.92
     leave: float = 0.88
+    dwell: float = 1.0
 
     def __post_init__(self) -> None:
         if not (0.0 < self.window < math.inf):
@@ -59,6 +70,8 @@ class SaturationSettings:
         if not (0.0 < self.leave <= self.enter < math.inf):
             raise ValueError(f"need 0 < leave <= enter, got leave {self.leave!r}, "
                              f"enter {self.enter!r}")
+        if not (0.0 <= self.dwell < math.inf):
+            raise ValueError(f"dwell must be >= 0 and finite, got {self.dwell!r}")
 
 
 class SaturationSummary(TypedDict):
@@ -76,6 +89,7 @@ class SaturationSummary(TypedDict):
     window: float
     enter: float
     leave: float
+    dwell: float
 
 
 class SaturationMeter:
@@ -99,8 +113,8 @@ class SaturationMeter:
         meter.saturated(2.0)             # 89 in (0, 2]: 44.5 * 0.040 / 2 = 0.89 < 0.92
     """
 
-    __slots__ = ("_arrivals", "_fallback", "_first", "_lanes", "_last", "_saturated",
-                 "_sums", "_units", "saturated_time", "settings", "switches")
+    __slots__ = ("_across", "_arrivals", "_fallback", "_first", "_lanes", "_last",
+                 "_saturated", "_sums", "_units", "saturated_time", "settings", "switches")
 
     def __init__(self, lanes: tuple[int, int, int], fallback: Callable[[int], float],
                  settings: SaturationSettings | None = None) -> None:
@@ -115,6 +129,9 @@ class SaturationMeter:
         self._units: list[deque[tuple[float, float, int]]] = [deque() for _ in range(NUM_STAGES)]
         self._sums: list[list[float]] = [[0.0, 0.0] for _ in range(NUM_STAGES)]
         self._saturated = False
+        #: First reading of the current run of readings across the band (NaN: the
+        #: latest reading agreed with the verdict).
+        self._across = math.nan
         self._first = math.nan
         self._last = math.nan
         #: Seconds spent saturated, and verdict changes, since the first reading.
@@ -193,7 +210,12 @@ class SaturationMeter:
         return self._saturated
 
     def saturated(self, t: float) -> bool:
-        """The verdict at ``t``: enters at ``enter``, leaves below ``leave``."""
+        """The verdict at ``t``: enters at ``enter``, leaves below ``leave``, after ``dwell``.
+
+        The readings are those taken at the instants this is asked, so a run across
+        the band is timed from its first reading: a gap without readings counts as
+        across when the readings on either side of it are.
+        """
         if t <= self._last:  # one reading per instant (a lane's plan may lag a decision)
             return self._saturated
         if math.isnan(self._first):
@@ -203,11 +225,16 @@ class SaturationMeter:
         self._last = t
         peak = max(self.utilisation(t))
         cfg = self.settings
-        now = peak >= cfg.enter if not self._saturated else peak >= cfg.leave
-        if now != self._saturated:
-            self._saturated = now
+        if (peak >= cfg.leave) if self._saturated else (peak < cfg.enter):
+            self._across = math.nan
+            return self._saturated
+        if math.isnan(self._across):
+            self._across = t
+        if t - self._across >= cfg.dwell:
+            self._saturated = not self._saturated
+            self._across = math.nan
             self.switches += 1
-        return now
+        return self._saturated
 
     def summary(self) -> SaturationSummary:
         """JSON-ready readings (the latest) and decisions so far."""
@@ -219,4 +246,5 @@ class SaturationMeter:
                 "utilisation": list(self.utilisation(t)),
                 "arrival_rate": self.arrival_rate(t),
                 "unit_s": list(self.unit_times(t)),
-                "window": cfg.window, "enter": cfg.enter, "leave": cfg.leave}
+                "window": cfg.window, "enter": cfg.enter, "leave": cfg.leave,
+                "dwell": cfg.dwell}
