@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from xinfer_ros.config_paths import config_dir
@@ -254,3 +256,28 @@ def test_the_switch_never_saturated_is_unbatched_xinfer_on_its_lanes_exactly(slo
     assert unb.attainment < 0.95
     assert (sw.requests, sw.on_time) == (unb.requests, unb.on_time)
     assert sw.latency_p99_ms == unb.latency_p99_ms
+
+
+def test_the_switch_on_its_band_keeps_its_mode_with_its_dwell(tmp_path):
+    """At a load the meter reads on the band (phases 6 on the CPU table with its work
+    slowed 1.3x, as on the slow host of docs/data/cpu-2026-12-06-switch/pair6), the
+    switch without a dwell changes mode back and forth (11 times in 30 s); with the
+    default dwell it stays in one mode."""
+    import json
+
+    from xinfer_ros.core.saturation import SaturationSettings
+
+    table = json.loads(Path(BATCH4).read_text())
+    table["work_ms"] = {s: w * 1.3 for s, w in table["work_ms"].items()}
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(table))
+    switches = {}
+    for dwell in (0.0, SaturationSettings().dwell):
+        sim = Simulation(cfg(policy="xinfer_batch_switch", rate_table=str(slow), noise=0.1,
+                             robots=6, seed=1, duration=30.0, window=(5.0, 30.0),
+                             policy_kwargs={"saturation": SaturationSettings(dwell=dwell)}))
+        sim.run()
+        summary = sim.policy.saturation  # type: ignore[attr-defined]
+        switches[dwell] = summary["switches"]
+    assert switches[0.0] >= 6, switches
+    assert switches[SaturationSettings().dwell] <= 2, switches

@@ -54,9 +54,11 @@ class SaturationSettings:
             reading across). The band is about three arrivals of a 2 s window wide at
             the crossover, less than the window's own noise: without a dwell the
             switch changed mode 7-36 times in each 40 s run at phases 8 (ρ_A 0.85-1.02,
-            docs/data/cpu-2026-12-06-switch/block2, block3), often within 0.1 s. 1 s
-            is half a window: the window's mean has then moved on by half its
-            arrivals, so a change it still reads is the load's, not one arrival's.
+            docs/data/cpu-2026-12-06-switch/block2, block3), and in the simulator
+            often back within 0.1 s. 1 s is half a window: the window's mean has
+            then moved on by half its arrivals, so a change it still reads is the
+            load's, not one arrival's; with it the switch changed mode once a run
+            there (docs/data/cpu-2026-12-06-dwell).
     """
 
     window: float = 2.0
