@@ -57,8 +57,8 @@ class SaturationSettings:
             docs/data/cpu-2026-12-06-switch/block2, block3), and in the simulator
             often back within 0.1 s. 1 s is half a window: the window's mean has
             then moved on by half its arrivals, so a change it still reads is the
-            load's, not one arrival's; with it the switch changed mode once a run
-            there (docs/data/cpu-2026-12-06-dwell).
+            load's, not one arrival's; with it the switch changed mode at most once a
+            run there (docs/data/cpu-2026-12-06-dwell).
     """
 
     window: float = 2.0
