@@ -54,23 +54,19 @@ def test_queue_takes_the_oldest_unit_with_mates_of_its_key() -> None:
 
 def test_a_spreading_queue_gives_each_lane_its_share_of_the_waiting_units() -> None:
     q = BatchQueue(4, lambda _stage, _live: "k", lanes=(1, 1, 2))
-    q.spread = True  # units queued now lead batches of their share
-    for i in range(2):
-        q.put(Stage.ACTION, i, 0.0)
-    q.spread = False  # a later decision: the queued units keep how they were launched
+    for i in range(2):  # queued spreading: each leads a batch of its share
+        q.put(Stage.ACTION, i, 0.0, spread=True)
     assert [len(q.take(Stage.ACTION)) for _ in range(3)] == [1, 1, 0]
-    q.spread = True
     for i in range(7):
-        q.put(Stage.ACTION, i, 0.0)
+        q.put(Stage.ACTION, i, 0.0, spread=True)
     assert [len(q.take(Stage.ACTION)) for _ in range(4)] == [4, 2, 1, 0]  # ceil(n / 2)
     for i in range(3):
-        q.put(Stage.VIT, i, 0.0)
+        q.put(Stage.VIT, i, 0.0, spread=True)
     assert len(q.take(Stage.VIT)) == 3  # one ViT lane: its share is all of them
-    q.spread = False
     for i in range(2):
         q.put(Stage.ACTION, i, 0.0)
-    q.spread = True
-    assert len(q.take(Stage.ACTION)) == 2  # launched batching: they batch
+    q.put(Stage.ACTION, 2, 0.0, spread=True)  # a later decision's spreading unit
+    assert len(q.take(Stage.ACTION)) == 3  # the oldest launched batching: they batch
     with pytest.raises(ValueError, match="lanes"):
         BatchQueue(4, lambda _stage, _live: "k", lanes=(1, 0, 2))
 

@@ -67,7 +67,7 @@ class Waiting:
         live: the engine's request record.
         issued: engine time the policy launched the unit.
         key: its batch key (None: it runs alone).
-        spread: :attr:`BatchQueue.spread` when it was queued.
+        spread: whether its policy spread lanes when it was queued.
     """
 
     live: LiveRequest
@@ -97,18 +97,20 @@ class BatchQueue:
         self.max_batch = max_batch
         self._key = key
         self._lanes = lanes
-        #: Set by the dispatcher before it queues a policy's launches, from that policy
-        #: (``Policy.spreads_lanes``); each unit keeps the value it was queued with, so
-        #: a later decision, or another policy's, does not change how it batches.
-        self.spread = False
         self._lock = threading.Lock()
         self._waiting: dict[Stage, deque[Waiting]] = {s: deque() for s in STAGES}
 
-    def put(self, stage: Stage, live: LiveRequest, issued: float) -> None:
-        """Queue a launched unit, with its batch key (the caller's thread computes it)."""
+    def put(self, stage: Stage, live: LiveRequest, issued: float, *,
+            spread: bool = False) -> None:
+        """Queue a launched unit, with its batch key (the caller's thread computes it).
+
+        ``spread``: whether its policy spread lanes when it launched the unit
+        (``Policy.spreads_lanes``); the unit keeps it, so a later decision, or another
+        policy's, does not change how it batches.
+        """
         key = _batch_key(self._key, stage, live) if self.max_batch > 1 else None
         with self._lock:
-            self._waiting[stage].append(Waiting(live, issued, key, self.spread))
+            self._waiting[stage].append(Waiting(live, issued, key, spread))
 
     def take(self, stage: Stage) -> list[Waiting]:
         """The oldest waiting unit of ``stage`` and its batch mates (empty if none wait).

@@ -802,11 +802,12 @@ class StageEngine:
         former = batch_former(policy)
         # The units queued below keep how their policy, after this decision, has lanes
         # take them (a draining policy's own answer, not the current one's).
-        self._waiting.spread = policy.spreads_lanes()
+        spread = policy.spreads_lanes()
         try:
             for launch in out.launches:
                 if self._gates.allows(launch.stage, launch.request_id, opening):
-                    self._issue(launch, now, opening, formed=former is not None)
+                    self._issue(launch, now, opening, formed=former is not None,
+                                spread=spread)
                     issued.append(launch.stage)
                 else:
                     policy.abort(launch.request_id, now)
@@ -821,14 +822,17 @@ class StageEngine:
                     self._start_unit(s, now)
 
     def _issue(self, launch: Launch, now: float, opening: bool, *,
-               formed: bool = False) -> None:
+               formed: bool = False, spread: bool = False) -> None:
         live: LiveRequest = launch.request.payload
         s = launch.stage
         live.timings.queue_ms += (now - live.ready_since) * MS_PER_S
         live.running = s
         live.model_started = True
         self._gates.issued(s, live.rid, opening)
-        (self._formed if formed else self._waiting).put(s, live, now)
+        if formed:
+            self._formed.put(s, live, now)
+        else:
+            self._waiting.put(s, live, now, spread=spread)
 
     def _start_formed(self, policy: XInferPolicy, now: float) -> None:
         """Hand free lanes the batches ``policy`` forms of its waiting units (issue 28)."""

@@ -328,7 +328,7 @@ class Simulation:
                else self.decisions.schedule(self.policy, t))
         gpu = self.gpu
         pending = self._pending
-        if self._spreads:  # before the launches, as the engine's dispatcher sets it
+        if self._spreads:  # before the launches, as the engine's dispatcher reads it
             cast(BatchedGpuModel, gpu).spread = self.policy.spreads_lanes()
         for launch in out.launches:
             s = int(launch.stage)

@@ -295,9 +295,10 @@ class BatchedGpuModel(GpuModel):
         self.min_hold = 0.0
         #: Held leads per stage: key -> start_by of the lead's first hold.
         self._held: list[dict[object, float]] = [{}, {}, {}]
-        #: Set by the simulator from its policy (``Policy.spreads_lanes``), as the
-        #: engine's dispatcher sets its BatchQueue's: a unit starts on a free lane
-        #: before it joins a batch started at the same instant (the smallest such
+        #: Set by the simulator from its policy (``Policy.spreads_lanes``) before it
+        #: issues a decision's units, as the engine's dispatcher queues each unit with
+        #: that answer; each unit keeps it (:attr:`Unit.spread`): a unit starts on a
+        #: free lane before it joins a batch started at the same instant (the smallest such
         #: batch; the engine's first lane task takes the largest share, so the sizes
         #: match though the members may differ), and a lane that comes free takes
         #: ``ceil(waiting / lanes)`` units rather than ``max_batch`` when its oldest
