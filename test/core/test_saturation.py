@@ -150,3 +150,23 @@ def test_the_verdict_is_the_band_applied_to_the_readings(gaps, enter, width, dwe
             if t - since >= dwell:
                 state, since = not state, None
         assert m.saturated(t) == state
+
+
+def test_a_pin_serves_its_verdict_from_the_next_reading_while_the_meter_measures_on():
+    m = meter(window=1.0, enter=0.9, leave=0.8)
+    arrive(m, 30.0, 1.0)  # 0.6: unsaturated
+    assert not m.saturated(1.0)
+    m.pin = True
+    assert not m.verdict  # not before the next reading: one decision, one verdict
+    arrive(m, 30.0, 2.0, start=1.0)
+    assert m.saturated(2.0) and m.verdict
+    assert m.saturated(2.0)  # a repeated reading repeats the pin
+    arrive(m, 50.0, 3.5, start=2.0)  # 1.0: the measured verdict enters beneath the pin
+    m.pin = False
+    assert not m.saturated(3.0)
+    m.pin = None
+    assert m.saturated(3.5)  # the measured verdict returns
+    s = m.summary()
+    # What the meter read, not what it served: one entry, saturated from 3 to 3.5.
+    assert s["switches"] == 1
+    assert s["saturated_share"] == pytest.approx(0.5 / 2.5)

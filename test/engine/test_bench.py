@@ -262,3 +262,44 @@ def test_the_report_says_what_the_saturation_switch_read(
     assert sat["arrival_rate"] > 0 and len(sat["utilisation"]) == len(sat["unit_s"]) == 3
     assert 0.0 <= sat["saturated_share"] <= 1.0
     assert "saturation switch: saturated" in capsys.readouterr().out
+
+
+def test_an_interleaved_run_reports_each_arm_and_their_differences(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from xinfer_ros.config_paths import config_dir
+
+    out = tmp_path / "r.json"
+    table = config_dir() / "rate_table_cpu_pi0_tiny_batch4.json"
+    rc = bench.main(["engine", "--backend", "torch", "--model", "pi0-tiny", "--robots", "3",
+                     "--duration", "7", "--warmup", "1", "--no-speed-probe",
+                     "--policy", "xinfer_batch_switch", "--slots", "4,4,8", "--max-batch", "4",
+                     "--rate-table", str(table), "--interleave", "1.5",
+                     "--interleave-arms", "off,on", "--interleave-settle", "0.5",
+                     "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    il = report["interleave"]
+    assert (il["cycles"], il["segment_s"], il["settle_s"], il["tolerance"]) == (2, 1.5, 0.5, 2.0)
+    assert [a["arm"] for a in il["arms"]] == ["off", "on"]
+    assert all(a["requests"] > 0 and len(a["per_cycle"]) == 2 for a in il["arms"])
+    assert [(d["arm"], d["other"]) for d in il["differences"]] == [("on", "off")]
+    # Every request counted is one the window measured, after its segment settled.
+    assert sum(a["requests"] for a in il["arms"]) <= report["metrics"]["requests"]
+    assert "interleaved: 2 cycles of 2 x 1.5 s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--interleave", "5"], "whole cycles"),
+    (["--interleave", "2", "--interleave-arms", "off,sometimes"], "unknown interleaved arm"),
+    (["--interleave", "2", "--interleave-settle", "2"], "--interleave-settle"),
+    (["--interleave", "2", "--pairs", "2"], "not with --pairs"),
+    (["--interleave", "2", "--compare-sim"], "not with --pairs or --compare-sim"),
+    (["--interleave", "2", "--policy", "xinfer"], "has none (use xinfer_batch_switch)"),
+])
+def test_an_interleaved_run_that_cannot_be_planned_stops_in_one_line(
+        extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["engine", "--backend", "emulated", "--duration", "13", "--warmup", "1",
+                     "--no-speed-probe", "--time-scale", "20", "--policy", "fifo", *extra])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err

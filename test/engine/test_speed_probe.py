@@ -60,3 +60,39 @@ def test_deciles_stay_inside_few_samples() -> None:
     assert 1.0 <= st.p10_ms <= st.median_ms <= st.p90_ms <= 5.0
     with pytest.raises(SpeedProbeError, match="no work unit"):
         SpeedSummary(matmul=st, python=st, samples=2).stats("torch")
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no init reaps here counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_probe_whose_parent_is_killed_leaves_too() -> None:
+    """A benchmark killed by a signal never stops its probe; the probe notices it was
+    re-parented and exits within a period instead of probing for good."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import time; from xinfer_ros.engine.speed_probe import SpeedProbe\n"
+            "if __name__ == '__main__':\n"
+            "    p = SpeedProbe(0.05); p.start(); print(p._proc.pid, flush=True)\n"
+            "    time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        time.sleep(0.5)
+        assert _running(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(5)
+        deadline = time.monotonic() + 5.0
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(child)
+    finally:
+        parent.kill()

@@ -24,6 +24,7 @@ from xinfer_ros.engine.speed_adjust import (
     SpeedAdjustError,
     SpeedFit,
     fit_common_slope,
+    interval_verdict,
 )
 from xinfer_ros.engine.speed_probe import PROBES
 from xinfer_ros.errors import XInferRosError
@@ -122,22 +123,11 @@ def _print_fit(group: Group, fit: SpeedFit, candidate: str | None, tolerance: fl
 
 
 def _verdict(fit: SpeedFit, arm: str, other: str, tolerance: float) -> str:
-    """``arm - other`` with its interval, and holds / fails / undecided against ``-tolerance``.
-
-    Holds when the whole interval lies at or above ``-tolerance``, fails when it lies
-    wholly below; otherwise undecided, said with the side the estimate is on.
-    """
+    """``arm - other`` with its interval, and its :func:`interval_verdict`."""
     diff, se = fit.difference(arm, other)
     lo, hi = diff - INTERVAL_SE * se, diff + INTERVAL_SE * se
-    if lo >= -tolerance:
-        verdict = "holds"
-    elif hi < -tolerance:
-        verdict = "fails"
-    else:
-        side = "within" if diff >= -tolerance else "short"
-        verdict = f"undecided ({side})"
     return (f"{diff:+.2f} +- {se:.2f} ({INTERVAL_SE:g} SE: {lo:+.2f} .. {hi:+.2f}); "
-            f"tolerance -{tolerance:g}: {verdict}")
+            f"tolerance -{tolerance:g}: {interval_verdict(diff, se, tolerance)}")
 
 
 def run(args: argparse.Namespace) -> int:

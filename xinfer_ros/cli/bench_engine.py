@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xinfer_ros.cli.bench_compare import DEFAULT_TOLERANCE
 from xinfer_ros.cli.engine_report import (
     CorrectedSimulation,
     EngineReport,
@@ -45,6 +46,14 @@ from xinfer_ros.engine.batching import BatchSizes
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.closed_loop import ClosedLoopRun, run_closed_loop
 from xinfer_ros.engine.engine import StageEngine
+from xinfer_ros.engine.interleave import (
+    MODES,
+    InterleaveError,
+    Segment,
+    SegmentPinner,
+    interleaved_figures,
+    plan_segments,
+)
 from xinfer_ros.engine.lateness import PARTS, lateness
 from xinfer_ros.engine.speed_probe import PROBE_PERIOD_S, SpeedProbe, SpeedSummary
 from xinfer_ros.engine.types import (
@@ -143,7 +152,78 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"do not time two fixed work units every {PROBE_PERIOD_S:g} s "
                              "beside the run (the host-speed covariate of xinfer-bench "
                              "compare)")
+    parser.add_argument("--interleave", type=float, default=None, metavar="SECONDS",
+                        help="with --policy xinfer_batch_switch: rotate the switch's mode "
+                             "every SECONDS through --interleave-arms within this one run "
+                             "and compare the arms cycle by cycle (the measured span, "
+                             "duration - warmup, must be whole cycles)")
+    parser.add_argument("--interleave-arms", type=_modes, default=("off", "on", "auto"),
+                        metavar="LIST",
+                        help=f"the arms, comma-separated, of {', '.join(MODES)}: pinned "
+                             "unbatched, pinned batched, the meter's verdict (default "
+                             "off,on,auto; a mode twice, e.g. off,off, is an A/A check)")
+    parser.add_argument("--interleave-settle", type=float, default=1.0, metavar="SECONDS",
+                        help="requests sent this long after a segment starts are the first "
+                             "to count for its arm (default 1)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    """``--interleave-arms``: a comma-separated list of MODES keys."""
+    return tuple(m.strip() for m in text.split(","))
+
+
+def _segments(args: argparse.Namespace) -> list[Segment] | None:
+    """The interleaved run's plan over the measured window (None: not interleaved).
+
+    Raises:
+        InterleaveError: the plan is impossible (see :func:`plan_segments`).
+    """
+    if args.interleave is None:
+        return None
+    window = _window(args)
+    return plan_segments(args.interleave_arms, window[0], window[1], args.interleave)
+
+
+def _pinner(engine: StageEngine, segments: list[Segment] | None,
+            start: float) -> SegmentPinner | None:
+    """Start pinning ``engine``'s switch by ``segments`` from engine time ``start``.
+
+    Raises:
+        InterleaveError: segments for a policy without a saturation switch.
+    """
+    if segments is None:
+        return None
+    policy = engine.policy
+    if not (isinstance(policy, XInferPolicy) and policy.saturation_switch):
+        raise InterleaveError(f"--interleave pins a saturation switch's mode: policy "
+                              f"{policy.name!r} has none (use xinfer_batch_switch)")
+    pinner = SegmentPinner(engine.clock, policy.pin_saturation, segments, start)
+    pinner.start()
+    return pinner
+
+
+def _segment_speeds(probe: SpeedProbe | None, segments: Sequence[Segment], settle: float,
+                    t0: float, scale: float) -> list[float] | None:
+    """The probe's matmul median over the counted part of each segment (NaN: no sample).
+
+    ``t0``: the wall clock (``time.monotonic``) at the run's start; ``scale``: engine
+    seconds a wall second. None without a probe.
+    """
+    if probe is None:
+        return None
+    out = []
+    for seg in segments:
+        got = probe.summary(t0 + (seg.start + settle) / scale, t0 + seg.end / scale)
+        out.append(got.matmul.median_ms if got is not None else math.nan)
+    return out
+
+
+def _window(args: argparse.Namespace) -> tuple[float, float]:
+    """The measured window ``[warmup, duration)`` (s)."""
+    duration = float(args.duration)
+    warmup = float(args.warmup) if args.warmup is not None else min(30.0, duration / 4)
+    return warmup, duration
 
 
 def build_engine(args: argparse.Namespace, backend: Backend | None = None
@@ -207,9 +287,9 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
     """
     from xinfer_ros.sim.workloads import build_workload
 
-    duration = float(args.duration)
-    warmup = float(args.warmup) if args.warmup is not None else min(30.0, duration / 4)
-    window = (warmup, duration)
+    window = _window(args)
+    duration = window[1]
+    segments = _segments(args)
     workload = build_workload(args.workload, args.robots, args.seed, budgets_ms=args.budgets_ms,
                               duration=duration, window=window)
     owned = backend is None
@@ -231,8 +311,13 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
             # not the drain after it
             engine.batches.keep_until = engine.batch_audit.keep_until = start + window[1]
             t0 = time.monotonic()
-            run = run_closed_loop(engine, workload.robots, backend.example_inputs, duration,
-                                  link=link)
+            pinner = _pinner(engine, segments, start)
+            try:
+                run = run_closed_loop(engine, workload.robots, backend.example_inputs,
+                                      duration, link=link)
+            finally:
+                if pinner is not None:
+                    pinner.stop()
         finally:
             engine.close(drain_timeout=2.0)
             if owned:
@@ -288,6 +373,10 @@ def run_benchmark(args: argparse.Namespace, backend: Backend | None = None) -> E
         batch_feedback_sizes=cost.size_factors() if cost is not None else None,
         lateness=lateness(run.sent, window),
         saturation=_saturation(engine.policy),
+        interleave=(interleaved_figures(
+            run.records, segments, args.interleave_settle, DEFAULT_TOLERANCE,
+            _segment_speeds(probe, segments, args.interleave_settle, t0, scale))
+            if segments is not None else None),
     )
     if args.compare_sim:
         factors = (tuple(engine.rate_correction.factors)
@@ -435,6 +524,8 @@ def _fmt(report: EngineReport) -> str:
                      f"samples: matmul {sp.matmul.median_ms:.3f} ({sp.matmul.p10_ms:.3f}/"
                      f"{sp.matmul.p90_ms:.3f}) python {sp.python.median_ms:.3f} "
                      f"({sp.python.p10_ms:.3f}/{sp.python.p90_ms:.3f})")
+    if report.interleave is not None:
+        lines += [prefix + line for line in report.interleave.lines()]
     return "\n".join(lines)
 
 
@@ -529,10 +620,27 @@ def run(args: argparse.Namespace) -> int:
         print("--save-table writes what the online rate correction learned in one run: "
               "not with --pairs or --no-rate-correction", file=sys.stderr)
         return 2
+    if args.interleave is not None:
+        if args.pairs or args.compare_sim:
+            print("--interleave compares arms within one run: not with --pairs or "
+                  "--compare-sim", file=sys.stderr)
+            return 2
+        try:
+            _segments(args)
+            if not 0.0 <= args.interleave_settle < args.interleave:
+                raise InterleaveError(f"--interleave-settle must be in [0, {args.interleave:g})"
+                                      f" s, got {args.interleave_settle:g}")
+        except InterleaveError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     if args.pairs:
         data = run_pairs(args)
     else:
-        report = run_benchmark(args)
+        try:
+            report = run_benchmark(args)
+        except InterleaveError as exc:
+            print(exc, file=sys.stderr)
+            return 2
         print(_fmt(report))
         data = report.to_dict()
         if args.save_table is not None:

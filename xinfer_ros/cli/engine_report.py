@@ -16,6 +16,7 @@ from xinfer_ros.core.prediction_audit import AuditSummary
 from xinfer_ros.core.rate_correction import CorrectionSummary
 from xinfer_ros.core.saturation import SaturationSummary
 from xinfer_ros.engine.batching import BatchCounts
+from xinfer_ros.engine.interleave import InterleaveReport
 from xinfer_ros.engine.lateness import LatenessRow
 from xinfer_ros.engine.speed_probe import SpeedSummary
 
@@ -151,6 +152,8 @@ class EngineReport:
     lateness: dict[str, LatenessRow] | None = None
     # With saturation_switch: what its meter read and decided; else None.
     saturation: SaturationSummary | None = None
+    # With --interleave: the arms compared cycle by cycle; else None.
+    interleave: InterleaveReport | None = None
 
     def to_dict(self) -> JsonDict:
         """The JSON report, keys in the order the benchmark always wrote them."""
@@ -185,4 +188,6 @@ class EngineReport:
             out["lateness"] = self.lateness
         if self.saturation is not None:
             out["saturation"] = self.saturation
+        if self.interleave is not None:
+            out["interleave"] = self.interleave.to_dict()
         return out

@@ -115,8 +115,9 @@ class SaturationMeter:
         meter.saturated(2.0)             # 89 in (0, 2]: 44.5 * 0.040 / 2 = 0.89 < 0.92
     """
 
-    __slots__ = ("_across", "_arrivals", "_fallback", "_first", "_lanes", "_last",
-                 "_saturated", "_sums", "_units", "saturated_time", "settings", "switches")
+    __slots__ = ("_across", "_arrivals", "_fallback", "_first", "_lanes", "_last", "_pin",
+                 "_saturated", "_sums", "_units", "pin", "saturated_time", "settings",
+                 "switches")
 
     def __init__(self, lanes: tuple[int, int, int], fallback: Callable[[int], float],
                  settings: SaturationSettings | None = None) -> None:
@@ -136,9 +137,17 @@ class SaturationMeter:
         self._across = math.nan
         self._first = math.nan
         self._last = math.nan
-        #: Seconds spent saturated, and verdict changes, since the first reading.
+        #: Seconds the measured verdict was saturated, and its changes, since the first
+        #: reading (a pin below does not change them).
         self.saturated_time = 0.0
         self.switches = 0
+        #: A verdict to serve instead of the measured one (None: the measured one). Any
+        #: thread may set it; it takes effect at the next reading (:meth:`saturated`),
+        #: so that one decision sees one verdict. Interleaved benchmarks pin the two
+        #: modes in turn beside the measured one (``xinfer-bench engine --interleave``).
+        self.pin: bool | None = None
+        #: The pin the latest reading took.
+        self._pin: bool | None = None
 
     @property
     def lanes(self) -> tuple[int, int, int]:
@@ -208,18 +217,25 @@ class SaturationMeter:
 
     @property
     def verdict(self) -> bool:
-        """The latest reading's verdict (False before the first); reads nothing new."""
-        return self._saturated
+        """The latest reading's verdict, or the pin it took (False before the first).
+
+        Reads nothing new.
+        """
+        return self._saturated if self._pin is None else self._pin
 
     def saturated(self, t: float) -> bool:
         """The verdict at ``t``: enters at ``enter``, leaves below ``leave``, after ``dwell``.
+
+        A :attr:`pin` set since the last reading replaces the measured verdict from
+        this reading on; the measurement goes on beneath it.
 
         The readings are those taken at the instants this is asked, so a run across
         the band is timed from its first reading: a gap without readings counts as
         across when the readings on either side of it are.
         """
         if t <= self._last:  # one reading per instant (a lane's plan may lag a decision)
-            return self._saturated
+            return self.verdict
+        self._pin = self.pin
         if math.isnan(self._first):
             self._first = t
         elif self._saturated:  # t is past the last reading (see above)
@@ -229,14 +245,14 @@ class SaturationMeter:
         cfg = self.settings
         if (peak >= cfg.leave) if self._saturated else (peak < cfg.enter):
             self._across = math.nan
-            return self._saturated
+            return self.verdict
         if math.isnan(self._across):
             self._across = t
         if t - self._across >= cfg.dwell:
             self._saturated = not self._saturated
             self._across = math.nan
             self.switches += 1
-        return self._saturated
+        return self.verdict
 
     def summary(self) -> SaturationSummary:
         """JSON-ready readings (the latest) and decisions so far."""

@@ -595,6 +595,21 @@ class XInferPolicy(Policy):
         if self._meter is not None:
             self._meter.lanes = self._lanes()
 
+    def pin_saturation(self, verdict: bool | None) -> None:
+        """Serve ``saturation_switch`` pinned saturated (True) or not (False), or as read.
+
+        The pin holds from the next decision on, whatever the meter reads; None hands
+        the verdict back to the meter. Any thread may call it: the next decision takes
+        it whole. The meter goes on measuring beneath a pin, so its summary still says
+        what it read.
+
+        Raises:
+            ValueError: the policy has no ``saturation_switch``.
+        """
+        if self._meter is None:
+            raise ValueError(f"{self.name}: only a saturation_switch has a verdict to pin")
+        self._meter.pin = verdict
+
     @property
     def saturation(self) -> SaturationSummary | None:
         """What ``saturation_switch``'s meter read and decided; None without it."""

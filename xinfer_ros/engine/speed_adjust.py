@@ -34,6 +34,8 @@ __all__ = [
     "SpeedAdjustError",
     "SpeedFit",
     "fit_common_slope",
+    "interval_verdict",
+    "student_t975",
 ]
 
 #: Half-width of the interval a verdict reads, in standard errors.
@@ -42,6 +44,39 @@ INTERVAL_SE = 2.0
 
 class SpeedAdjustError(XInferRosError, ValueError):
     """The runs cannot be fitted (too few, one speed, or an arm without runs)."""
+
+
+#: Student's t, 97.5 % quantile (a two-sided 95 % interval), by degrees of freedom 1-30.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def student_t975(dof: int) -> float:
+    """Student's t 97.5 % quantile at ``dof`` (>= 1) degrees of freedom.
+
+    Past 30 it returns the value at 30 (2.042), a little wide of the limit (1.960).
+    """
+    if dof < 1:
+        raise SpeedAdjustError(f"degrees of freedom must be >= 1, got {dof}")
+    return _T975[min(dof, len(_T975)) - 1]
+
+
+def interval_verdict(diff: float, se: float, tolerance: float,
+                     width: float = INTERVAL_SE) -> str:
+    """Whether ``diff`` ± ``width`` · ``se`` keeps above ``-tolerance``.
+
+    Returns:
+        ``holds`` when the whole interval lies at or above ``-tolerance``, ``fails``
+        when it lies wholly below, else ``undecided (within)`` or ``undecided
+        (short)`` by the side the estimate is on.
+    """
+    lo, hi = diff - width * se, diff + width * se
+    if lo >= -tolerance:
+        return "holds"
+    if hi < -tolerance:
+        return "fails"
+    return f"undecided ({'within' if diff >= -tolerance else 'short'})"
 
 
 @dataclass(frozen=True)

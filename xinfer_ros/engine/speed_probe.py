@@ -75,7 +75,10 @@ def _probe_loop(period_s: float, stop: Event, out: Connection) -> None:
     a = rng.random((_MATMUL_SIDE, _MATMUL_SIDE))
     b = rng.random((_MATMUL_SIDE, _MATMUL_SIDE))
     samples: list[tuple[float, float, float]] = []
-    while not stop.is_set():
+    # A parent killed without stopping its probe (SIGKILL, SIGTERM) leaves no one to set
+    # ``stop``: the child is then re-parented, and leaves instead of probing for good.
+    parent = os.getppid()
+    while not stop.is_set() and os.getppid() == parent:
         c0 = time.thread_time()
         for _ in range(_MATMUL_COUNT):
             a @ b
@@ -84,6 +87,8 @@ def _probe_loop(period_s: float, stop: Event, out: Connection) -> None:
         c2 = time.thread_time()
         samples.append((time.monotonic(), (c1 - c0) * 1e3, (c2 - c1) * 1e3))
         stop.wait(period_s)
+    if os.getppid() != parent:
+        return  # no one reads the samples
     out.send(samples)
     out.close()
 
