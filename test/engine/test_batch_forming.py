@@ -551,6 +551,62 @@ def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturat
     assert table + 0.01 < summary["unit_s"][Stage.ACTION] < table + 0.03 * 4, summary
 
 
+@pytest.mark.parametrize("pin", [False, True], ids=["pinned-off", "pinned-on"])
+def test_a_pinned_switch_serves_its_pin_whatever_its_meter_reads(pin: bool) -> None:
+    """The band of each case says the opposite of the pin (near 0: saturated; the
+    default: keeping up with four requests), and the pin wins: batches only pinned
+    on, while the meter's own reading stays what it measured."""
+    band = None if pin else SaturationSettings(enter=1e-6, leave=1e-6, dwell=0.0)
+    policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
+                          saturation_switch=True, saturation=band)
+    policy.pin_saturation(pin)
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock,
+                               slow={f"r{i}": (Stage.ACTION, 0.03) for i in range(4)})
+    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
+    _serve(engine, [2.0] * 4)
+    sizes = [len(ids) for stage, ids, _ in backend.batches if stage is Stage.ACTION]
+    assert sum(sizes) == 4
+    assert (max(sizes) > 1) is pin, backend.batches
+    summary = policy.saturation
+    assert summary is not None and summary["switches"] == int(not pin)
+    assert engine.batching() == "up to 4 a forward while saturated: now " + (
+        "saturated" if pin else "one unit a lane")
+
+
+def test_only_a_saturation_switch_can_be_pinned() -> None:
+    policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4)
+    with pytest.raises(ValueError, match="saturation_switch"):
+        policy.pin_saturation(True)
+
+
+@pytest.mark.parametrize(("policy", "batch_when", "switch"), [
+    ("xinfer", "saturated", True), ("xinfer_spread", "saturated", True),
+    ("xinfer", "always", False), ("fifo", "saturated", False),
+    ("xinfer_batch", "saturated", False)])
+def test_batch_when_saturated_makes_an_xinfer_policy_by_name_a_saturation_switch(
+        policy: str, batch_when: str, switch: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """What a server configured with ``torch.batch_when`` builds: XInfer and its
+    spreading preset switch; lane batching stays on ``always``; FIFO batches whenever
+    units wait, with a warning; a preset that forms its own batches keeps forming."""
+    clock = Clock(1.0)
+    config = dataclasses.replace(CONFIG, batch_when=batch_when)
+    with caplog.at_level("WARNING", logger="xinfer_ros.engine"):
+        engine = StageEngine(BatchingEmulated(BATCH4, clock), policy, config,
+                             rate_table=BATCH4, clock=clock)
+    built = engine.policy
+    assert (isinstance(built, XInferPolicy) and built.saturation_switch) is switch
+    assert ("applies to XInfer policies" in caplog.text) is (policy == "fifo")
+    if switch:
+        assert isinstance(built, XInferPolicy) and built.batch_cost is not None
+        assert built.batch_cost.max_batch == 4
+    else:
+        assert engine.batching() == "up to 4 a forward"
+    engine.close()
+    with pytest.raises(ValueError, match="batch_when must be one of always, saturated"):
+        dataclasses.replace(CONFIG, batch_when="sometimes")
+
+
 def test_an_unsaturated_switch_runs_units_launched_together_on_lanes_of_their_own() -> None:
     """Slots 8,8,8 in batches of 4: two lanes a stage. Four requests prepared before the
     first decision launch two ViT units in it; unsaturated, each runs alone on a lane

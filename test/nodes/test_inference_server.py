@@ -587,6 +587,7 @@ def test_frames_beyond_the_byte_budget_are_refused_with_a_visible_reason() -> No
         assert float(status["xinfer/robots/r1"]["frame_mib"]) <= 1.0
         server_values = status["xinfer/server"]
         assert server_values["frame_budget_mib"] == "2"  # two robots on the allowlist
+        assert server_values["batching"] == "off (max_batch 1)"  # the emulated device
         assert int(server_values["frames_refused"]) >= 2
         assert 0 < float(server_values["frame_store_mib"]) <= 2.0
 

@@ -29,18 +29,23 @@ def test_serve_requires_openpi_and_defaults_to_loopback() -> None:
     assert _config(args, p).max_connections == 3
 
 
+#: The torch backend's table in config/fleet.yaml.
+TORCH_TABLE = "rate_table_cpu_pi0_tiny_batch4_factors.json"
+
+
 def test_serve_runs_the_servers_shipped_configuration() -> None:
     """Without flags xinfer-serve serves what the node serves: config/fleet.yaml."""
     p = server_params(build_parser().parse_args(["--openpi"]))
     assert p["backend"] == "torch" and p["model"] == "pi0-tiny" and p["policy"] == "xinfer"
-    assert p["torch.slots"] == [1, 1, 2] and p["torch.action_processes"] == 2
-    assert p["torch.rate_table"] == "rate_table_cpu_pi0_tiny.json"
+    assert p["torch.slots"] == [4, 4, 8] and p["torch.action_processes"] == 2
+    assert (p["torch.max_batch"], p["torch.batch_when"]) == (4, "saturated")
+    assert p["torch.rate_table"] == TORCH_TABLE
     assert p["phase_spread"] is True
     # A flag overrides its parameter; --rate-table is the chosen backend's.
     p = server_params(build_parser().parse_args(
         ["--openpi", "--backend", "emulated", "--rate-table", "t.json", "--max-live", "7"]))
     assert p["backend"] == "emulated" and p["emulated.rate_table"] == "t.json"
-    assert p["max_live_requests"] == 7 and p["torch.rate_table"] == "rate_table_cpu_pi0_tiny.json"
+    assert p["max_live_requests"] == 7 and p["torch.rate_table"] == TORCH_TABLE
 
 
 def test_serve_builds_the_engine_the_parameter_file_describes(tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ from xinfer_ros.serving.server_params import PARAMS, read_server_params
 
 def test_the_shipped_fleet_configuration_reads_without_an_unknown_key() -> None:
     p = read_server_params(default_config())
-    assert p["model"] == "pi0-tiny" and p["torch.slots"] == [1, 1, 2]
+    assert p["model"] == "pi0-tiny" and p["torch.slots"] == [4, 4, 8]
+    # Batching where the backend can, only once saturated (issue 28).
+    assert (p["torch.max_batch"], p["torch.batch_when"]) == (4, "saturated")
     # Parameters the file does not give are the node's defaults.
     defaults = {spec.name: spec.default for spec in PARAMS}
     assert p["strict_image_size"] is defaults["strict_image_size"]
@@ -66,3 +68,12 @@ def test_a_lazy_slots_value_outside_its_choices_is_one_line_naming_it(tmp_path: 
     assert "\n" not in str(err.value)
     path.write_text('inference_server:\n  ros__parameters:\n    torch:\n      lazy_slots: stage\n')
     assert read_server_params(path)["torch.lazy_slots"] == "stage"
+
+
+def test_a_batch_when_outside_its_choices_is_one_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text('inference_server:\n  ros__parameters:\n    torch:\n'
+                    '      batch_when: sometimes\n')
+    with pytest.raises(ValueError, match=r"torch\.batch_when") as err:
+        read_server_params(path)
+    assert "\n" not in str(err.value)

@@ -107,5 +107,12 @@ class Engine(Protocol):
     def set_policy(self, policy: str, **kwargs: object) -> Future[str]:
         """Switch the policy of new requests; resolves with its name."""
 
+    def batching(self) -> str:
+        """How the lanes batch now, in words.
+
+        E.g. ``off (max_batch 1)``, ``up to 4 a forward``, or ``up to 4 a forward while
+        saturated: now one unit a lane``.
+        """
+
     def stats(self) -> EngineStats:
         """A JSON-ready snapshot for diagnostics."""

@@ -262,6 +262,9 @@ class StageEngine:
             args.setdefault("rate_table", self.rate_table)
             if forms_batches(policy):
                 args.setdefault("max_batch", self.config.max_batch)
+            elif self._switches(policy):
+                args.setdefault("saturation_switch", True)
+                args.setdefault("max_batch", self.config.max_batch)
             lazy = self.config.lazy_slots
             if lazy != "off":
                 if is_xinfer(policy):
@@ -278,6 +281,16 @@ class StageEngine:
         if self.rate_correction is not None:
             policy.predictor.set_correction(self.rate_correction)
         return policy
+
+    def _switches(self, policy: str) -> bool:
+        """Whether ``policy`` (a name) batches only when saturated (``batch_when``)."""
+        if self.config.batch_when != "saturated" or self.config.max_batch == 1:
+            return False
+        if is_xinfer(policy):
+            return True
+        self._note("batch_when=saturated applies to XInfer policies: %s batches whenever "
+                   "launched units wait", policy, level=logging.WARNING)
+        return False
 
     def _note(self, msg: str, *args: object, level: int = logging.INFO,
               exc_info: bool = False) -> None:
@@ -435,6 +448,22 @@ class StageEngine:
     def live_count(self) -> int:
         """Requests currently holding engine state."""
         return len(self._table)
+
+    def batching(self) -> str:
+        """How the lanes batch, for diagnostics (any thread: reads one verdict).
+
+        ``off (max_batch 1)``; ``up to N a forward`` (lane batching, or a policy's
+        formation); for a saturation switch ``up to N a forward while saturated``,
+        with ``: now saturated`` or ``: now one unit a lane``.
+        """
+        n = self.config.max_batch
+        if n == 1:
+            return "off (max_batch 1)"
+        policy = self.policy
+        if isinstance(policy, XInferPolicy) and policy.saturation_switch:
+            now = "one unit a lane" if policy.spreads_lanes() else "saturated"
+            return f"up to {n} a forward while saturated: now {now}"
+        return f"up to {n} a forward"
 
     def stats(self) -> EngineStats:
         """Snapshot for diagnostics (thread-safe, approximate while running)."""

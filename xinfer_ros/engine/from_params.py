@@ -48,6 +48,8 @@ def build_engine(p: Mapping[str, Any], io: ModelIO) -> StageEngine:
     config = EngineConfig(max_live=p["max_live_requests"], phase_spread=p["phase_spread"],
                           phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S,
                           max_batch=p["torch.max_batch"] if backend_name == "torch" else 1,
+                          batch_when=(p["torch.batch_when"] if backend_name == "torch"
+                                      else "always"),
                           fast_path=p["fast_path"],
                           lazy_slots=p[f"{backend_name}.lazy_slots"])
     if slots != [0]:

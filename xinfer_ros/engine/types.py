@@ -19,6 +19,7 @@ from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.xinfer_policy import check_lazy_slots
 
 __all__ = [
+    "BATCH_WHEN",
     "TABLE6",
     "EngineConfig",
     "EngineResult",
@@ -66,6 +67,10 @@ class Overflow(str, Enum):
     #: Shed the live request with the earliest deadline that has not started model
     #: work; refuse the new one when every live request already runs model work.
     SHED_OLDEST = "shed_oldest"
+
+
+#: When an XInfer policy's lanes may batch (:attr:`EngineConfig.batch_when`).
+BATCH_WHEN: tuple[str, ...] = ("always", "saturated")
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,13 @@ class EngineConfig:
             concurrent units slow each other down (a CPU). Other policies have no
             slack to judge by: they fill every free slot, and the engine logs a
             warning saying so. ``"off"``: the paper's use of the slots.
+        batch_when: with ``max_batch`` above 1, when an XInfer policy given by name
+            lets its lanes batch. ``"always"``: whenever launched units wait (lane
+            batching). ``"saturated"``: only while a meter reads unbatched serving
+            saturated, else one unit per lane as unbatched XInfer decides
+            (``saturation_switch``, issue 28; the policy ``xinfer_batch_switch``).
+            Presets that form their own batches, and the other policies, batch as
+            they always do (the engine logs a note for a policy it cannot switch).
     """
 
     slots: tuple[int, int, int] = DEFAULT_SLOTS
@@ -153,6 +165,7 @@ class EngineConfig:
     max_batch: int = 1
     fast_path: bool = True
     lazy_slots: str = "off"
+    batch_when: str = "always"
 
     def __post_init__(self) -> None:
         if len(self.slots) != 3 or any(int(s) < 1 for s in self.slots):
@@ -165,6 +178,9 @@ class EngineConfig:
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch!r}")
         check_lazy_slots(self.lazy_slots)
+        if self.batch_when not in BATCH_WHEN:
+            raise ValueError(f"batch_when must be one of {', '.join(BATCH_WHEN)}, "
+                             f"got {self.batch_when!r}")
         if not (self.tick_s > 0 and math.isfinite(self.tick_s)):
             raise ValueError(f"tick_s must be > 0, got {self.tick_s!r}")
         for name in ("delta", "phase_spread_margin"):

@@ -243,7 +243,9 @@ class InferenceServer(LifecycleNode):
         spread = (f"on (margin {p['phase_spread_margin_ms']:g} ms)" if p["phase_spread"]
                   else "off")
         self._banner = (f"{len(names)} robots {names} with model {p['model']} on {mode}, "
-                        f"policy {self.engine.policy.name}, phase spreading {spread}")
+                        f"policy {self.engine.policy.name}, "
+                        f"batching {self.engine.batching()}, "
+                        f"phase spreading {spread}")
         note = (self.engine.config.action_worker_note(p["torch.action_processes"])
                 if p["backend"] == "torch" else None)
         if note:
@@ -789,7 +791,8 @@ class InferenceServer(LifecycleNode):
         budget = self.params["max_frame_bytes_per_robot"] * len(stores)
         values = {"model": self.params["model"], "model_path": self.params["model_path"],
                   "backend": self.params["backend"], "device": str(backend.device),
-                  "policy": stats.policy, "queue_depth": str(stats.total.queue_depth),
+                  "policy": stats.policy, "batching": self.engine.batching(),
+                  "queue_depth": str(stats.total.queue_depth),
                   "rss_mib": f"{_rss_bytes() / 2**20:.0f}",
                   "frame_store_mib": f"{sum(o.frame_bytes for o in stores) / 2**20:.1f}",
                   "frame_budget_mib": f"{budget / 2**20:.0f}",

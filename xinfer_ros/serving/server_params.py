@@ -20,8 +20,10 @@ from xinfer_ros.core.constants import (
 )
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.registry import SERVED_POLICIES
+from xinfer_ros.core.saturation import SaturationSettings
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.core.xinfer_policy import LAZY_SLOTS
+from xinfer_ros.engine.types import BATCH_WHEN
 from xinfer_ros.model.presets import COMPILE_MODES
 from xinfer_ros.serving.params import (
     EXECUTOR_PARAM,
@@ -97,6 +99,13 @@ PARAMS = [
     ParamSpec("torch.max_batch", 1, "most units of a stage run as one batched forward "
               "(models that batch: the π0 family; calibrate the rate table with the same "
               "--max-batch)", 1, 64),
+    ParamSpec("torch.batch_when", "saturated", "with max_batch above 1, when the XInfer "
+              "policies batch: saturated = only while a meter reads unbatched serving "
+              f"saturated (arrivals x unit time alone over lanes, {SaturationSettings().enter:g} "
+              "to enter), else one "
+              "unit per lane as unbatched XInfer; always = whenever launched units wait. "
+              "FIFO, EDF and Slack-Gate batch whenever units wait (with a warning under "
+              "saturated)", choices=BATCH_WHEN),
     ParamSpec("image_transports", ["raw"], "per camera (or one for all): raw "
               "(camera_i/image_raw, sensor_msgs/Image) or compressed (camera_i/image_raw/"
               "compressed, sensor_msgs/CompressedImage, JPEG or PNG)",
