@@ -526,15 +526,16 @@ def test_results_report_their_action_batch_and_their_wait_on_a_lane(policy: str)
 
 
 
-@pytest.mark.parametrize("saturated", [False, True], ids=["keeps-up", "saturated"])
-def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturated: bool) -> None:
-    """Four relaxed requests: alone while the meter reads the server keeping up, and
-    lane batching's batches when its band says saturated (a band near 0 and no dwell
-    here); either way the meter reads the Action forwards the engine ran, 30 ms over
-    the table."""
+def _four_on_a_switch(*, saturated: bool, pin: bool | None = None,
+                      ) -> tuple[StageEngine, XInferPolicy, list[int]]:
+    """Four relaxed requests on a saturation switch whose band reads them saturated (a
+    band near 0, no dwell) or keeping up (the default band), Action 30 ms over the
+    table; the engine, the policy and the sizes of the Action forwards it ran."""
     band = SaturationSettings(enter=1e-6, leave=1e-6, dwell=0.0) if saturated else None
     policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
                           saturation_switch=True, saturation=band)
+    if pin is not None:
+        policy.pin_saturation(pin)
     clock = Clock(1.0)
     backend = BatchingEmulated(BATCH4, clock,
                                slow={f"r{i}": (Stage.ACTION, 0.03) for i in range(4)})
@@ -542,7 +543,17 @@ def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturat
     _serve(engine, [2.0] * 4)
     sizes = [len(ids) for stage, ids, _ in backend.batches if stage is Stage.ACTION]
     assert sum(sizes) == 4
-    assert (max(sizes) > 1) is saturated, backend.batches
+    return engine, policy, sizes
+
+
+@pytest.mark.parametrize("saturated", [False, True], ids=["keeps-up", "saturated"])
+def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturated: bool) -> None:
+    """Four relaxed requests: alone while the meter reads the server keeping up, and
+    lane batching's batches when its band says saturated (a band near 0 and no dwell
+    here); either way the meter reads the Action forwards the engine ran, 30 ms over
+    the table."""
+    engine, policy, sizes = _four_on_a_switch(saturated=saturated)
+    assert (max(sizes) > 1) is saturated, sizes
     assert engine.batch_audit.summary() == {}  # the lanes formed them, not the policy
     summary = policy.saturation
     assert summary is not None and summary["switches"] == int(saturated)
@@ -556,18 +567,8 @@ def test_a_pinned_switch_serves_its_pin_whatever_its_meter_reads(pin: bool) -> N
     """The band of each case says the opposite of the pin (near 0: saturated; the
     default: keeping up with four requests), and the pin wins: batches only pinned
     on, while the meter's own reading stays what it measured."""
-    band = None if pin else SaturationSettings(enter=1e-6, leave=1e-6, dwell=0.0)
-    policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
-                          saturation_switch=True, saturation=band)
-    policy.pin_saturation(pin)
-    clock = Clock(1.0)
-    backend = BatchingEmulated(BATCH4, clock,
-                               slow={f"r{i}": (Stage.ACTION, 0.03) for i in range(4)})
-    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
-    _serve(engine, [2.0] * 4)
-    sizes = [len(ids) for stage, ids, _ in backend.batches if stage is Stage.ACTION]
-    assert sum(sizes) == 4
-    assert (max(sizes) > 1) is pin, backend.batches
+    engine, policy, sizes = _four_on_a_switch(saturated=not pin, pin=pin)
+    assert (max(sizes) > 1) is pin, sizes
     summary = policy.saturation
     assert summary is not None and summary["switches"] == int(not pin)
     assert engine.batching() == "up to 4 a forward while saturated: now " + (

@@ -243,18 +243,22 @@ def test_gpu_suite_records_a_failed_group_and_goes_on(tmp_path: Path) -> None:
     assert "in broken" in written["tracebacks"]["compiled"]
 
 
-def test_the_report_says_what_the_saturation_switch_read(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _on_a_switch(*, robots: int, duration: float) -> list[str]:
+    """``xinfer-bench engine`` arguments: the saturation switch serving the tiny π0 (the
+    emulated backend runs units one at a time), measured from 1 s, without the probe."""
     from xinfer_ros.config_paths import config_dir
 
-    out = tmp_path / "r.json"
     table = config_dir() / "rate_table_cpu_pi0_tiny_batch4.json"
-    # The emulated backend runs units one at a time: the tiny π0 batches.
-    rc = bench.main(["engine", "--backend", "torch", "--model", "pi0-tiny", "--robots", "2",
-                     "--duration", "3", "--warmup", "1", "--no-speed-probe",
-                     "--policy", "xinfer_batch_switch",
-                     "--slots", "4,4,8", "--max-batch", "4", "--rate-table", str(table),
-                     "--json", str(out)])
+    return ["engine", "--backend", "torch", "--model", "pi0-tiny", "--robots", str(robots),
+            "--duration", str(duration), "--warmup", "1", "--no-speed-probe",
+            "--policy", "xinfer_batch_switch", "--slots", "4,4,8", "--max-batch", "4",
+            "--rate-table", str(table)]
+
+
+def test_the_report_says_what_the_saturation_switch_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    rc = bench.main([*_on_a_switch(robots=2, duration=3), "--json", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
     assert list(report)[-1] == "saturation"
@@ -266,14 +270,8 @@ def test_the_report_says_what_the_saturation_switch_read(
 
 def test_an_interleaved_run_reports_each_arm_and_their_differences(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from xinfer_ros.config_paths import config_dir
-
     out = tmp_path / "r.json"
-    table = config_dir() / "rate_table_cpu_pi0_tiny_batch4.json"
-    rc = bench.main(["engine", "--backend", "torch", "--model", "pi0-tiny", "--robots", "3",
-                     "--duration", "7", "--warmup", "1", "--no-speed-probe",
-                     "--policy", "xinfer_batch_switch", "--slots", "4,4,8", "--max-batch", "4",
-                     "--rate-table", str(table), "--interleave", "1.5",
+    rc = bench.main([*_on_a_switch(robots=3, duration=7), "--interleave", "1.5",
                      "--interleave-arms", "off,on", "--interleave-settle", "0.5",
                      "--json", str(out)])
     assert rc == 0
