@@ -6,7 +6,10 @@
 #      24 and 32 robots (the first H200 run found the eager Action unit launch-bound at
 #      about 0.5 s and CUDA graphs 13x faster: docs/BENCHMARKS.md, "On one H200");
 #   2. eager, async against serial at 16 robots;
-#   3. eager async with batches of up to 4 units per stage at 16 robots.
+#   3. eager async with batches of up to 4 units per stage at 16 robots: one run of the
+#      saturation switch the shipped configuration serves, pinned unbatched, pinned
+#      batched and on its meter in turn every 2 s (4 cycles), the arms compared cycle
+#      by cycle within the run (xinfer-bench engine --interleave).
 # A group that fails is recorded under "errors" in the JSON and the next group runs.
 # Writes under $OUT (at most 5 files): engine_bench.json (every run so far, the
 # calibrations and the environment), rate_table_pi0_cuda_cudagraphs.json,
@@ -28,7 +31,8 @@
 # DURATION (s per run, default 12), WARMUP (default 4), ROBOTS (default "8 16 24 32"),
 # ENGINES (default "async serial"), COMPILE (group 1: cudagraphs, on or off; off runs
 # every count eager), EAGER_ROBOTS (group 2, default "16"; empty: none), MAX_BATCH
-# (group 3, default 4; 1: none), ARM_ROBOTS (group 3, default "16"), PYTHON.
+# (group 3, default 4; 1: none), ARM_ROBOTS (group 3, default "16"), INTERLEAVE (group 3's
+# segment, s, default 2; 0: one lane-batched run instead), PYTHON.
 # The 2026-12-04 run (eager only) took 402 s, the device's start not counted.
 set -euo pipefail
 
@@ -51,6 +55,7 @@ MAX_BATCH="${MAX_BATCH:-4}"
 COMPILE="${COMPILE:-cudagraphs}"
 EAGER_ROBOTS="${EAGER_ROBOTS-16}"
 ARM_ROBOTS="${ARM_ROBOTS-16}"
+INTERLEAVE="${INTERLEAVE:-2}"
 ROBOTS="${ROBOTS:-8 16 24 32}"
 MODEL="${MODEL:-pi0}"
 DTYPE="${DTYPE:-bfloat16}"
@@ -92,7 +97,7 @@ if [[ $DRY == 0 ]]; then nvidia-smi --query-gpu=name,memory.total,driver_version
 
 ARGS=(--out "$OUT" --robots $ROBOTS --engines $ENGINES --duration "$DURATION" --warmup "$WARMUP"
       --dtype "$DTYPE" --max-batch "$MAX_BATCH" --compile "$COMPILE"
-      --eager-robots $EAGER_ROBOTS --arm-robots $ARM_ROBOTS)
+      --eager-robots $EAGER_ROBOTS --arm-robots $ARM_ROBOTS --interleave "$INTERLEAVE")
 if [[ $DRY == 1 ]]; then
   ARGS+=(--dry-run)
 else

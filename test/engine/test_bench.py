@@ -91,13 +91,16 @@ def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
     assert [(r["robots"], r["arm"]) for r in runs] == [
         (2, "async+compile-on"), (2, "serial+compile-on"),
         (4, "async+compile-on"), (4, "serial+compile-on"),
-        (4, "async"), (4, "serial"), (4, "async+batch4")]
+        (4, "async"), (4, "serial"), (4, "async+batch4-interleaved")]
     for run in runs:
         assert run["backend"]["backend"] == "torch" and not run["emulated"]
         assert run["metrics"]["responses"] > 0 and run["statuses"].get("ERROR", 0) == 0
     assert [r["config"]["max_batch"] for r in runs] == [1, 1, 1, 1, 1, 1, 4]
     assert [r["backend"]["compile"] for r in runs] == ["on"] * 4 + ["off"] * 3
     assert [r["config"]["slots"] for r in runs[:4]] == [[4, 4, 1]] * 4
+    # The batched group: the saturation switch, its three arms interleaved in one run.
+    assert runs[-1]["policy"] == "xinfer_batch_switch"
+    assert [a["arm"] for a in runs[-1]["interleave"]["arms"]] == ["off", "on", "auto"]
     assert "compile_error" not in report and report["steps"]["compile_s"] > 0
     assert [(c["max_batch"], c["compile"], c["table"]) for c in report["calibration"]] == [
         (1, "on", "rate_table_pi0-tiny_cpu_on.json"), (1, "off", "rate_table_pi0-tiny_cpu.json"),

@@ -11,7 +11,10 @@ backend, each on a rate table calibrated the way it serves:
    graphs 13x faster;
 2. the eager Action loop, async against serial at ``--eager-robots``;
 3. the eager async engine with batches of up to ``--max-batch`` units per stage at
-   ``--arm-robots``.
+   ``--arm-robots``: one interleaved run (``xinfer-bench engine --interleave``) of the
+   saturation switch the shipped configuration serves, pinned unbatched, pinned
+   batched and on its own meter in turn, so that the arms share every second of the
+   run (``--interleave 0``: one lane-batched run of ``--policy`` instead).
 
 The JSON report is rewritten after every run, so a suite cut short keeps its runs, and
 the groups come in that order so that a cut costs the least informative one.
@@ -81,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="V,P,A slots of the batched group")
     p.add_argument("--arm-robots", type=int, nargs="*", default=[16],
                    help="robot counts of the batched group")
+    p.add_argument("--interleave", type=float, default=2.0, metavar="SECONDS",
+                   help="batched group: segments of an interleaved run of the saturation "
+                        "switch (off, on, auto), the first quarter of each not counted "
+                        "(0: one lane-batched run of --policy)")
+    p.add_argument("--interleave-cycles", type=int, default=4,
+                   help="batched group: cycles of the interleaved run (each runs the three "
+                        "arms once)")
     p.add_argument("--calib-window", type=float, default=0.5)
     p.add_argument("--calib-max-units", type=int, default=4)
     p.add_argument("--out", type=Path, required=True, help="output directory")
@@ -138,7 +148,11 @@ def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int, tag: st
                                    max_units=ns.calib_max_units + extra,
                                    window_s=ns.calib_window,
                                    warmup_s=0.1 if ns.dry_run else 0.2,
-                                   iso_repeats=3 if ns.dry_run else 8, max_batch=max_batch)
+                                   iso_repeats=3 if ns.dry_run else 8, max_batch=max_batch,
+                                   # Each stage's batch cost up to max_batch, measured
+                                   # alone (the switch prices its lanes by it), as the
+                                   # shipped CPU table was calibrated.
+                                   batch_factors=max_batch > 1)
     calib = calibrate(backend, settings, describe=f"model={ns.model} device={ns.device} "
                                                   f"compile={backend.compile_mode}",
                       progress=lambda line: print(f"[calibrate{tag}] {line}", flush=True))
@@ -160,6 +174,7 @@ def _settle(ns: argparse.Namespace) -> None:
             ns.compile = DRY_RUN_COMPILE
         # Long enough for every arm to answer: the dry run checks code paths, not speed.
         ns.duration, ns.warmup = min(ns.duration, 2.5), min(ns.warmup, 0.5)
+        ns.interleave, ns.interleave_cycles = min(ns.interleave, 0.5), min(ns.interleave_cycles, 2)
         ns.calib_window, ns.calib_max_units = min(ns.calib_window, 0.1), min(ns.calib_max_units, 2)
     # The engine's own rule (one Action lane per slot, unbatched), checked before the
     # model is built rather than after minutes of compiling.
@@ -204,9 +219,16 @@ class _Suite:
         return path
 
     def bench(self, robots: int, label: str, engine: str, table: Path, *,
-              slots: tuple[int, int, int] | None = None, max_batch: int = 1) -> None:
+              slots: tuple[int, int, int] | None = None, max_batch: int = 1,
+              interleave: float = 0.0) -> None:
         args = _bench_args(self.ns, robots, engine, table, "torch", slots=slots,
                            max_batch=max_batch)
+        if interleave > 0:
+            args.policy = "xinfer_batch_switch"
+            args.interleave, args.interleave_arms = interleave, ("off", "on", "auto")
+            args.interleave_settle = interleave / 4
+            args.duration = (self.ns.warmup
+                             + self.ns.interleave_cycles * len(args.interleave_arms) * interleave)
         t0 = time.perf_counter()
         rep = bench_engine.run_benchmark(args, self.backend)
         rep.wall_s, rep.arm = time.perf_counter() - t0, label
@@ -216,6 +238,8 @@ class _Suite:
               f"p50={m.latency_p50_ms:.1f} p95={m.latency_p95_ms:.1f} "
               f"attain={m.attainment * 100:.1f}% pred_mae="
               f"{rep.prediction.get('mae_ms', float('nan')):.2f} ms", flush=True)
+        if rep.interleave is not None:
+            print("\n".join(rep.interleave.lines()), flush=True)
         self.write()  # a suite cut short by its timeout keeps what it ran
 
     def compiled(self) -> None:
@@ -250,9 +274,10 @@ class _Suite:
         """Group 3: eager, batched (a compiled step would compile once per batch size)."""
         ns = self.ns
         table = self.calibrated(ns.max_batch, f"_batch{ns.max_batch}")
+        label = f"async+batch{ns.max_batch}" + ("-interleaved" if ns.interleave > 0 else "")
         for robots in ns.arm_robots:
-            self.bench(robots, f"async+batch{ns.max_batch}", "async", table,
-                       slots=ns.batch_slots, max_batch=ns.max_batch)
+            self.bench(robots, label, "async", table, slots=ns.batch_slots,
+                       max_batch=ns.max_batch, interleave=ns.interleave)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,12 @@ from typing import TypedDict
 
 from xinfer_ros.core.stages import NUM_STAGES
 
-__all__ = ["SaturationMeter", "SaturationSettings", "SaturationSummary"]
+__all__ = ["BATCH_WHEN", "SaturationMeter", "SaturationSettings", "SaturationSummary"]
+
+#: When a driver's XInfer policies let their lanes batch (the engine's ``batch_when``, the
+#: server's ``torch.batch_when``): ``always``, whenever launched units wait, or
+#: ``saturated``, only while a :class:`SaturationMeter` reads unbatched serving saturated.
+BATCH_WHEN: tuple[str, ...] = ("always", "saturated")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,10 @@ import numpy as np
 from xinfer_ros.core.batching import lanes_for
 from xinfer_ros.core.constants import DEFAULT_SLOTS, DELTA, MAX_LIVE_REQUESTS, POLICY_TICK
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
+from xinfer_ros.core.saturation import BATCH_WHEN
 from xinfer_ros.core.xinfer_policy import check_lazy_slots
 
 __all__ = [
-    "BATCH_WHEN",
     "TABLE6",
     "EngineConfig",
     "EngineResult",
@@ -67,10 +67,6 @@ class Overflow(str, Enum):
     #: Shed the live request with the earliest deadline that has not started model
     #: work; refuse the new one when every live request already runs model work.
     SHED_OLDEST = "shed_oldest"
-
-
-#: When an XInfer policy's lanes may batch (:attr:`EngineConfig.batch_when`).
-BATCH_WHEN: tuple[str, ...] = ("always", "saturated")
 
 
 @dataclass(frozen=True)

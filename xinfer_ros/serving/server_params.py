@@ -20,10 +20,9 @@ from xinfer_ros.core.constants import (
 )
 from xinfer_ros.core.phase_spread import PHASE_SPREAD_MARGIN
 from xinfer_ros.core.registry import SERVED_POLICIES
-from xinfer_ros.core.saturation import SaturationSettings
+from xinfer_ros.core.saturation import BATCH_WHEN, SaturationSettings
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.core.xinfer_policy import LAZY_SLOTS
-from xinfer_ros.engine.types import BATCH_WHEN
 from xinfer_ros.model.presets import COMPILE_MODES
 from xinfer_ros.serving.params import (
     EXECUTOR_PARAM,
