@@ -189,11 +189,11 @@ def test_host_speed_that_moves_within_a_cycle_is_fitted_out_segment_by_segment()
     assert fit.slope == pytest.approx(-100.0, abs=2.0)
     assert fit.residual_sd < 0.5
     assert fit.raw_sd > 5.0
-    ((arm, other, diff, se, half, verdict),) = fit.differences
-    assert (arm, other) == ("on", "off")
-    assert diff == pytest.approx(0.0, abs=0.5)
-    assert half == pytest.approx(student_t975(9) * se)
-    assert verdict == "holds"
+    (d,) = fit.differences
+    assert (d.arm, d.other) == ("on", "off")
+    assert d.difference == pytest.approx(0.0, abs=0.5)
+    assert d.half_width == pytest.approx(student_t975(9) * d.se)
+    assert d.verdict == "holds"
     assert rep.arms[0].per_cycle_probe_ms[0] == probe[0]
     assert "at one host speed (12 segments" in "\n".join(rep.lines())
     assert rep.to_dict()["speed_fit"]["differences"][0]["verdict"] == "holds"

@@ -51,6 +51,7 @@ from xinfer_ros.engine.interleave import (
     InterleaveError,
     Segment,
     SegmentPinner,
+    check_settle,
     interleaved_figures,
     plan_segments,
 )
@@ -627,9 +628,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         try:
             _segments(args)
-            if not 0.0 <= args.interleave_settle < args.interleave:
-                raise InterleaveError(f"--interleave-settle must be in [0, {args.interleave:g})"
-                                      f" s, got {args.interleave_settle:g}")
+            check_settle(args.interleave_settle, args.interleave, "--interleave-settle")
         except InterleaveError as exc:
             print(exc, file=sys.stderr)
             return 2

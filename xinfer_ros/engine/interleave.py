@@ -46,6 +46,7 @@ from xinfer_ros.errors import XInferRosError
 __all__ = [
     "MODES",
     "ArmFigures",
+    "FitDifference",
     "InterleaveError",
     "InterleaveReport",
     "PairedDifference",
@@ -53,6 +54,7 @@ __all__ = [
     "SegmentPinner",
     "SegmentSpeedFit",
     "arm_labels",
+    "check_settle",
     "interleaved_figures",
     "plan_segments",
 ]
@@ -120,6 +122,16 @@ def plan_segments(modes: Sequence[str], start: float, end: float,
             t = start + (c * len(modes) + k) * length
             out.append(Segment(labels[i], modes[i], c, t, t + length))
     return out
+
+
+def check_settle(settle: float, length: float, name: str = "settle") -> None:
+    """Refuse a settling time (``name`` in the message) not shorter than a segment.
+
+    Raises:
+        InterleaveError: ``settle`` outside ``[0, length)``.
+    """
+    if not 0.0 <= settle < length:
+        raise InterleaveError(f"{name} must be in [0, {length:g}) s, got {settle:g}")
 
 
 class SegmentPinner:
@@ -192,6 +204,18 @@ class PairedDifference:
 
 
 @dataclass(frozen=True, slots=True)
+class FitDifference:
+    """``arm − other`` in attainment points at the segments' mean host speed."""
+
+    arm: str
+    other: str
+    difference: float
+    se: float  # its standard error from the fit
+    half_width: float  # of the 95 % interval: Student's t at the fit's dof x se
+    verdict: str  # interval_verdict of that interval against -tolerance
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentSpeedFit:
     """The arms at one host speed: :func:`fit_common_slope` over the segments.
 
@@ -204,9 +228,8 @@ class SegmentSpeedFit:
     raw_sd: float  # spread of the segments around their arm's mean, points
     residual_sd: float  # the same after the speed term
     dof: int
-    # arm − other at the segments' mean speed, every pair of differences: (arm, other,
-    # difference, its standard error, its 95 % half-width by Student's t at dof, verdict).
-    differences: tuple[tuple[str, str, float, float, float, str], ...]
+    # Every pair of the report's differences that the fit could compare.
+    differences: tuple[FitDifference, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,9 +257,7 @@ class InterleaveReport:
             out["speed_fit"] = {
                 "segments": fit.segments, "slope": fit.slope, "raw_sd": fit.raw_sd,
                 "residual_sd": fit.residual_sd, "dof": fit.dof,
-                "differences": [dict(zip(("arm", "other", "difference", "se", "half_width",
-                                          "verdict"), d, strict=True))
-                                for d in fit.differences]}
+                "differences": [_asdict(d) for d in fit.differences]}
         return out
 
     def lines(self) -> list[str]:
@@ -256,13 +277,13 @@ class InterleaveReport:
         if fit is not None:
             out.append(f"  at one host speed ({fit.segments} segments, spread "
                        f"{fit.raw_sd:.1f} -> {fit.residual_sd:.1f} points):")
-            out += [f"    {a} - {o}: {diff:+.2f} +- {half:.2f} points (95 %, t at {fit.dof} "
-                    f"dof); tolerance -{self.tolerance:g}: {verdict}"
-                    for a, o, diff, _, half, verdict in fit.differences]
+            out += [f"    {d.arm} - {d.other}: {d.difference:+.2f} +- {d.half_width:.2f} "
+                    f"points (95 %, t at {fit.dof} dof); tolerance -{self.tolerance:g}: "
+                    f"{d.verdict}" for d in fit.differences]
         return out
 
 
-def _asdict(obj: ArmFigures | PairedDifference) -> dict[str, object]:
+def _asdict(obj: ArmFigures | PairedDifference | FitDifference) -> dict[str, object]:
     return {name: getattr(obj, name) for name in obj.__slots__}
 
 
@@ -285,8 +306,7 @@ def interleaved_figures(records: Iterable[ResponseRecord], segments: Sequence[Se
     if not segments:
         raise InterleaveError("no segments")
     length = segments[0].end - segments[0].start
-    if not 0.0 <= settle < length:
-        raise InterleaveError(f"settle must be in [0, {length:g}) s, got {settle!r}")
+    check_settle(settle, length)
     if probe_ms is not None and len(probe_ms) != len(segments):
         raise InterleaveError(f"{len(probe_ms)} probe times for {len(segments)} segments")
     arms = list(dict.fromkeys(seg.arm for seg in segments))
@@ -337,7 +357,8 @@ def _speed_fit(figures: Sequence[ArmFigures], pairs: Sequence[tuple[ArmFigures, 
             diff, se = fit.difference(a.arm, o.arm)
         except SpeedAdjustError:  # an arm without a fitted segment
             continue
-        out.append((a.arm, o.arm, diff, se, t * se, interval_verdict(diff, se, tolerance, t)))
+        out.append(FitDifference(a.arm, o.arm, diff, se, t * se,
+                                 interval_verdict(diff, se, tolerance, t)))
     return SegmentSpeedFit(len(runs), fit.slope, fit.raw_sd, fit.residual_sd, fit.dof,
                            tuple(out))
 
