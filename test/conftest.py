@@ -8,6 +8,8 @@ import signal
 
 import pytest
 
+from .dds_shm import clean_zombie_shm
+
 # Set at import time, before any test module can initialise rclpy, so that no
 # participant of this session ever announces itself beyond loopback.
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -21,6 +23,12 @@ os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 100))
 # terminal's foreground job would be, with SIGINT at its default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_zombie_dds_shm() -> None:
+    """Start the session without shared memory left by killed ROS processes (dds_shm)."""
+    clean_zombie_shm()
 
 
 @pytest.fixture(scope="session", autouse=True)
