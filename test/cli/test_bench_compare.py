@@ -68,7 +68,7 @@ def test_compare_stops_in_one_line_on_a_report_it_cannot_use(
     for bad, why in [(_report(tmp_path / "a.json", None, 12, 0.5, 0.9), "names no arm"),
                      (_report(tmp_path / "b.json", "x", 12, 0.5, None), "no matmul speed probe"),
                      (_report(tmp_path / "c.json", "x", 12, 0.5, 0.9, benchmark="decision"),
-                      "not an xinfer-bench engine report"),
+                      "not an xinfer-bench engine or xinfer-fleet report"),
                      (_report(tmp_path / "d.json", "x", 12, math.nan, 0.9),
                       "not a finite number")]:
         assert bench.main(["compare", *good, str(bad)]) == 2
@@ -86,3 +86,20 @@ def test_compare_stops_in_one_line_on_a_report_it_cannot_use(
     assert "phases, 4 robots: 1 runs cannot fit" in capsys.readouterr().err
     assert bench.main(["compare", *good, "--candidate", "nobody"]) == 2
     assert "no runs of arm 'nobody'" in capsys.readouterr().err
+
+
+def test_fleet_reports_are_compared_by_their_totals(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # xinfer-fleet's layout: figures in "total", the count in "robots_count", and a
+    # "robots" object of per-robot rows that is no count.
+    files = []
+    for path in _fleet(tmp_path, 0.60):
+        data = json.loads(Path(path).read_text())
+        data.update(benchmark="fleet", total=data.pop("metrics"),
+                    robots_count=data["robots"], robots={"robot_1": {}})
+        Path(path).write_text(json.dumps(data))
+        files.append(path)
+    assert bench.main(["compare", *files, "--candidate", "cand"]) == 0
+    out = capsys.readouterr().out
+    assert "phases, 12 robots: 6 runs" in out
+    assert abs(float(out.split("cand - unb = ")[1].split()[0]) + 10.0) < 0.1

@@ -15,6 +15,7 @@ from xinfer_ros.cli.fleet_report import (
     ServerReport,
 )
 from xinfer_ros.core.metrics import ResponseRecord, summarize
+from xinfer_ros.engine.speed_probe import ProbeStats, SpeedSummary
 
 WINDOW = (0.0, 10.0)
 
@@ -56,7 +57,7 @@ def test_the_report_file_keeps_its_keys_and_a_silent_executor_is_null() -> None:
     assert list(data) == [
         "robots_count", "policy", "backend", "model", "workload", "phase_spread",
         "budget_scale", "budget_scale_reason", "duration_s", "server_ready_s", "window_s",
-        "emulated", "robots", "total", "failed_nodes", "servers"]
+        "emulated", "robots", "total", "failed_nodes", "servers", "benchmark"]
     assert data["robots_count"] == 3 and data["emulated"] is True
     assert data["window_s"] == [0.0, 10.0]
     one, silent = data["robots"]["robot_1"], data["robots"]["robot_3"]
@@ -76,3 +77,15 @@ def test_the_table_leaves_a_silent_executors_cells_blank(capsys) -> None:
     assert lines["robot_1"].split()[7:11] == ["3", "1", "1.00", "2.00"]
     assert lines["robot_3"].split()[7] == "{'ok':"  # no executor figures at all
     assert "send lag behind Eq. 1" in lines["send"] and "mean 2.00" in lines["send"]
+
+
+def test_an_arm_and_a_probe_are_written_when_the_run_has_them() -> None:
+    report = _report()
+    report.arm = "shipped"
+    report.speed_probe = SpeedSummary(matmul=ProbeStats.of([1.0, 1.2, 1.1]),
+                                      python=ProbeStats.of([0.9, 0.9, 1.0]), samples=3)
+    data = json.loads(json.dumps(report.to_dict(), default=float))
+    assert list(data)[-3:] == ["benchmark", "arm", "speed_probe"]
+    assert data["benchmark"] == "fleet" and data["arm"] == "shipped"
+    assert data["speed_probe"]["matmul"]["median_ms"] == pytest.approx(1.1)
+    assert data["speed_probe"]["samples"] == 3

@@ -1,7 +1,8 @@
-"""``xinfer-bench compare``: arms of ``xinfer-bench engine`` runs compared at one host speed.
+"""``xinfer-bench compare``: arms of benchmark runs compared at one host speed.
 
-Reads the JSON reports of single engine runs (each written with ``--json``; the arm
-is the report's ``arm``, set with ``--arm``; a ``--pairs`` file is not one of them),
+Reads the JSON reports of single ``xinfer-bench engine`` runs or ``xinfer-fleet`` runs
+(each written with ``--json``; the arm is the report's ``arm``, set with ``--arm``; a
+``--pairs`` file is not one of them; a fleet's figures are its ``total``),
 groups them by workload and robot count, and fits each group's runs with one level
 per arm and one slope on the speed probe (:mod:`xinfer_ros.engine.speed_adjust`).
 Prints each arm's mean probe time, raw median and figure at the runs' mean speed, the
@@ -18,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from xinfer_ros.cli.fleet_report import FLEET_BENCHMARK
 from xinfer_ros.engine.speed_adjust import (
     INTERVAL_SE,
     ArmRun,
@@ -34,6 +36,11 @@ __all__ = ["DEFAULT_TOLERANCE", "FIGURES", "ReportError", "add_arguments", "load
 #: Figures a report carries in ``metrics``, and the factor that puts them in print units.
 FIGURES: dict[str, float] = {"attainment": 100.0, "goodput_rps": 1.0, "throughput_rps": 1.0}
 
+#: Where each kind of report (its ``benchmark`` key) keeps its figures and robot count:
+#: ``xinfer-bench engine``'s and ``xinfer-fleet``'s.
+_FIGURES_AT: dict[str, tuple[str, str]] = {"engine": ("metrics", "robots"),
+                                           FLEET_BENCHMARK: ("total", "robots_count")}
+
 #: Points of attainment a candidate may fall below the best other arm (issue 28).
 DEFAULT_TOLERANCE = 2.0
 
@@ -42,13 +49,13 @@ Group = tuple[str, int]
 
 
 class ReportError(XInferRosError, ValueError):
-    """A file is not an engine report the comparison can use (the message names it)."""
+    """A file is not an engine or fleet report the comparison can use (the message names it)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``compare`` sub-command's options."""
     parser.add_argument("reports", type=Path, nargs="+", metavar="REPORT",
-                        help="JSON reports of xinfer-bench engine runs")
+                        help="JSON reports of xinfer-bench engine or xinfer-fleet runs")
     parser.add_argument("--figure", choices=sorted(FIGURES), default="attainment")
     parser.add_argument("--probe", choices=PROBES, default=PROBES[0],
                         help="the speed probe's work unit the runs are adjusted by")
@@ -63,15 +70,15 @@ def load_runs(paths: Sequence[Path], figure: str, probe_name: str = PROBES[0]
     """Runs by workload and robot count.
 
     Args:
-        paths: JSON reports of ``xinfer-bench engine`` runs.
-        figure: the ``metrics`` entry compared (a key of :data:`FIGURES`).
+        paths: JSON reports of ``xinfer-bench engine`` or ``xinfer-fleet`` runs.
+        figure: the figure compared (a key of :data:`FIGURES`).
         probe_name: the speed probe's work unit the runs are adjusted by.
 
     Returns:
         Each (workload, robots) group's runs.
 
     Raises:
-        ReportError: unreadable, not an engine report, no arm, no speed probe, or a
+        ReportError: unreadable, not an engine or fleet report, no arm, no speed probe, or a
             figure or probe time missing or not a finite number.
     """
     scale = FIGURES[figure]
@@ -81,8 +88,9 @@ def load_runs(paths: Sequence[Path], figure: str, probe_name: str = PROBES[0]
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ReportError(f"{path}: cannot read a JSON report ({exc})") from None
-        if not isinstance(data, dict) or data.get("benchmark") != "engine":
-            raise ReportError(f"{path}: not an xinfer-bench engine report")
+        kind = data.get("benchmark") if isinstance(data, dict) else None
+        if kind not in _FIGURES_AT:
+            raise ReportError(f"{path}: not an xinfer-bench engine or xinfer-fleet report")
         if not data.get("arm"):
             raise ReportError(f"{path}: the report names no arm (run it with --arm LABEL)")
         probe = data.get("speed_probe")
@@ -90,11 +98,12 @@ def load_runs(paths: Sequence[Path], figure: str, probe_name: str = PROBES[0]
             raise ReportError(f"{path}: the report has no {probe_name} speed probe (run "
                               "without --no-speed-probe)")
         try:
-            group = (str(data["workload"]), int(data["robots"]))
-            value = float(data["metrics"][figure]) * scale
+            metrics_key, robots_key = _FIGURES_AT[str(kind)]
+            group = (str(data["workload"]), int(data[robots_key]))
+            value = float(data[metrics_key][figure]) * scale
             probe_ms = float(probe[probe_name]["median_ms"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise ReportError(f"{path}: the report lacks workload, robots, metrics."
+            raise ReportError(f"{path}: the report lacks workload, robot count, "
                               f"{figure} or the probe's median ({exc!r})") from None
         if not (math.isfinite(value) and math.isfinite(probe_ms)):
             raise ReportError(f"{path}: {figure} or the probe's median is not a finite number")

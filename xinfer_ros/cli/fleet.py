@@ -30,6 +30,7 @@ caller set it, and a random ``ROS_DOMAIN_ID`` is chosen unless one is set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -57,6 +58,7 @@ from xinfer_ros.cli.fleet_report import (
 )
 from xinfer_ros.core.metrics import ResponseRecord, WindowMetrics
 from xinfer_ros.core.registry import SERVED_POLICIES
+from xinfer_ros.engine.speed_probe import SpeedProbe
 from xinfer_ros.fleet.plan import (
     BACKENDS,
     NodeParams,
@@ -125,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-sim", action="store_true",
                    help="also simulate the same fleet (policy, workload, seed, table, slots, "
                         "phase_spread) and report its attainment")
+    p.add_argument("--arm", default=None, metavar="LABEL",
+                   help="name this run's arm in the report (xinfer-bench compare groups "
+                        "runs by it)")
+    p.add_argument("--no-speed-probe", dest="speed_probe", action="store_false",
+                   help="do not time two fixed work units every 0.25 s beside the fleet "
+                        "(the host-speed covariate of xinfer-bench compare)")
     return p
 
 
@@ -384,13 +392,16 @@ def run_fleet(args: argparse.Namespace) -> int:
           f"ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback only); logs in {workdir}")
     print(f"xinfer-fleet: {why}")
 
-    t0 = time.time()
-    with watching(robots, t0) as monitor:
-        procs = [_spawn(spec, workdir, env) for spec in plan]
-        try:
-            ready, died, failed_at, resumed_at = _watch(args, plan, procs, monitor, t0)
-        finally:
-            _stop(procs)
+    # Started before the monitor's threads (see SpeedProbe.start); its clock is monotonic.
+    probe = SpeedProbe() if args.speed_probe else None
+    with probe if probe is not None else contextlib.nullcontext():
+        t0, t0_probe = time.time(), time.monotonic()
+        with watching(robots, t0) as monitor:
+            procs = [_spawn(spec, workdir, env) for spec in plan]
+            try:
+                ready, died, failed_at, resumed_at = _watch(args, plan, procs, monitor, t0)
+            finally:
+                _stop(procs)
     if ready is None:
         print(f"error: the server answered no request within {args.startup_timeout:g} s"
               f"{'; node(s) exited: ' + ', '.join(died) if died else ''}; see {workdir}",
@@ -405,8 +416,17 @@ def run_fleet(args: argparse.Namespace) -> int:
     snap = monitor.snapshot(include_pending=True)
     report = _build_report(args, server, snap, ready=ready, window=window, scale=scale,
                            why=why, died=died, servers=server_names(plan))
+    report.arm = args.arm
+    if probe is not None:
+        report.speed_probe = probe.summary(t0_probe + window[0], t0_probe + window[1])
     if failed_at is not None:
         report.failover = _failover(plan, snap, failed_at, resumed_at)
+    _publish(args, report, snap)
+    return _exit_status(report, died, workdir)
+
+
+def _publish(args: argparse.Namespace, report: FleetReport, snap: Snapshot) -> None:
+    """Print the report, write its JSON and plot."""
     print()
     _print_report(report)
     if report.failover is not None:
@@ -418,7 +438,6 @@ def run_fleet(args: argparse.Namespace) -> int:
     json_path.write_text(json.dumps(report.to_dict(), indent=2, default=float))
     plot = _plot(report, {n: o.records for n, o in snap.items()}, args.out)
     print(f"\nreport: {json_path}\nplot:   {plot}")
-    return _exit_status(report, died, workdir)
 
 
 def _plan_fleet(args: argparse.Namespace) -> tuple[list[NodeSpec], float, str]:

@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from xinfer_ros.core.metrics import WindowMetrics
+from xinfer_ros.engine.speed_probe import SpeedSummary
 from xinfer_ros.fleet.failover import Failover
 
 __all__ = [
+    "FLEET_BENCHMARK",
     "ExecutorFigures",
     "ExecutorStatsFields",
     "FailoverReport",
@@ -27,6 +29,10 @@ __all__ = [
 
 #: A JSON object as the report writes it.
 JsonDict = dict[str, object]
+
+#: The report's ``benchmark`` key, beside ``xinfer-bench engine``'s "engine": what
+#: ``xinfer-bench compare`` reads it as.
+FLEET_BENCHMARK = "fleet"
 
 
 class ExecutorStatsFields(Protocol):
@@ -234,6 +240,11 @@ class FleetReport:
     simulator: SimComparison | None = None
     # With --fail-server-at.
     failover: FailoverReport | None = None
+    # With --arm: the arm xinfer-bench compare groups this run under.
+    arm: str | None = None
+    # How fast the host's cores ran over the measured window (None: no probe, or no
+    # sample in the window).
+    speed_probe: SpeedSummary | None = None
 
     @property
     def emulated(self) -> bool:
@@ -256,4 +267,9 @@ class FleetReport:
             out["simulator"] = self.simulator.to_dict()
         if self.failover is not None:
             out["failover"] = self.failover.to_dict()
+        out["benchmark"] = FLEET_BENCHMARK
+        if self.arm is not None:
+            out["arm"] = self.arm
+        if self.speed_probe is not None:
+            out["speed_probe"] = self.speed_probe.to_dict()
         return out
