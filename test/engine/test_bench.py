@@ -87,23 +87,28 @@ def test_gpu_bench_dry_run_runs_the_torch_path(tmp_path: Path) -> None:
     assert report["dry_run"] and report["backend"]["dtype"] == "torch.bfloat16"
     runs = report["runs"]
     # Compiled on one Action lane first (torch.compile standing in for CUDA graphs),
-    # then eager, then batched; each group on a table calibrated the way it serves.
+    # async on each slot layout and serial once a count, then batched; each group on a
+    # table calibrated the way it serves (no eager group unless asked for).
+    compiled = [f"async+compile-on@{v}" for v in ("4,4,1", "2,2,1", "1,1,1")]
+    compiled.append("async+compile-on@4,4,1+shed-doomed")
     assert [(r["robots"], r["arm"]) for r in runs] == [
-        (2, "async+compile-on"), (2, "serial+compile-on"),
-        (4, "async+compile-on"), (4, "serial+compile-on"),
-        (4, "async"), (4, "serial"), (4, "async+batch4-interleaved")]
+        *((2, arm) for arm in compiled), (2, "serial+compile-on"),
+        *((4, arm) for arm in compiled), (4, "serial+compile-on"),
+        (4, "async+batch4-interleaved")]
     for run in runs:
         assert run["backend"]["backend"] == "torch" and not run["emulated"]
         assert run["metrics"]["responses"] > 0 and run["statuses"].get("ERROR", 0) == 0
-    assert [r["config"]["max_batch"] for r in runs] == [1, 1, 1, 1, 1, 1, 4]
-    assert [r["backend"]["compile"] for r in runs] == ["on"] * 4 + ["off"] * 3
-    assert [r["config"]["slots"] for r in runs[:4]] == [[4, 4, 1]] * 4
+    assert [r["config"]["max_batch"] for r in runs] == [1] * 10 + [4]
+    assert [r["backend"]["compile"] for r in runs] == ["on"] * 10 + ["off"]
+    assert [r["config"]["slots"] for r in runs[:5]] == [[4, 4, 1], [2, 2, 1], [1, 1, 1],
+                                                        [4, 4, 1], [4, 4, 1]]
+    assert [r["config"]["shed_doomed"] for r in runs[:5]] == [False] * 3 + [True, False]
     # The batched group: the saturation switch, its three arms interleaved in one run.
     assert runs[-1]["policy"] == "xinfer_batch_switch"
     assert [a["arm"] for a in runs[-1]["interleave"]["arms"]] == ["off", "on", "auto"]
     assert "compile_error" not in report and report["steps"]["compile_s"] > 0
     assert [(c["max_batch"], c["compile"], c["table"]) for c in report["calibration"]] == [
-        (1, "on", "rate_table_pi0-tiny_cpu_on.json"), (1, "off", "rate_table_pi0-tiny_cpu.json"),
+        (1, "on", "rate_table_pi0-tiny_cpu_on.json"),
         (4, "off", "rate_table_pi0-tiny_cpu_batch4.json")]
     for calib in report["calibration"]:
         assert (tmp_path / calib["table"]).is_file()

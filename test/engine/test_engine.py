@@ -10,12 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from xinfer_ros.core.rate_table import default_rate_table
+from xinfer_ros.core.rate_table import RateTable, default_rate_table
+from xinfer_ros.core.registry import make_policy
 from xinfer_ros.core.stages import Stage
-from xinfer_ros.engine import EngineConfig, ExecMode, Overflow, Status, mode_config
+from xinfer_ros.engine import EngineConfig, EngineResult, ExecMode, Overflow, Status, mode_config
 from xinfer_ros.model.inputs import RequestInputs
 
-from .helpers import make_engine
+from .helpers import MonitoredBackend, make_engine
 
 TIMEOUT = 10.0
 
@@ -252,18 +253,25 @@ def test_table6_configurations() -> None:
     assert len(TABLE6) == 6
 
 
-@pytest.mark.parametrize("shed_expired", [True, False])
-def test_requests_past_their_deadline_before_starting_are_shed(shed_expired: bool) -> None:
-    # One slot per stage and 12 simultaneous 60 ms budgets: the queue is far longer
-    # than any budget, so the tail of it can no longer meet a deadline.
-    cfg = EngineConfig(slots=(1, 1, 1), shed_expired=shed_expired)
-    engine, _ = make_engine("fifo", config=cfg)
+def _queue_of_twelve(cfg: EngineConfig) -> tuple[list[EngineResult], EngineResult,
+                                                 MonitoredBackend]:
+    """12 simultaneous 60 ms budgets on FIFO, then one request once they are all done."""
+    engine, backend = make_engine("fifo", config=cfg)
     with engine:
         futs = [engine.submit(RequestInputs(seed=i), 0.06, f"r{i}") for i in range(12)]
         results = [f.result(TIMEOUT) for f in futs]
         assert engine.live_count() == 0
         # The engine recovers: a new request after the overload is served.
         late = engine.submit(RequestInputs(seed=99), 0.2, "after").result(TIMEOUT)
+    return results, late, backend
+
+
+@pytest.mark.parametrize("shed_expired", [True, False])
+def test_requests_past_their_deadline_before_starting_are_shed(shed_expired: bool) -> None:
+    # One slot per stage and 12 simultaneous 60 ms budgets: the queue is far longer
+    # than any budget, so the tail of it can no longer meet a deadline.
+    results, late, _ = _queue_of_twelve(EngineConfig(slots=(1, 1, 1),
+                                                     shed_expired=shed_expired))
     assert late.ok
     shed = [r for r in results if r.status is Status.SHED]
     if shed_expired:
@@ -273,6 +281,53 @@ def test_requests_past_their_deadline_before_starting_are_shed(shed_expired: boo
             assert r.actions is None
     else:
         assert not shed and all(r.ok for r in results)
+
+
+def test_shed_doomed_drops_the_tail_once_predicted_late_not_at_its_deadline() -> None:
+    # The queue above: requests that wait while the head runs are predicted (at the load
+    # running now, no queueing counted) to answer past their deadline well before it.
+    results, late, backend = _queue_of_twelve(EngineConfig(slots=(1, 1, 1),
+                                                           shed_doomed=True))
+    assert late.ok and results[0].ok
+    doomed = [r for r in results if r.status is Status.SHED]
+    assert doomed and all(r.reason.startswith("predicted to answer after its deadline at the "
+                                              "present load (budget 60 ms)") for r in doomed)
+    for r in doomed:  # answered before the deadline it could not meet, with no chunk
+        assert r.timings.total_ms < 60.0 and r.actions is None
+    # Their early stages never ran: a ViT unit per answered request (and at most one
+    # request shed after its ViT).
+    vits = sum(1 for _, stage in backend.order if stage is Stage.VIT)
+    assert vits <= len(results) - len(doomed) + 1 + 1  # + the request after
+
+
+def test_shed_doomed_without_shed_expired_is_refused() -> None:
+    with pytest.raises(ValueError, match="shed_doomed needs shed_expired"):
+        EngineConfig(shed_doomed=True, shed_expired=False)
+
+
+def test_a_running_request_is_never_shed_as_doomed() -> None:
+    from concurrent.futures import Future
+
+    from xinfer_ros.core.request import Request
+    from xinfer_ros.engine.admission import LiveRequest, LiveTable
+
+    table = LiveTable(8, Overflow.REJECT, True)
+    waiting, running = (LiveRequest(i, f"r{i}", Request(request_id=i, robot_id=f"r{i}",
+                                                        arrival=0.0, budget=0.1),
+                                    None, None, Future(), 0.0, arrival=0.0, expires_at=0.1)
+                        for i in (1, 2))
+    for live in (waiting, running):
+        live.policy = make_policy("fifo")
+        table.admit(live)
+    running.running = Stage.VIT
+    asked: list[int] = []
+
+    def finish(live: LiveRequest) -> float:
+        asked.append(live.rid)
+        return 1.0  # both predicted past their 0.1 s expiry
+
+    assert table.take_doomed(finish) == [waiting]
+    assert asked == [1] and table.take_doomed(finish) == []
 
 
 def test_a_budget_shorter_than_the_service_alone_is_served_late_not_shed(
@@ -414,6 +469,30 @@ def test_lazy_slots_warns_for_a_policy_without_slack_and_it_fills_every_slot(
         assert all(f.result(TIMEOUT).ok for f in futs)
     assert "lazy_slots applies to XInfer policies: fifo" in caplog.text
     assert max(backend.peak) > 1
+
+
+@pytest.mark.parametrize("slots, warned", [((4, 4, 1), True), ((2, 2, 1), False)])
+def test_lanes_past_the_tables_bounds_are_named_at_start(
+        caplog: pytest.LogCaptureFixture, slots: tuple[int, int, int], warned: bool) -> None:
+    # A table calibrated with at most 2,2,1 units side by side (the H100's CUDA-graph
+    # table).
+    base = default_rate_table()
+    table = RateTable.from_function(base.rate, work=base.work, overhead=base.overhead,
+                                    h_out=base.h_out, bounds=(2, 2, 1))
+    cfg = EngineConfig(slots=slots)
+    with caplog.at_level(logging.WARNING, logger="xinfer_ros.engine"):
+        engine, _ = make_engine("fifo", cfg, table=table)
+        with engine:
+            pass
+    named = [r.getMessage() for r in caplog.records if "side by side" in r.getMessage()]
+    assert bool(named) is warned
+    if warned:
+        # An emulated engine prefixes its lines with the emulation notice.
+        assert [m.split("] ", 1)[-1] for m in named] == [
+            "the engine runs up to 4,4,1 lanes per stage (ViT, Prefill, Action) but its "
+            "rate table measured at most 2,2,1 side by side: beyond that the predictor "
+            "takes the rate at the bound and cannot see what the extra units cost; "
+            "calibrate with those bounds or serve on fewer slots"]
 
 
 def test_an_unknown_lazy_slots_setting_stops_the_engine_config() -> None:

@@ -117,6 +117,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-rate-correction", dest="rate_correction", action="store_false",
                         help="predict with the calibrated rates only (no online correction "
                              "learned from completed units)")
+    parser.add_argument("--shed-doomed", action="store_true",
+                        help="also shed a waiting request once its predicted answer at the "
+                             "present load is past its deadline (EngineConfig.shed_doomed)")
     parser.add_argument("--compare-sim", action="store_true",
                         help="also run the simulator on the same policy, workload, table, "
                              "seed and slots, and report its attainment")
@@ -253,7 +256,8 @@ def build_engine(args: argparse.Namespace, backend: Backend | None = None
                         rate_correction=getattr(args, "rate_correction", True),
                         delta=2 * args.link_ms * 1e-3,
                         phase_spread=bool(getattr(args, "phase_spread", False)),
-                        max_batch=getattr(args, "max_batch", 1))
+                        max_batch=getattr(args, "max_batch", 1),
+                        shed_doomed=bool(getattr(args, "shed_doomed", False)))
     config = (ablation_config(args.ablation, base) if getattr(args, "ablation", None)
               else mode_config(args.engine, base))
     note = config.action_worker_note(getattr(args, "action_processes", 0)) if on_cpu else None

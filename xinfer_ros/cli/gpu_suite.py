@@ -4,12 +4,19 @@ Builds the model once (the real-shape ``pi0`` preset in bfloat16 by default) and
 one request end to end. Then three groups of closed-loop engine runs with that torch
 backend, each on a rate table calibrated the way it serves:
 
-1. the Action loop compiled (``--compile``, CUDA graphs by default) on one Action lane
-   (``--compiled-slots``), async against serial at every ``--robots``: what a GPU
-   should serve with. The first H200 run (docs/BENCHMARKS.md, "On one H200") found the
-   eager Action unit launch-bound at about 0.5 s, slower than every budget, and CUDA
-   graphs 13x faster;
-2. the eager Action loop, async against serial at ``--eager-robots``;
+1. the Action loop compiled (``--compile``, CUDA graphs by default) on one Action lane,
+   async on each ``--compiled-slots`` layout against serial at every ``--robots``: what
+   a GPU should serve with. The first H200 run (docs/BENCHMARKS.md, "On one H200") found
+   the eager Action unit launch-bound at about 0.5 s, slower than every budget, and CUDA
+   graphs 13x faster; on one H100 (2026-12-06) async on 4,4,1 answered nothing from 16
+   robots where serial served 6 a second, with ViT and Prefill units 7-12x slower than
+   alone, so the default layouts also run 2,2,1 and 1,1,1 (a pipeline), and 4,4,1 once
+   more with ``shed_doomed`` (``--doomed-slots``: waiting requests predicted to answer
+   past their deadline are shed before their early stages slow the others; in
+   emulation on that H100's table it turned 4.0-5.0 on-time answers a second at 16
+   robots into 8.5-10.0, serial 7.0-8.9: docs/BENCHMARKS.md 4.6);
+2. the eager Action loop, async against serial at ``--eager-robots`` (none by default:
+   three leases measured it, async level with serial in answers and none on time);
 3. the eager async engine with batches of up to ``--max-batch`` units per stage at
    ``--arm-robots``: one interleaved run (``xinfer-bench engine --interleave``) of the
    saturation switch the shipped configuration serves, pinned unbatched, pinned
@@ -47,7 +54,8 @@ from xinfer_ros.engine.engine import StageEngine
 from xinfer_ros.engine.types import EngineConfig
 from xinfer_ros.model.presets import COMPILE_MODES
 
-__all__ = ["DRY_RUN_ARM_ROBOTS", "DRY_RUN_COMPILE", "DRY_RUN_ROBOTS", "build_parser", "main"]
+__all__ = ["COMPILED_LAYOUTS", "DOOMED_LAYOUTS", "DRY_RUN_ARM_ROBOTS", "DRY_RUN_COMPILE",
+           "DRY_RUN_ROBOTS", "build_parser", "main"]
 
 #: Fleets of a dry run: the CPU serves pi0-tiny to a few robots at most.
 DRY_RUN_ROBOTS = (2, 4)
@@ -55,6 +63,14 @@ DRY_RUN_ROBOTS = (2, 4)
 DRY_RUN_ARM_ROBOTS = (4,)
 #: What a dry run compiles with where CUDA graphs were asked for: they need CUDA.
 DRY_RUN_COMPILE = "on"
+#: Units of each stage the eager and batched groups' calibrations measure side by side
+#: (the batched group's lanes on 4,4,8 slots in batches of 4 are 1,1,2).
+DEFAULT_CALIB_BOUNDS = (2, 2, 2)
+#: The first group's async slot layouts: the paper's 4 ViT and Prefill slots, the 2 a
+#: stage's calibration measures at most, and one unit a stage.
+COMPILED_LAYOUTS: tuple[tuple[int, int, int], ...] = ((4, 4, 1), (2, 2, 1), (1, 1, 1))
+#: The first group's async layouts run once more with ``shed_doomed``.
+DOOMED_LAYOUTS: tuple[tuple[int, int, int], ...] = ((4, 4, 1),)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16",
                    help="parameter dtype (the flow stays float32; docs/PI0.md)")
-    p.add_argument("--robots", type=int, nargs="+", default=[8, 16, 24, 32])
+    p.add_argument("--robots", type=int, nargs="+", default=[8, 16])
     p.add_argument("--engines", nargs="+", default=["async", "serial"])
     p.add_argument("--workload", default="phases")
     p.add_argument("--policy", default="xinfer")
@@ -73,9 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--compile", choices=COMPILE_MODES, default="cudagraphs",
                    help="Action loop of the first group (off: that group runs eager)")
-    p.add_argument("--compiled-slots", type=stage_counts(1), default=(4, 4, 1),
-                   help="V,P,A slots of the first group (CUDA graphs allow one Action lane)")
-    p.add_argument("--eager-robots", type=int, nargs="*", default=[16],
+    p.add_argument("--compiled-slots", type=stage_counts(1), nargs="+",
+                   default=list(COMPILED_LAYOUTS), metavar="V,P,A",
+                   help="the first group's async arms, one per V,P,A slot layout (CUDA "
+                        "graphs allow one Action lane)")
+    p.add_argument("--doomed-slots", type=stage_counts(1), nargs="*",
+                   default=list(DOOMED_LAYOUTS), metavar="V,P,A",
+                   help="the first group's async arms with EngineConfig.shed_doomed, one per "
+                        "layout (none: no such arm)")
+    p.add_argument("--eager-robots", type=int, nargs="*", default=[],
                    help="robot counts of the eager group (none: no such group)")
     p.add_argument("--max-batch", type=int, default=4, metavar="N",
                    help="batches of up to N units per stage in the last group (1: no such "
@@ -133,16 +155,17 @@ def _bench_args(ns: argparse.Namespace, robots: int, engine: str, table: Path,
 
 
 def _calibrate(backend: Backend, ns: argparse.Namespace, max_batch: int, tag: str,
-               action_lanes: int = 2) -> dict[str, Any]:
+               lanes: tuple[int, int, int] = DEFAULT_CALIB_BOUNDS) -> dict[str, Any]:
     """Calibrate a table for ``max_batch`` and write it under ``ns.out``.
 
-    ``action_lanes`` bounds the Action units measured at once: one where the Action
-    loop replays CUDA graphs, which a second lane may not share.
+    ``lanes``: the most units of each stage measured side by side, the lanes the
+    table's runs serve on (beyond them the predictor clips; one Action lane where the
+    Action loop replays CUDA graphs, which a second lane may not share).
     """
     t0 = time.perf_counter()
     # With batches, one more same-stage unit measures a batch of max_batch on Action
     # (the dry run's one lane per stage would otherwise never batch).
-    bounds = (1, 1, 1) if ns.dry_run else (2, 2, action_lanes)
+    bounds = (1, 1, 1) if ns.dry_run else lanes
     extra = 1 if max_batch > 1 else 0
     settings = CalibrationSettings(bounds=(bounds[0], bounds[1], bounds[2] + extra),
                                    max_units=ns.calib_max_units + extra,
@@ -178,9 +201,10 @@ def _settle(ns: argparse.Namespace) -> None:
         ns.calib_window, ns.calib_max_units = min(ns.calib_window, 0.1), min(ns.calib_max_units, 2)
     # The engine's own rule (one Action lane per slot, unbatched), checked before the
     # model is built rather than after minutes of compiling.
-    if ns.compile == "cudagraphs" and ns.compiled_slots[2] != 1:
+    wrong = [slots for slots in [*ns.compiled_slots, *ns.doomed_slots] if slots[2] != 1]
+    if ns.compile == "cudagraphs" and wrong:
         raise SystemExit("--compile cudagraphs needs one Action slot, got --compiled-slots "
-                         + ",".join(map(str, ns.compiled_slots)))
+                         + " ".join(",".join(map(str, slots)) for slots in wrong))
 
 
 class _Suite:
@@ -209,8 +233,9 @@ class _Suite:
             return False
         return True
 
-    def calibrated(self, max_batch: int, tag: str, action_lanes: int = 2) -> Path:
-        calib = _calibrate(self.backend, self.ns, max_batch, tag, action_lanes)
+    def calibrated(self, max_batch: int, tag: str,
+                   lanes: tuple[int, int, int] = DEFAULT_CALIB_BOUNDS) -> Path:
+        calib = _calibrate(self.backend, self.ns, max_batch, tag, lanes)
         self.report["calibration"].append({**calib, "table": calib["table"].name})
         self.report["steps"]["calibrate_s"] = sum(
             c["seconds"] for c in self.report["calibration"])
@@ -220,9 +245,10 @@ class _Suite:
 
     def bench(self, robots: int, label: str, engine: str, table: Path, *,
               slots: tuple[int, int, int] | None = None, max_batch: int = 1,
-              interleave: float = 0.0) -> None:
+              interleave: float = 0.0, shed_doomed: bool = False) -> None:
         args = _bench_args(self.ns, robots, engine, table, "torch", slots=slots,
                            max_batch=max_batch)
+        args.shed_doomed = shed_doomed
         if interleave > 0:
             args.policy = "xinfer_batch_switch"
             args.interleave, args.interleave_arms = interleave, ("off", "on", "auto")
@@ -253,13 +279,23 @@ class _Suite:
         print(f"[suite] Action loop compiled ({ns.compile}) in "
               f"{self.report['steps']['compile_s']:.1f} s", flush=True)
         try:
-            # Calibrate no more Action units at once than the group's lanes run.
-            table = self.calibrated(1, f"_{ns.compile}",
-                                    action_lanes=min(ns.compiled_slots[2], 2))
+            # As many units side by side as the widest layout runs (the predictor
+            # cannot see a lane past its table's bounds: StageEngine warns of it).
+            layouts = [*ns.compiled_slots, *ns.doomed_slots]
+            widest = (max(slots[0] for slots in layouts), max(slots[1] for slots in layouts),
+                      max(slots[2] for slots in layouts))
+            table = self.calibrated(1, f"_{ns.compile}", widest)
             for robots in ns.robots:
                 for engine in ns.engines:
-                    self.bench(robots, f"{engine}+compile-{ns.compile}", engine, table,
-                               slots=ns.compiled_slots)
+                    # Serial runs one unit at a time whatever the slots: once a count.
+                    arms = ([(slots, False) for slots in ns.compiled_slots]
+                            + [(slots, True) for slots in ns.doomed_slots]
+                            if engine != "serial" else [(ns.compiled_slots[0], False)])
+                    for slots, doomed in arms:
+                        at = ("@" + ",".join(map(str, slots)) if len(arms) > 1 else "")
+                        self.bench(robots, f"{engine}+compile-{ns.compile}{at}"
+                                   + ("+shed-doomed" if doomed else ""), engine, table,
+                                   slots=slots, shed_doomed=doomed)
         finally:
             self.backend.set_compile("off")
 

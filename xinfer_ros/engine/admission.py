@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -198,6 +199,18 @@ class LiveTable:
             for live in expired:
                 self._detach(live)
         return expired
+
+    def take_doomed(self, finish: Callable[[LiveRequest], float]) -> list[LiveRequest]:
+        """Detach and return idle requests whose predicted ``finish`` is past their expiry.
+
+        ``finish`` is called with the table's lock held, on idle requests only.
+        """
+        with self._lock:
+            doomed = [lv for lv in self._live.values()
+                      if lv.idle and lv.drop is None and finish(lv) > lv.expires_at]
+            for live in doomed:
+                self._detach(live)
+        return doomed
 
     def retire(self, live: LiveRequest, status: Status) -> None:
         """Detach a finished request and count its status."""

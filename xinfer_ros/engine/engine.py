@@ -178,6 +178,7 @@ class StageEngine:
         self.rate_correction: RateCorrection | None = (
             RateCorrection() if self.config.rate_correction else None)
         self.policy: Policy = self._build_policy(policy)
+        self._note_lanes_past_bounds()
         #: Old policies still serving their live requests after a switch.
         self._draining: list[Policy] = []
         self.audit = PredictionAudit(self.config.sample_period_s,
@@ -281,6 +282,27 @@ class StageEngine:
         if self.rate_correction is not None:
             policy.predictor.set_correction(self.rate_correction)
         return policy
+
+    def _note_lanes_past_bounds(self) -> None:
+        """Warn when a stage runs more lanes than its rate table measured side by side.
+
+        Beyond the table's bounds the predictor takes the rate at the bound (Eq. 8
+        clipping): a fourth ViT lane on a table calibrated with two costs the other
+        units nothing in its eyes, so neither admission nor shedding sees it. On one
+        H100 the async engine on 4,4,1 lanes with a 2,2,1 table ran ViT and Prefill
+        units 7-12x slower than alone and answered nothing from 16 robots
+        (docs/BENCHMARKS.md 1.5).
+        """
+        cfg, bounds = self.config, self.policy.predictor.bounds
+        lanes = tuple(cfg.lanes(s) if cfg.intra_stage else 1 for s in range(3))
+        if all(n <= c for n, c in zip(lanes, bounds, strict=True)):
+            return
+        self._note("the engine runs up to %s lanes per stage (ViT, Prefill, Action) but its "
+                   "rate table measured at most %s side by side: beyond that the predictor "
+                   "takes the rate at the bound and cannot see what the extra units cost; "
+                   "calibrate with those bounds or serve on fewer slots",
+                   ",".join(map(str, lanes)), ",".join(map(str, bounds)),
+                   level=logging.WARNING)
 
     def _switches(self, policy: str) -> bool:
         """Whether ``policy`` (a name) batches only when saturated (``batch_when``)."""
@@ -770,7 +792,21 @@ class StageEngine:
             live.drop = (Status.SHED, f"deadline passed while waiting for a stage "
                                       f"(budget {live.budget * MS_PER_S:.0f} ms)")
             self._on_drop(live)
-        return bool(expired)
+        doomed = (self._table.take_doomed(lambda live: self._predicted_finish(live, now))
+                  if self.config.shed_doomed else [])
+        for live in doomed:
+            live.drop = (Status.SHED, f"predicted to answer after its deadline at the "
+                                      f"present load (budget {live.budget * MS_PER_S:.0f} ms)")
+            self._on_drop(live)
+        return bool(expired or doomed)
+
+    @staticmethod
+    def _predicted_finish(live: LiveRequest, now: float) -> float:
+        """When ``live``'s policy predicts its answer at the load running now (s)."""
+        policy = live.policy
+        if policy is None or live.rid not in policy.requests:
+            return -math.inf
+        return now + policy.remaining_time(live.rid, now)
 
     def _on_policy(self, new: Policy, fut: Future[str]) -> None:
         old = self.policy

@@ -50,7 +50,7 @@ def build_engine(p: Mapping[str, Any], io: ModelIO) -> StageEngine:
                           max_batch=p["torch.max_batch"] if backend_name == "torch" else 1,
                           batch_when=(p["torch.batch_when"] if backend_name == "torch"
                                       else "always"),
-                          fast_path=p["fast_path"],
+                          fast_path=p["fast_path"], shed_doomed=p["shed_doomed"],
                           lazy_slots=p[f"{backend_name}.lazy_slots"])
     if slots != [0]:
         config = replace(config, slots=(slots[0], slots[1], slots[2]))

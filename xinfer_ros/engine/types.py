@@ -89,6 +89,12 @@ class EngineConfig:
             at once and can send a fresh request. Running units are not interrupted.
             A budget shorter than a request's service alone (R_j(0)) counts from the
             earliest answer the device allows, i.e. R_j(0) later.
+        shed_doomed: with ``shed_expired``, a request waiting for a stage is also shed
+            as soon as the policy's predictor puts its answer past that expiry at the
+            load running now (``now + R_j(n)``, no queueing counted): it would be shed
+            at a later stage boundary anyway, after its early stages had slowed the
+            units of requests that can still be on time. Under overload a slack-ordered
+            policy otherwise launches the requests nearest their deadlines first.
         cpu_workers: threads of the CPU pool (preparation and output processing).
         intra_stage: M: more than one unit of a stage may run at once.
         cpu_overlap: C: CPU preparation/output may overlap model work.
@@ -147,6 +153,7 @@ class EngineConfig:
     overflow: Overflow = Overflow.REJECT
     supersede: bool = True
     shed_expired: bool = True
+    shed_doomed: bool = False
     cpu_workers: int = 2
     intra_stage: bool = True
     cpu_overlap: bool = True
@@ -173,6 +180,9 @@ class EngineConfig:
             raise ValueError(f"cpu_workers must be >= 1, got {self.cpu_workers!r}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch!r}")
+        if self.shed_doomed and not self.shed_expired:
+            raise ValueError("shed_doomed needs shed_expired: without it no waiting request "
+                             "is shed at all")
         check_lazy_slots(self.lazy_slots)
         if self.batch_when not in BATCH_WHEN:
             raise ValueError(f"batch_when must be one of {', '.join(BATCH_WHEN)}, "

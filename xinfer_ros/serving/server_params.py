@@ -155,6 +155,10 @@ PARAMS = [
     ParamSpec("fast_path", True,
               "run a request that finds the engine idle through its stages back to back on "
               "one thread, without the dispatcher's hand-offs (CPU backends)"),
+    ParamSpec("shed_doomed", False,
+              "also shed a waiting request as soon as its predicted answer at the present "
+              "load is past its deadline, before its early stages slow requests that can "
+              "still be on time (for a device far past saturation, e.g. a GPU fleet)"),
     ParamSpec("phase_spread", False,
               "hold responses later than T_E, within their deadline, so robots' next sends "
               "spread over the period"),

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The shipped configuration (sw: xinfer by name with torch.max_batch 4 and batch_when
+# saturated, i.e. the saturation switch on 4,4,8) beside unbatched XInfer on 1,1,2 (unb)
+# and lane batching (lane: xinfer with max_batch 4 on 4,4,8, batching whenever units
+# wait), all on the shipped table, separate runs with the speed probe, the arms' order
+# rotated each round. Run from the repository root:
+#   OUT=/work/runs/shipped ./docs/data/cpu-2026-12-06-shipped/block.sh
+# then: xinfer-bench compare $OUT/*.json --candidate sw [--figure goodput_rps]
+set -u
+out=${OUT:?}; mkdir -p "$out"
+export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ROS_DOMAIN_ID=72
+C="--backend torch --model pi0-tiny --workload phases --duration 40 --warmup 10 --action-processes 2 --rate-table config/rate_table_cpu_pi0_tiny_batch4_factors.json"
+orders=("unb lane sw" "lane sw unb" "sw unb lane")
+for robots in ${COUNTS:-12 8}; do
+  for round in 0 1 2; do
+    for a in ${orders[$round]}; do
+      case $a in
+        unb) args="--policy xinfer --slots 1,1,2";;
+        lane) args="--policy xinfer --slots 4,4,8 --max-batch 4";;
+        sw) args="--policy xinfer_batch_switch --slots 4,4,8 --max-batch 4";;
+      esac
+      name=p${robots}_r$((round + 1))_$a
+      .venv/bin/xinfer-bench engine $C --robots $robots $args --arm $a --json "$out/$name.json" > "$out/$name.log" 2>&1
+      echo "$(date +%T) $name rc=$?"
+    done
+  done
+done
+echo DONE
