@@ -40,7 +40,8 @@
 # segment, s, default 2; 0: one lane-batched run instead), PYTHON.
 # The 2026-12-04 run (eager only) took 402 s, the device's start not counted; the
 # 2026-12-06 H100 run (then with 24 and 32 robots and the eager group) hit the suite's
-# 450 s timeout in group 3, which these defaults leave about 80 s of room for.
+# 450 s timeout in group 3; these defaults should end about 50 s before it (build 18 s,
+# compile 75 s, calibrations about 150 s, 11 runs of about 13 s).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
