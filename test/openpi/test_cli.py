@@ -52,11 +52,13 @@ def test_serve_builds_the_engine_the_parameter_file_describes(tmp_path: Path) ->
     params = tmp_path / "server.yaml"
     params.write_text(
         "inference_server:\n  ros__parameters:\n    backend: emulated\n"
-        "    policy: edf\n    max_live_requests: 9\n    emulated:\n      slots: [2, 2, 3]\n")
+        "    policy: edf\n    max_live_requests: 9\n    shed_doomed: true\n"
+        "    emulated:\n      slots: [2, 2, 3]\n")
     p = server_params(build_parser().parse_args(["--openpi", "--params-file", str(params)]))
     engine = _build_engine(p)
     try:
         assert engine.config.slots == (2, 2, 3) and engine.config.max_live == 9
+        assert engine.config.shed_doomed  # off unless the file says so
         assert engine.policy.name == "edf" and engine.backend.emulated
     finally:
         engine.close(drain_timeout=0.1)

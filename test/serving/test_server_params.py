@@ -16,6 +16,7 @@ def test_the_shipped_fleet_configuration_reads_without_an_unknown_key() -> None:
     assert p["model"] == "pi0-tiny" and p["torch.slots"] == [4, 4, 8]
     # Batching where the backend can, only once saturated (issue 28).
     assert (p["torch.max_batch"], p["torch.batch_when"]) == (4, "saturated")
+    assert p["shed_doomed"] is False  # for fleets far past capacity only
     # Parameters the file does not give are the node's defaults.
     defaults = {spec.name: spec.default for spec in PARAMS}
     assert p["strict_image_size"] is defaults["strict_image_size"]
