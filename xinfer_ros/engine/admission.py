@@ -193,24 +193,24 @@ class LiveTable:
 
     def take_expired(self, now: float) -> list[LiveRequest]:
         """Detach and return idle requests whose expiry (:func:`expiry`) passed before ``now``."""
-        with self._lock:
-            expired = [lv for lv in self._live.values()
-                       if lv.idle and lv.drop is None and now > lv.expires_at]
-            for live in expired:
-                self._detach(live)
-        return expired
+        return self._take_idle_past_expiry(lambda live: now)
 
     def take_doomed(self, finish: Callable[[LiveRequest], float]) -> list[LiveRequest]:
         """Detach and return idle requests whose predicted ``finish`` is past their expiry.
 
         ``finish`` is called with the table's lock held, on idle requests only.
         """
+        return self._take_idle_past_expiry(finish)
+
+    def _take_idle_past_expiry(self, when: Callable[[LiveRequest], float]
+                               ) -> list[LiveRequest]:
+        """Detach and return idle, undropped requests with ``when(live)`` past their expiry."""
         with self._lock:
-            doomed = [lv for lv in self._live.values()
-                      if lv.idle and lv.drop is None and finish(lv) > lv.expires_at]
-            for live in doomed:
+            taken = [lv for lv in self._live.values()
+                     if lv.idle and lv.drop is None and when(lv) > lv.expires_at]
+            for live in taken:
                 self._detach(live)
-        return doomed
+        return taken
 
     def retire(self, live: LiveRequest, status: Status) -> None:
         """Detach a finished request and count its status."""

@@ -787,18 +787,16 @@ class StageEngine:
         Returns:
             Whether any request was shed.
         """
-        expired = self._table.take_expired(now)
-        for live in expired:
-            live.drop = (Status.SHED, f"deadline passed while waiting for a stage "
-                                      f"(budget {live.budget * MS_PER_S:.0f} ms)")
+        shed = [(live, "deadline passed while waiting for a stage")
+                for live in self._table.take_expired(now)]
+        if self.config.shed_doomed:
+            shed += [(live, "predicted to answer after its deadline at the present load")
+                     for live in self._table.take_doomed(
+                         lambda live: self._predicted_finish(live, now))]
+        for live, why in shed:
+            live.drop = (Status.SHED, f"{why} (budget {live.budget * MS_PER_S:.0f} ms)")
             self._on_drop(live)
-        doomed = (self._table.take_doomed(lambda live: self._predicted_finish(live, now))
-                  if self.config.shed_doomed else [])
-        for live in doomed:
-            live.drop = (Status.SHED, f"predicted to answer after its deadline at the "
-                                      f"present load (budget {live.budget * MS_PER_S:.0f} ms)")
-            self._on_drop(live)
-        return bool(expired or doomed)
+        return bool(shed)
 
     @staticmethod
     def _predicted_finish(live: LiveRequest, now: float) -> float:
