@@ -800,3 +800,50 @@ def test_the_switch_follows_new_slots():
     p.set_slots((8, 8, 16))
     assert p._meter.lanes == (2, 2, 4)
     assert len(launched(p, [2.0] * 3)) == 2  # two ViT lanes, unsaturated
+
+
+def _first_limit(name: str, budget: float, *, pin: bool, t: float = 1.0) -> int:
+    """One request's ViT launch on a fresh policy pinned saturated or not: its limit."""
+    p = make_policy_named(name)
+    p.pin_saturation(pin)
+    out = p.on_arrival(Request(0, "r0", arrival=t, budget=budget), t)
+    (launch,) = out.launches
+    return launch.batch_limit
+
+
+def test_saturated_tight_requests_get_the_largest_batch_that_keeps_them_on_time():
+    name = "xinfer_batch_switch_tight"
+    p = make_policy_named(name)
+    rest, extra = p._rest_alone_and_batched(p._meter.unit_times(1.0))  # type: ignore[union-attr]
+    probe = Request(0, "r0", arrival=1.0, budget=1.0)
+    lead = probe.deadline - 1.0 - 1.0  # deadline − arrival − budget
+    for k in (1, 2, 3):  # the middle of each batch size's band of budgets
+        spare = (extra[k - 1][Stage.VIT] + extra[k][Stage.VIT]) / 2
+        assert _first_limit(name, rest[Stage.VIT] + spare - lead, pin=True) == k
+    assert _first_limit(name, 0.40, pin=True) == 0  # relaxed: a full batch is on time
+    assert _first_limit(name, rest[Stage.VIT] - lead - 0.005, pin=True) == 0  # late alone
+    tight = rest[Stage.VIT] + extra[0][Stage.VIT] / 2 - lead + 0.001
+    assert _first_limit(name, tight, pin=True) == 1
+    assert _first_limit(name, tight, pin=False) == 0  # unsaturated: the lanes spread
+    assert _first_limit("xinfer_batch_switch", tight, pin=True) == 0  # the plain switch
+
+
+def test_the_rest_alone_and_the_batch_extra_are_suffix_sums_of_the_unit_times():
+    p = make_policy_named("xinfer_batch_switch_tight")
+    cost = p.batch_cost
+    assert cost is not None
+    unit = (0.004, 0.007, 0.050)
+    f = [cost.durations(s, (0, 0, 0))[3] / cost.durations(s, (0, 0, 0))[0] for s in range(3)]
+    per = [unit[s] * (f[s] - 1.0) for s in range(3)]
+    rest, extra = p._rest_alone_and_batched(unit)
+    out = p.predictor.h_out
+    assert rest == pytest.approx((out + sum(unit), out + unit[1] + unit[2], out + unit[2]))
+    assert len(extra) == 4 and extra[0] == (0.0, 0.0, 0.0)
+    assert extra[3] == pytest.approx((sum(per), per[1] + per[2], per[2]))
+    assert min(per) > 0.0
+
+
+def test_tight_alone_needs_the_switch():
+    with pytest.raises(ValueError, match="tight_alone needs saturation_switch"):
+        XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
+                     tight_alone=True)  # type: ignore[arg-type]

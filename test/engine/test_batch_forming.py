@@ -562,6 +562,24 @@ def test_the_saturation_switch_batches_on_the_engine_only_when_saturated(saturat
     assert table + 0.01 < summary["unit_s"][Stage.ACTION] < table + 0.03 * 4, summary
 
 
+def test_a_saturated_switch_runs_a_tight_request_alone_and_batches_the_relaxed_ones() -> None:
+    """tight_alone, pinned saturated: the tight request (on time alone, late in full
+    batches by the table) runs every stage in a forward of its own; the relaxed ones
+    still batch."""
+    policy = XInferPolicy(rate_table=BATCH4, slots=(4, 4, 8), max_batch=4,
+                          saturation_switch=True, tight_alone=True)
+    policy.pin_saturation(True)
+    clock = Clock(1.0)
+    backend = BatchingEmulated(BATCH4, clock)
+    engine = StageEngine(backend, policy, CONFIG, rate_table=BATCH4, clock=clock)
+    # About 25 ms of slack alone, where full batches add about 33 ms by this table.
+    budgets = [2.0, 2.0, BATCH4.isolated_request_s + CONFIG.delta + 0.025, 2.0, 2.0]
+    tight = _serve(engine, budgets)[2].request_id
+    sizes = {stage: len(ids) for stage, (ids, _) in _starts(backend, tight).items()}
+    assert sizes == {Stage.VIT: 1, Stage.PREFILL: 1, Stage.ACTION: 1}, backend.batches
+    assert max(len(ids) for stage, ids, _ in backend.batches if stage is Stage.ACTION) > 1
+
+
 @pytest.mark.parametrize("pin", [False, True], ids=["pinned-off", "pinned-on"])
 def test_a_pinned_switch_serves_its_pin_whatever_its_meter_reads(pin: bool) -> None:
     """The band of each case says the opposite of the pin (near 0: saturated; the

@@ -71,6 +71,28 @@ def test_a_spreading_queue_gives_each_lane_its_share_of_the_waiting_units() -> N
         BatchQueue(4, lambda _stage, _live: "k", lanes=(1, 0, 2))
 
 
+def test_tight_units_go_first_in_launch_order_with_tight_mates_within_every_limit() -> None:
+    q = BatchQueue(4, lambda _stage, live: live[0], lanes=(1, 1, 2))
+    for live in ("a1", "a2"):
+        q.put(Stage.ACTION, live, 0.0)
+    q.put(Stage.ACTION, "a-tight-alone", 0.1, limit=1)
+    q.put(Stage.ACTION, "a3", 0.2)
+    q.put(Stage.ACTION, "a-tight-3", 0.3, limit=3)
+    q.put(Stage.ACTION, "b-tight-3", 0.3, limit=3)  # another key: not a mate
+    q.put(Stage.ACTION, "a-tight-2", 0.4, limit=2)
+    q.put(Stage.ACTION, "a-tight-4", 0.5, limit=4)
+    # Ahead of every ordinary unit, in launch order; a tight unit's limit bounds its
+    # forward (alone at 1), and its mates are tight units of its key only.
+    assert [w.live for w in q.take(Stage.ACTION)] == ["a-tight-alone"]
+    assert [w.live for w in q.take(Stage.ACTION)] == ["a-tight-3", "a-tight-2"]
+    assert [w.live for w in q.take(Stage.ACTION)] == ["b-tight-3"]
+    assert [w.live for w in q.take(Stage.ACTION)] == ["a-tight-4"]
+    assert [w.live for w in q.take(Stage.ACTION)] == ["a1", "a2", "a3"]
+    q.put(Stage.ACTION, "d", 0.4, spread=True)
+    q.put(Stage.ACTION, "e", 0.5, limit=1, spread=True)
+    assert [[w.live for w in q.take(Stage.ACTION)] for _ in range(3)] == [["e"], ["d"], []]
+
+
 def test_units_without_a_key_run_alone() -> None:
     q = BatchQueue(4, lambda _stage, _live: None)
     for i in range(3):

@@ -233,6 +233,37 @@ def test_the_saturation_switch_runs_unbatched_xinfer_until_saturated_then_lane_b
     assert high.goodput_rps > unbatched.goodput_rps
 
 
+def test_the_tight_switch_runs_its_tight_units_alone_in_the_simulator():
+    """``xinfer_batch_switch_tight`` at 12 robots, saturated: tight units ran in
+    forwards within their limits, and the others still batched."""
+    sim = Simulation(cfg(policy="xinfer_batch_switch_tight", robots=12, duration=20.0,
+                         window=(5.0, 20.0)))
+    gpu = sim.gpu
+    issue = gpu.issue
+    tight: list = []
+    sizes: list[int] = []
+    pop = gpu.pop_finished
+
+    def spy_issue(key, stage, t, **kw):
+        unit = issue(key, stage, t, **kw)
+        if kw.get("limit"):
+            tight.append(unit)
+        return unit
+
+    def spy_pop(t):
+        unit = pop(t)
+        sizes.append(unit.batch)
+        return unit
+
+    gpu.issue = spy_issue
+    gpu.pop_finished = spy_pop
+    metrics = sim.run().metrics
+    assert metrics.responses > 0 and len(tight) > 10
+    assert all(1 <= u.batch <= u.limit for u in tight)
+    assert any(u.batch == 1 for u in tight)
+    assert max(sizes) > 1
+
+
 @pytest.mark.parametrize(("slots", "lanes"), [((4, 4, 8), (1, 1, 2)), ((8, 8, 8), (2, 2, 2))],
                          ids=["one-lane-vit", "two-lanes-a-stage"])
 def test_the_switch_never_saturated_is_unbatched_xinfer_on_its_lanes_exactly(slots, lanes):

@@ -128,6 +128,38 @@ def test_a_unit_waits_for_a_lane_and_starts_with_the_waiting_ones() -> None:
         full.issue("y", 1, 0.0)
 
 
+def test_tight_units_take_the_next_lane_with_tight_mates_within_their_limits() -> None:
+    w = (0.010, 0.010, 0.010)
+    gpu = BatchedGpuModel(_rate, w, (0.0, 0.0, 0.0), (8, 8, 8), max_batch=8)
+    assert gpu.lanes[0] == 1
+    gpu.issue("a", 0, 0.0)  # the one ViT lane
+    for key in ("b", "c"):
+        gpu.issue(key, 0, 0.002)
+    gpu.issue("t", 0, 0.003, limit=2)  # queued ahead of b and c, though later
+    gpu.issue("u", 0, 0.004, limit=3)
+    gpu.issue("v", 0, 0.005, limit=1)  # the pair's limit leaves it out
+    assert gpu.pop_finished(0.010).key == "a"
+    assert gpu.units["t"].batch == gpu.units["u"].batch == 2
+    assert gpu.units["t"].started == 0.010
+    assert gpu.next_finish == pytest.approx(0.025)  # 10 ms at rate 1/1.5
+    assert {gpu.pop_finished(0.025).key for _ in range(2)} == {"t", "u"}
+    assert gpu.units["v"].batch == 1 and gpu.units["v"].started == 0.025
+    assert gpu.pop_finished(gpu.next_finish).key == "v"
+    assert gpu.units["b"].batch == gpu.units["c"].batch == 2  # then the ordinary ones
+    # Every lane taken by a batch opened this instant: the tight unit takes its lane
+    # and the batch's members wait again, as the engine's lane, started once the whole
+    # decision is queued, would take the tight unit first; a tight mate launched at
+    # that instant joins it within its limit.
+    gpu2 = BatchedGpuModel(_rate, w, (0.0, 0.0, 0.0), (8, 8, 8), max_batch=8)
+    for key in ("x", "y"):
+        gpu2.issue(key, 1, 1.0)
+    gpu2.issue("z", 1, 1.0, limit=2)
+    gpu2.issue("z2", 1, 1.0, limit=2)
+    gpu2.issue("z3", 1, 1.0, limit=2)  # the pair is full: it waits ahead of x and y
+    assert gpu2.units["z"].batch == gpu2.units["z2"].batch == 2 and gpu2.counts[1] == 5
+    assert [k for k, _ in _drain(gpu2)][:3] == ["z", "z2", "z3"]
+
+
 def test_batches_of_one_are_the_plain_gpu() -> None:
     rng = random.Random(3)
     plain, batched = (GpuModel(_rate, W, H, (2, 2, 3), noise=0.1, seed=4),

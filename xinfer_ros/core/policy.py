@@ -78,12 +78,18 @@ class Launch:
         stage: the stage to run.
         t: decision time; the unit counts as running from here.
         protected: True when the request was in the effective protected set H.
+        batch_limit: 0 when the unit batches as its lanes take it; k >= 1 when its
+            request is tight (``tight_alone``): it runs ahead of the stage's other
+            units, in a forward of at most k such units (1: alone).
     """
 
     request: Request
     stage: Stage
     t: float
     protected: bool = False
+    #: Tight (issue 28): ahead of the other units, in a forward of at most this many
+    #: tight units; 0: batches as the lanes take it.
+    batch_limit: int = 0
 
     @property
     def request_id(self) -> int:

@@ -141,6 +141,10 @@ ABLATIONS: Mapping[str, Mapping[str, object]] = {
     # Action lanes were about 0.9 busy on the CPU engine (docs/BENCHMARKS.md 5.3). It
     # sets how many units launch; the lanes batch them (it is no batch former).
     "xinfer_batch_switch": {"max_batch": 4, "saturation_switch": True},
+    # The switch whose saturated lanes run tight requests' units alone and first, and
+    # batch the others (XInferPolicy tight_alone).
+    "xinfer_batch_switch_tight": {"max_batch": 4, "saturation_switch": True,
+                                  "tight_alone": True},
     # XInfer on a device whose concurrent units slow each other (a CPU): spare slots
     # serve protected requests only (issue 27).
     "xinfer_lazy": {"lazy_slots": "stage"},
@@ -162,7 +166,8 @@ BATCH_FORMERS: frozenset[str] = frozenset({BATCH_FORMING, "xinfer_batch_nohold",
                                            "xinfer_batch_fill_slots_floors_fed",
                                            "xinfer_batch_contest", "xinfer_batch_margin",
                                            "xinfer_batch_contest_deferred",
-                                           "xinfer_batch_switch"})
+                                           "xinfer_batch_switch",
+                                           "xinfer_batch_switch_tight"})
 
 
 #: Names the ROS server and ``xinfer-fleet`` offer: the four policies of the paper's

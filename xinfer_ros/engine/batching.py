@@ -68,6 +68,8 @@ class Waiting:
         issued: engine time the policy launched the unit.
         key: its batch key (None: it runs alone).
         spread: whether its policy spread lanes when it was queued.
+        limit: 0, or (a tight unit, ``Launch.batch_limit``) the most units of its
+            forward, all tight.
     """
 
     live: LiveRequest
@@ -75,6 +77,9 @@ class Waiting:
     key: Hashable | None = None
     #: Whether its policy spread lanes when it launched: a batch it leads takes its share.
     spread: bool = False
+    #: Tight (``Launch.batch_limit``): queued ahead of the others, batched with tight
+    #: units only, at most this many; 0: an ordinary unit.
+    limit: int = 0
 
 
 class BatchQueue:
@@ -101,21 +106,35 @@ class BatchQueue:
         self._waiting: dict[Stage, deque[Waiting]] = {s: deque() for s in STAGES}
 
     def put(self, stage: Stage, live: LiveRequest, issued: float, *,
-            spread: bool = False) -> None:
+            spread: bool = False, limit: int = 0) -> None:
         """Queue a launched unit, with its batch key (the caller's thread computes it).
 
         ``spread``: whether its policy spread lanes when it launched the unit
         (``Policy.spreads_lanes``); the unit keeps it, so a later decision, or another
-        policy's, does not change how it batches.
+        policy's, does not change how it batches. ``limit`` (``Launch.batch_limit``): a
+        tight unit, queued behind the other tight units but ahead of every ordinary
+        one, so the stage's next free lane takes it, with tight mates only and at most
+        ``limit`` units in all.
         """
         key = _batch_key(self._key, stage, live) if self.max_batch > 1 else None
+        unit = Waiting(live, issued, key, spread, limit)
         with self._lock:
-            self._waiting[stage].append(Waiting(live, issued, key, spread))
+            waiting = self._waiting[stage]
+            if not limit:
+                waiting.append(unit)
+                return
+            at = 0
+            while at < len(waiting) and waiting[at].limit:
+                at += 1
+            waiting.insert(at, unit)
 
     def take(self, stage: Stage) -> list[Waiting]:
-        """The oldest waiting unit of ``stage`` and its batch mates (empty if none wait).
+        """The first waiting unit of ``stage`` and its batch mates (empty if none wait).
 
-        Mates share the oldest unit's batch key; units of other keys keep their place.
+        Tight units (``limit``) wait first, in launch order, then the others in theirs.
+        Mates share the first unit's batch key; units of other keys keep their place.
+        A tight unit's mates are tight units, and the batch holds no more units than
+        any member's limit.
         When the oldest unit was queued spreading, at most ``ceil(waiting / lanes)``
         units: with no more units waiting than lanes, each runs alone. Every waiting
         unit of the stage and all its lanes count, busy or not (the simulator's batched
@@ -133,9 +152,19 @@ class BatchQueue:
             if first.key is None:
                 return batch
             kept: deque[Waiting] = deque()
-            while waiting and len(batch) < size:
-                unit = waiting.popleft()
-                (batch if unit.key == first.key else kept).append(unit)
+            if first.limit:  # tight: mates from the tight units ahead, within every limit
+                size = first.limit
+                while waiting and waiting[0].limit and len(batch) < size:
+                    unit = waiting.popleft()
+                    if unit.key == first.key and len(batch) < unit.limit:
+                        batch.append(unit)
+                        size = min(size, unit.limit)
+                    else:
+                        kept.append(unit)
+            else:
+                while waiting and len(batch) < size:
+                    unit = waiting.popleft()
+                    (batch if unit.key == first.key else kept).append(unit)
             kept.extend(waiting)
             self._waiting[stage] = kept
             return batch

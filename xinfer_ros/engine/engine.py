@@ -895,7 +895,7 @@ class StageEngine:
         if formed:
             self._formed.put(s, live, now)
         else:
-            self._waiting.put(s, live, now, spread=spread)
+            self._waiting.put(s, live, now, spread=spread, limit=launch.batch_limit)
 
     def _start_formed(self, policy: XInferPolicy, now: float) -> None:
         """Hand free lanes the batches ``policy`` forms of its waiting units (issue 28)."""

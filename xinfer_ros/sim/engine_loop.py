@@ -332,7 +332,10 @@ class Simulation:
             cast(BatchedGpuModel, gpu).spread = self.policy.spreads_lanes()
         for launch in out.launches:
             s = int(launch.stage)
-            gpu.issue(launch.request.request_id, s, t)
+            if launch.batch_limit and isinstance(gpu, BatchedGpuModel):  # its lanes batch
+                gpu.issue(launch.request.request_id, s, t, limit=launch.batch_limit)
+            else:
+                gpu.issue(launch.request.request_id, s, t)
             pending[s] -= 1
         if self._flush is not None:
             self._flush(t)

@@ -63,6 +63,8 @@ class Unit:
         batch: Units in its forward (1 unbatched).
         spread: Whether its policy spread lanes when it was issued (a batched GPU's
             batch it leads takes its share of the waiting units).
+        limit: 0, or (a tight unit, ``Launch.batch_limit``; a batched GPU only) the
+            most units of its forward, all tight.
     """
 
     key: object
@@ -76,6 +78,7 @@ class Unit:
     started: float = 0.0
     batch: int = 1
     spread: bool = False
+    limit: int = 0
 
 
 class GpuModel:
@@ -253,6 +256,8 @@ class _Batch:
     #: Units issued at ``started`` may still join (a batch a lane started from the
     #: waiting units is closed: the engine's lane took them before any new launch).
     open: bool = True
+    #: 0: ordinary units; k: tight units only (``Unit.limit``), at most k.
+    cap: int = 0
     rate: float = 1.0
     last: float = 0.0
     finish: float = math.inf
@@ -331,19 +336,24 @@ class BatchedGpuModel(GpuModel):
         self.next_finish = nxt
         self._track_busy(t, bool(self._batches))
 
-    def _start(self, stage: int, units: list[Unit], t: float, *, open_: bool) -> None:
+    def _start(self, stage: int, units: list[Unit], t: float, *, open_: bool,
+               cap: int = 0) -> None:
         for u in units:
             u.compute_start = t + self._overhead[stage]
             u.started, u.batch = t, len(units)
         # One noise draw per batch: the batch is one forward.
         batch = _Batch(stage, t, t + self._overhead[stage],
                        self._work_of(stage, units[0].work, len(units)), list(units),
-                       open_, last=t)
+                       open_, last=t, cap=cap)
         self._batches.append(batch)
         self._running[stage] += len(units)
 
-    def issue(self, key: object, stage: int, t: float) -> Unit:
+    def issue(self, key: object, stage: int, t: float, *, limit: int = 0) -> Unit:
         """Start (or queue) a unit of ``stage`` for ``key`` at ``t``.
+
+        ``limit`` (``Launch.batch_limit``): a tight unit, which runs on the next free
+        lane before any ordinary unit, with tight mates only and at most ``limit``
+        units in all, as the engine's ``BatchQueue`` queues it.
 
         Raises:
             ValueError: If the stage has no free slot or ``key`` already runs.
@@ -354,25 +364,84 @@ class BatchedGpuModel(GpuModel):
             self._waiting[stage].append(unit)
             self._rerate(t)
             return unit
+        if limit:
+            unit.limit = limit
+            self._issue_tight(unit, t)
+            self._rerate(t)
+            return unit
         on_lanes = sum(b.stage == stage for b in self._batches)
-        joinable = [b for b in self._batches if b.open and b.stage == stage
+        joinable = [b for b in self._batches if b.open and b.stage == stage and not b.cap
                     and b.started == t and len(b.members) < self.max_batch]
         joined = (None if not joinable or (self.spread and on_lanes < self.lanes[stage])
                   else min(joinable, key=lambda b: len(b.members)) if self.spread
                   else joinable[0])
         if joined is not None:
-            joined.members.append(unit)
-            for member in joined.members:
-                member.batch = len(joined.members)
-            self._running[stage] += 1
-            # Joined at its start instant: no work done yet, so the size sets it afresh.
-            joined.work = self._work_of(stage, joined.members[0].work, len(joined.members))
+            self._join(joined, unit)
         elif on_lanes < self.lanes[stage]:
             self._start(stage, [unit], t, open_=True)
         else:
             self._waiting[stage].append(unit)
         self._rerate(t)
         return unit
+
+    def _join(self, batch: _Batch, unit: Unit) -> None:
+        """Add ``unit`` to ``batch``, which started at this instant."""
+        batch.members.append(unit)
+        for member in batch.members:
+            member.batch = len(batch.members)
+        self._running[batch.stage] += 1
+        # Joined at its start instant: no work done yet, so the size sets it afresh.
+        batch.work = self._work_of(batch.stage, batch.members[0].work, len(batch.members))
+
+    def _issue_tight(self, unit: Unit, t: float) -> None:
+        """Start tight ``unit`` on a lane, or queue it behind the tight units waiting.
+
+        It joins a tight batch opened at ``t`` that stays within every member's limit,
+        else takes a free lane. With every lane taken, an ordinary batch opened at ``t``
+        has done no work yet: the engine's lanes start once the whole decision is
+        queued, so the tight unit takes that lane and the batch's members wait again,
+        behind the tight units.
+        """
+        stage = unit.stage
+        fresh = [b for b in self._batches if b.stage == stage and b.open and b.started == t]
+        for b in fresh:
+            if b.cap and len(b.members) < min(b.cap, unit.limit):
+                b.cap = min(b.cap, unit.limit)
+                self._join(b, unit)
+                return
+        waiting = self._waiting[stage]
+        at = 0
+        while at < len(waiting) and waiting[at].limit:
+            at += 1
+        if sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
+            self._start(stage, [unit], t, open_=True, cap=unit.limit)
+            return
+        ordinary = [b for b in fresh if not b.cap]
+        if not ordinary:
+            waiting.insert(at, unit)
+            return
+        batch = ordinary[-1]
+        self._batches.remove(batch)
+        self._running[stage] -= len(batch.members)
+        for i, member in enumerate(batch.members):
+            member.batch = 1
+            waiting.insert(at + i, member)
+        self._start(stage, [unit], t, open_=True, cap=unit.limit)
+
+    def _take_tight(self, waiting: deque[Unit]) -> tuple[list[Unit], int]:
+        """The first waiting (tight) unit and its tight mates within every limit, and the cap."""
+        first = waiting.popleft()
+        units, cap = [first], first.limit
+        kept: list[Unit] = []
+        while waiting and waiting[0].limit and len(units) < cap:
+            u = waiting.popleft()
+            if len(units) < u.limit:
+                units.append(u)
+                cap = min(cap, u.limit)
+            else:
+                kept.append(u)
+        waiting.extendleft(reversed(kept))
+        return units, cap
 
     def pop_finished(self, t: float) -> Unit:
         """Retire one unit finishing at ``t``; a batch's units come out one per call."""
@@ -384,11 +453,15 @@ class BatchedGpuModel(GpuModel):
             self._done.extend(batch.members)
             waiting = self._waiting[batch.stage]
             if waiting and self.former is None:  # else the decision after this flushes
-                size = min(self.max_batch, len(waiting))
-                if waiting[0].spread:
-                    size = min(size, -(-len(waiting) // self.lanes[batch.stage]))
-                self._start(batch.stage, [waiting.popleft() for _ in range(size)],
-                            t, open_=False)
+                if waiting[0].limit:  # tight units wait ahead of the others
+                    units, cap = self._take_tight(waiting)
+                    self._start(batch.stage, units, t, open_=False, cap=cap)
+                else:
+                    size = min(self.max_batch, len(waiting))
+                    if waiting[0].spread:
+                        size = min(size, -(-len(waiting) // self.lanes[batch.stage]))
+                    self._start(batch.stage, [waiting.popleft() for _ in range(size)],
+                                t, open_=False)
         done = self._done.popleft()
         del self.units[done.key]
         self.counts[done.stage] -= 1
