@@ -483,12 +483,7 @@ class XInferPolicy(Policy):
         self._meter: SaturationMeter | None = None
         if self.saturation_switch:
             self._meter = SaturationMeter(self._lanes(), self._unit_alone, saturation)
-        self.tight_alone = bool(tight_alone)
-        #: With tight_alone, per stage s, read at each saturated decision from the
-        #: meter's unit times: the remaining time of a request about to run s if its
-        #: units run alone, and per batch size k (index k − 1) what batches of k from
-        #: s on add to it (zeros until then).
-        self._alone_rest, self._batch_extra = self._rest_alone_and_batched((0.0, 0.0, 0.0))
+        self._set_tight_alone(bool(tight_alone))
         #: Slots slot-aware admission sees per stage: the stage's slots, or with
         #: ``batch_under_pressure`` and no pressure, the gate's one unit per lane (with
         #: ``saturation_switch`` unsaturated, the stage's lanes).
@@ -755,6 +750,20 @@ class XInferPolicy(Policy):
             self.tracker.defer(req.request_id)
         return replace(launch, batch_limit=limit) if limit else launch
 
+    def _set_tight_alone(self, on: bool) -> None:
+        """Set ``tight_alone`` and the tables it reads (before the first decision)."""
+        self.tight_alone = on
+        top = self.batch_cost.max_batch if self.batch_cost is not None else 1
+        #: f_u(k) per stage u and batch size k (index k − 1), as the table states them
+        #: (no online correction yet): what tight_alone prices batches with.
+        self._table_factors = tuple(tuple(self._batch_factor(u, k) for k in range(1, top + 1))
+                                    for u in range(3))
+        #: Per stage s, read at each saturated decision from the meter's unit times:
+        #: the remaining time of a request about to run s if its units run alone, and
+        #: per batch size k (index k − 1) what batches of k from s on add to it (zeros
+        #: until then).
+        self._alone_rest, self._batch_extra = self._rest_alone_and_batched((0.0, 0.0, 0.0))
+
     def _tight_limit(self, req: Request, stage: Stage, t: float) -> int:
         """``tight_alone``, saturated: the most units ``req``'s ``stage`` unit may batch with.
 
@@ -786,13 +795,12 @@ class XInferPolicy(Policy):
         ``max_batch``, Σ over u ≥ s of ``unit[u]`` · (f_u(k) − 1) (what batches of k add
         to it, at the table's batch factors; 0 for k = 1).
         """
-        cost = self.batch_cost
-        top = cost.max_batch if cost is not None else 1
+        fv, fp, fa = self._table_factors
         out = self.predictor.h_out
         extra = []
-        for k in range(1, top + 1):
-            e = [unit[u] * (self._batch_factor(u, k) - 1.0) for u in range(3)]
-            extra.append((e[0] + e[1] + e[2], e[1] + e[2], e[2]))
+        for k in range(len(fa)):
+            e0, e1, e2 = unit[0] * (fv[k] - 1.0), unit[1] * (fp[k] - 1.0), unit[2] * (fa[k] - 1.0)
+            extra.append((e0 + e1 + e2, e1 + e2, e2))
         return ((out + unit[0] + unit[1] + unit[2], out + unit[1] + unit[2], out + unit[2]),
                 tuple(extra))
 

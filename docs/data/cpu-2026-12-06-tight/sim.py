@@ -1,6 +1,8 @@
-"""The simulator's reading of sw against swt at phases 12, on the shipped table with its
-work scaled by a host slowdown (1.0, 1.3, 1.6), three seeds each. Run from the
-repository root: .venv/bin/python docs/data/cpu-2026-12-06-tight/sim.py"""
+"""The simulator's reading of sw against swt at phases 12, on a slowed shipped table.
+
+The shipped table's work is scaled by a host slowdown (1.0, 1.3, 1.6), three seeds
+each. Run from the repository root: .venv/bin/python docs/data/cpu-2026-12-06-tight/sim.py
+"""
 
 import json
 import tempfile

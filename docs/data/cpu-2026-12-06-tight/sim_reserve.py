@@ -1,68 +1,87 @@
-"""A lane held back from ordinary batches, in the simulator only (not in the engine):
-while one lane of a stage runs ordinary units, the others take tight units or idle.
-Run from the repository root: .venv/bin/python docs/data/cpu-2026-12-06-tight/sim_reserve.py"""
+"""A lane held back from ordinary batches, in the simulator only (not in the engine).
 
-import json, tempfile, math
+While one lane of a stage runs ordinary units, the other lanes take tight units or
+idle. Run from the repository root:
+.venv/bin/python docs/data/cpu-2026-12-06-tight/sim_reserve.py
+"""
+
+import json
+import tempfile
+from collections import deque
 from pathlib import Path
+
 from xinfer_ros.config_paths import config_dir
 from xinfer_ros.sim.engine_loop import SimConfig, Simulation
-from xinfer_ros.sim.gpu import BatchedGpuModel
+from xinfer_ros.sim.gpu import BatchedGpuModel, Unit
+
 
 class Reserving(BatchedGpuModel):
-    def _ordinary_running(self, stage):
+    """The batched GPU whose stages run ordinary units on one lane at a time."""
+
+    def _ordinary_running(self, stage: int) -> bool:
         return any(b.stage == stage and not b.cap for b in self._batches)
-    def issue(self, key, stage, t, *, limit=0):
+
+    def issue(self, key: object, stage: int, t: float, *, limit: int = 0) -> Unit:
+        """As the batched GPU, but an ordinary unit waits while one runs on the stage."""
         if limit or self.former is not None:
             return super().issue(key, stage, t, limit=limit)
         joinable = [b for b in self._batches if b.open and b.stage == stage and not b.cap
                     and b.started == t and len(b.members) < self.max_batch]
-        if not joinable and self._ordinary_running(stage) and self.spread is False:
+        if not joinable and self._ordinary_running(stage) and not self.spread:
             unit = self._new_unit(key, stage, t)
             self._waiting[stage].append(unit)
             self._rerate(t)
             return unit
         return super().issue(key, stage, t)
-    def pop_finished(self, t):
+
+    def _refill(self, s: int, waiting: deque[Unit], t: float) -> None:
+        free = self.lanes[s] - sum(b.stage == s for b in self._batches)
+        while waiting and free > 0:
+            if waiting[0].limit:
+                units, cap = self._take_tight(waiting)
+                self._start(s, units, t, open_=False, cap=cap)
+            elif not self._ordinary_running(s):
+                size = min(self.max_batch, len(waiting))
+                if waiting[0].spread:
+                    size = min(size, -(-len(waiting) // self.lanes[s]))
+                self._start(s, [waiting.popleft() for _ in range(size)], t, open_=False)
+            else:
+                break
+            free -= 1
+
+    def pop_finished(self, t: float) -> Unit:
+        """As the batched GPU, refilling every free lane by the rule above."""
         if not self._done:
             self._advance(t)
             batch = min(self._batches, key=lambda b: b.finish)
             self._batches.remove(batch)
             self._running[batch.stage] -= len(batch.members)
             self._done.extend(batch.members)
-            waiting = self._waiting[batch.stage]
-            s = batch.stage
-            free = self.lanes[s] - sum(b.stage == s for b in self._batches)
-            while waiting and free > 0:
-                if waiting[0].limit:
-                    units, cap = self._take_tight(waiting)
-                    self._start(s, units, t, open_=False, cap=cap)
-                elif not self._ordinary_running(s):
-                    size = min(self.max_batch, len(waiting))
-                    if waiting[0].spread:
-                        size = min(size, -(-len(waiting) // self.lanes[s]))
-                    self._start(s, [waiting.popleft() for _ in range(size)], t, open_=False)
-                else:
-                    break
-                free -= 1
+            self._refill(batch.stage, self._waiting[batch.stage], t)
         done = self._done.popleft()
         del self.units[done.key]
         self.counts[done.stage] -= 1
         self._rerate(t)
         return done
 
+
+ARMS = (("xinfer_batch_switch", False), ("xinfer_batch_switch_tight", False),
+        ("xinfer_batch_switch_tight", True))
 TABLE = json.loads((config_dir() / "rate_table_cpu_pi0_tiny_batch4_factors.json").read_text())
 with tempfile.TemporaryDirectory() as tmp:
     for scale in (1.0, 1.3, 1.6, 2.0):
         table = {**TABLE, "work_ms": {s: w * scale for s, w in TABLE["work_ms"].items()}}
         path = Path(tmp) / f"table_{scale}.json"
         path.write_text(json.dumps(table))
-        for policy, res in (("xinfer_batch_switch", False), ("xinfer_batch_switch_tight", False), ("xinfer_batch_switch_tight", True)):
+        for policy, reserve in ARMS:
             runs = []
             for seed in (1, 2, 3):
-                sim = Simulation(SimConfig(policy=policy, workload="phases", robots=12, duration=40.0,
-                    window=(10.0, 40.0), slots=(4, 4, 8), max_batch=4, rate_table=str(path), seed=seed))
-                if res:
+                sim = Simulation(SimConfig(
+                    policy=policy, workload="phases", robots=12, duration=40.0,
+                    window=(10.0, 40.0), slots=(4, 4, 8), max_batch=4,
+                    rate_table=str(path), seed=seed))
+                if reserve:
                     sim.gpu.__class__ = Reserving
                 m = sim.run().metrics
                 runs.append(f"{100 * m.attainment:.1f}/{m.goodput_rps:.1f}")
-            print(f"x{scale} {policy:27s} res={res:d} " + "; ".join(runs), flush=True)
+            print(f"x{scale} {policy:27s} res={reserve:d} " + "; ".join(runs), flush=True)
