@@ -243,6 +243,21 @@ def test_the_tight_switch_runs_its_tight_units_alone_in_the_simulator():
     tight: list = []
     sizes: list[int] = []
     pop = gpu.pop_finished
+    start = gpu._start
+    mixed: list = []
+
+    def spy_start(stage, units, t, *, open_, cap=0):
+        # A tight batch holds tight units only, an ordinary one ordinary units only.
+        if any(bool(u.limit) != bool(cap) for u in units):
+            mixed.append((stage, t, cap, [u.limit for u in units]))
+        return start(stage, units, t, open_=open_, cap=cap)
+
+    join = gpu._join
+
+    def spy_join(batch, unit):
+        if bool(unit.limit) != bool(batch.cap):
+            mixed.append((batch.stage, batch.started, batch.cap, unit.limit))
+        return join(batch, unit)
 
     def spy_issue(key, stage, t, **kw):
         unit = issue(key, stage, t, **kw)
@@ -257,10 +272,13 @@ def test_the_tight_switch_runs_its_tight_units_alone_in_the_simulator():
 
     gpu.issue = spy_issue
     gpu.pop_finished = spy_pop
+    gpu._start = spy_start
+    gpu._join = spy_join
     metrics = sim.run().metrics
     assert metrics.responses > 0 and len(tight) > 10
     assert all(1 <= u.batch <= u.limit for u in tight)
     assert any(u.batch == 1 for u in tight)
+    assert not mixed, mixed[:5]
     assert max(sizes) > 1
 
 

@@ -389,15 +389,12 @@ class XInferPolicy(Policy):
             the largest batch size that keeps it on time (:attr:`Launch.batch_limit`;
             1: alone) and of tight units only; the others batch as the lanes take
             them. Why: lane batching takes each lane's oldest units, so a 90 ms
-            request waited behind 400 ms ones and ran in their batch (at phases 12 on
-            the CPU engine 80 % of the late 90 ms requests had run batched, 23 % of
-            the on-time ones). The measured forwards judge it, not the predictor:
-            saturated, the online correction also learns the time units wait for a
-            lane (k_V 2.5 at phases 12), which put most 90 ms requests below zero
-            slack at launch though they ran in 66 ms when on time. Measured: 3.7 and
-            4.2 points below the plain switch at one host speed at phases 12 (4 rounds
-            each), because the tight units still waited about 40 ms for a lane behind
-            the ordinary batches (docs/BENCHMARKS.md section 5.3). Off by default.
+            request waited behind 400 ms ones and ran in their batch. The measured
+            forwards judge it, not the predictor, whose online correction, saturated,
+            also learns the time units wait for a lane. Ordinary units wait while
+            tight ones keep coming (by design). Off by default: on the CPU engine it
+            was below the plain switch at phases 12 (docs/BENCHMARKS.md section 5.3,
+            "Tight requests ahead and alone once saturated").
         lazy_slots: our extension for devices where concurrent units slow each other
             down more than they gain (a CPU), one of :data:`LAZY_SLOTS`. ``"stage"``:
             an ordinary unit only takes a stage's slot while no other unit of that
@@ -754,8 +751,9 @@ class XInferPolicy(Policy):
         """Set ``tight_alone`` and the tables it reads (before the first decision)."""
         self.tight_alone = on
         top = self.batch_cost.max_batch if self.batch_cost is not None else 1
-        #: f_u(k) per stage u and batch size k (index k − 1), as the table states them
-        #: (no online correction yet): what tight_alone prices batches with.
+        #: f_u(k) per stage u and batch size k (index k − 1), as the table states them:
+        #: what tight_alone prices batches with, frozen on purpose (read before any
+        #: online correction, so a decision does not recompute them).
         self._table_factors = tuple(tuple(self._batch_factor(u, k) for k in range(1, top + 1))
                                     for u in range(3))
         #: Per stage s, read at each saturated decision from the meter's unit times:

@@ -153,7 +153,7 @@ class BatchQueue:
                 return batch
             kept: deque[Waiting] = deque()
             if first.limit:  # tight: mates from the tight units ahead, within every limit
-                size = first.limit
+                size = min(first.limit, self.max_batch)
                 while waiting and waiting[0].limit and len(batch) < size:
                     unit = waiting.popleft()
                     if unit.key == first.key and len(batch) < unit.limit:

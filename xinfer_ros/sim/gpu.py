@@ -365,7 +365,7 @@ class BatchedGpuModel(GpuModel):
             self._rerate(t)
             return unit
         if limit:
-            unit.limit = limit
+            unit.limit = min(limit, self.max_batch)
             self._issue_tight(unit, t)
             self._rerate(t)
             return unit
@@ -431,7 +431,7 @@ class BatchedGpuModel(GpuModel):
     def _take_tight(self, waiting: deque[Unit]) -> tuple[list[Unit], int]:
         """The first waiting (tight) unit and its tight mates within every limit, and the cap."""
         first = waiting.popleft()
-        units, cap = [first], first.limit
+        units, cap = [first], min(first.limit, self.max_batch)
         kept: list[Unit] = []
         while waiting and waiting[0].limit and len(units) < cap:
             u = waiting.popleft()
