@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 from xinfer_ros.core.batch_formation import BatchPlan
+from xinfer_ros.core.batching import take_tight, tight_end
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.events import UnitDone
@@ -49,6 +50,11 @@ __all__ = ["BatchCounts", "BatchQueue", "BatchSizes", "FormedBatches", "Planner"
 Planner = Callable[[Stage, Sequence[int], float], BatchPlan]
 #: ``key(stage, live)``: a unit's batch key, None when it runs alone.
 BatchKey = Callable[[Stage, "LiveRequest"], Hashable | None]
+
+
+def _same_key(first: Waiting, unit: Waiting) -> bool:
+    """Whether ``unit`` may share ``first``'s forward: a key, and the same one."""
+    return first.key is not None and unit.key == first.key
 
 
 def _batch_key(key: BatchKey, stage: Stage, live: LiveRequest) -> Hashable | None:
@@ -120,13 +126,10 @@ class BatchQueue:
         unit = Waiting(live, issued, key, spread, limit)
         with self._lock:
             waiting = self._waiting[stage]
-            if not limit:
+            if limit:
+                waiting.insert(tight_end(waiting), unit)
+            else:
                 waiting.append(unit)
-                return
-            at = 0
-            while at < len(waiting) and waiting[at].limit:
-                at += 1
-            waiting.insert(at, unit)
 
     def take(self, stage: Stage) -> list[Waiting]:
         """The first waiting unit of ``stage`` and its batch mates (empty if none wait).
@@ -144,6 +147,8 @@ class BatchQueue:
             waiting = self._waiting[stage]
             if not waiting:
                 return []
+            if waiting[0].limit:
+                return take_tight(waiting, self.max_batch, _same_key)[0]
             size = self.max_batch
             if waiting[0].spread:
                 size = min(size, -(-len(waiting) // self._lanes[stage]))
@@ -152,19 +157,9 @@ class BatchQueue:
             if first.key is None:
                 return batch
             kept: deque[Waiting] = deque()
-            if first.limit:  # tight: mates from the tight units ahead, within every limit
-                size = min(first.limit, self.max_batch)
-                while waiting and waiting[0].limit and len(batch) < size:
-                    unit = waiting.popleft()
-                    if unit.key == first.key and len(batch) < unit.limit:
-                        batch.append(unit)
-                        size = min(size, unit.limit)
-                    else:
-                        kept.append(unit)
-            else:
-                while waiting and len(batch) < size:
-                    unit = waiting.popleft()
-                    (batch if unit.key == first.key else kept).append(unit)
+            while waiting and len(batch) < size:
+                unit = waiting.popleft()
+                (batch if unit.key == first.key else kept).append(unit)
             kept.extend(waiting)
             self._waiting[stage] = kept
             return batch

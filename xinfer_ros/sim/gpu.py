@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from xinfer_ros.core.batch_cost import BatchFactors
-from xinfer_ros.core.batching import lanes_for
+from xinfer_ros.core.batching import lanes_for, take_tight, tight_end
 from xinfer_ros.core.progress import finish_time, progress
 
 __all__ = ["BatchedGpuModel", "Former", "GpuModel", "RateFn", "Unit"]
@@ -410,9 +410,7 @@ class BatchedGpuModel(GpuModel):
                 self._join(b, unit)
                 return
         waiting = self._waiting[stage]
-        at = 0
-        while at < len(waiting) and waiting[at].limit:
-            at += 1
+        at = tight_end(waiting)
         if sum(b.stage == stage for b in self._batches) < self.lanes[stage]:
             self._start(stage, [unit], t, open_=True, cap=unit.limit)
             return
@@ -428,20 +426,19 @@ class BatchedGpuModel(GpuModel):
             waiting.insert(at + i, member)
         self._start(stage, [unit], t, open_=True, cap=unit.limit)
 
-    def _take_tight(self, waiting: deque[Unit]) -> tuple[list[Unit], int]:
-        """The first waiting (tight) unit and its tight mates within every limit, and the cap."""
-        first = waiting.popleft()
-        units, cap = [first], min(first.limit, self.max_batch)
-        kept: list[Unit] = []
-        while waiting and waiting[0].limit and len(units) < cap:
-            u = waiting.popleft()
-            if len(units) < u.limit:
-                units.append(u)
-                cap = min(cap, u.limit)
-            else:
-                kept.append(u)
-        waiting.extendleft(reversed(kept))
-        return units, cap
+    def _start_waiting(self, stage: int, t: float) -> None:
+        """Start the lane freed at ``t`` on ``stage``'s next waiting batch, if any waits."""
+        waiting = self._waiting[stage]
+        if not waiting:
+            return
+        if waiting[0].limit:  # tight units wait ahead of the others
+            units, cap = take_tight(waiting, self.max_batch)
+            self._start(stage, units, t, open_=False, cap=cap)
+            return
+        size = min(self.max_batch, len(waiting))
+        if waiting[0].spread:
+            size = min(size, -(-len(waiting) // self.lanes[stage]))
+        self._start(stage, [waiting.popleft() for _ in range(size)], t, open_=False)
 
     def pop_finished(self, t: float) -> Unit:
         """Retire one unit finishing at ``t``; a batch's units come out one per call."""
@@ -451,17 +448,8 @@ class BatchedGpuModel(GpuModel):
             self._batches.remove(batch)
             self._running[batch.stage] -= len(batch.members)
             self._done.extend(batch.members)
-            waiting = self._waiting[batch.stage]
-            if waiting and self.former is None:  # else the decision after this flushes
-                if waiting[0].limit:  # tight units wait ahead of the others
-                    units, cap = self._take_tight(waiting)
-                    self._start(batch.stage, units, t, open_=False, cap=cap)
-                else:
-                    size = min(self.max_batch, len(waiting))
-                    if waiting[0].spread:
-                        size = min(size, -(-len(waiting) // self.lanes[batch.stage]))
-                    self._start(batch.stage, [waiting.popleft() for _ in range(size)],
-                                t, open_=False)
+            if self.former is None:  # else the decision after this flushes
+                self._start_waiting(batch.stage, t)
         done = self._done.popleft()
         del self.units[done.key]
         self.counts[done.stage] -= 1

@@ -7,7 +7,6 @@ idle. Run from the repository root:
 
 import json
 import tempfile
-from collections import deque
 from pathlib import Path
 
 from xinfer_ros.config_paths import config_dir
@@ -34,35 +33,13 @@ class Reserving(BatchedGpuModel):
             return unit
         return super().issue(key, stage, t)
 
-    def _refill(self, s: int, waiting: deque[Unit], t: float) -> None:
-        free = self.lanes[s] - sum(b.stage == s for b in self._batches)
-        while waiting and free > 0:
-            if waiting[0].limit:
-                units, cap = self._take_tight(waiting)
-                self._start(s, units, t, open_=False, cap=cap)
-            elif not self._ordinary_running(s):
-                size = min(self.max_batch, len(waiting))
-                if waiting[0].spread:
-                    size = min(size, -(-len(waiting) // self.lanes[s]))
-                self._start(s, [waiting.popleft() for _ in range(size)], t, open_=False)
-            else:
-                break
+    def _start_waiting(self, stage: int, t: float) -> None:
+        """As the batched GPU, on every free lane, but ordinary units one lane at a time."""
+        waiting = self._waiting[stage]
+        free = self.lanes[stage] - sum(b.stage == stage for b in self._batches)
+        while waiting and free > 0 and (waiting[0].limit or not self._ordinary_running(stage)):
+            super()._start_waiting(stage, t)
             free -= 1
-
-    def pop_finished(self, t: float) -> Unit:
-        """As the batched GPU, refilling every free lane by the rule above."""
-        if not self._done:
-            self._advance(t)
-            batch = min(self._batches, key=lambda b: b.finish)
-            self._batches.remove(batch)
-            self._running[batch.stage] -= len(batch.members)
-            self._done.extend(batch.members)
-            self._refill(batch.stage, self._waiting[batch.stage], t)
-        done = self._done.popleft()
-        del self.units[done.key]
-        self.counts[done.stage] -= 1
-        self._rerate(t)
-        return done
 
 
 ARMS = (("xinfer_batch_switch", False), ("xinfer_batch_switch_tight", False),
