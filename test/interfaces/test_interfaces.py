@@ -25,6 +25,8 @@ from xinfer_ros.msg import (  # noqa: E402
 )
 from xinfer_ros.srv import GetFleetStats, SetPolicy  # noqa: E402
 
+from ..service_calls import ask  # noqa: E402
+
 PEER = Path(__file__).with_name("_peer.py")
 H, D = 16, 14
 
@@ -139,13 +141,11 @@ def test_service_call_crosses_processes(ros_node) -> None:
     peer = _spawn("serve", "25")
     try:
         client = node.create_client(SetPolicy, "/peer/set_policy")
-        assert client.wait_for_service(timeout_sec=20.0), "peer service never appeared"
         for policy, ok in (("xinfer", True), ("round_robin", False)):
-            future = client.call_async(SetPolicy.Request(policy=policy))
-            rclpy.spin_until_future_complete(node, future, timeout_sec=10.0)
-            assert future.done()
-            assert future.result().success is ok
-            assert policy in future.result().message
+            answer = ask(client, SetPolicy.Request(policy=policy), lambda future, seconds:
+                         rclpy.spin_until_future_complete(node, future, timeout_sec=seconds))
+            assert answer.success is ok
+            assert policy in answer.message
     finally:
         peer.kill()
         peer.wait()

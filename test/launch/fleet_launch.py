@@ -10,6 +10,7 @@ their drivers would, and activates the executors (they wait for it with real rob
 Shutdown sends SIGINT to every process; each must exit with 0.
 """
 
+import sys
 import time
 import unittest
 from pathlib import Path
@@ -22,14 +23,16 @@ import rclpy
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
-from lifecycle_msgs.msg import State, Transition
-from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from xinfer_ros.msg import ActionChunk
 
 from launch import LaunchDescription
 from xinfer_ros.serving.image_conversion import rgb_to_image_fields
+
+# launch_test loads this file by path, outside the test package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from service_calls import configure_and_activate
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch" / "fleet.launch.py"
 ROBOTS = ("robot_1", "robot_2")
@@ -54,30 +57,9 @@ def generate_test_description() -> LaunchDescription:
 
 
 def _activate(node, name: str) -> None:
-    """``ros2 lifecycle set NAME configure`` then ``activate``, as an operator would.
-
-    A request without an answer in 10 s is sent again only while ``get_state`` shows the
-    node still before the transition: once in a full run of the node tests (2026-12-03)
-    a server never saw its configure request, and an operator would ask again.
-    """
-    client = node.create_client(ChangeState, f"{name}/change_state")
-    states = node.create_client(GetState, f"{name}/get_state")
-    assert client.wait_for_service(timeout_sec=60.0), f"{name} offers no change_state"
-    assert states.wait_for_service(timeout_sec=60.0), f"{name} offers no get_state"
-    for transition, goal in ((Transition.TRANSITION_CONFIGURE, State.PRIMARY_STATE_INACTIVE),
-                             (Transition.TRANSITION_ACTIVATE, State.PRIMARY_STATE_ACTIVE)):
-        for _ in range(3):
-            future = client.call_async(ChangeState.Request(transition=Transition(id=transition)))
-            rclpy.spin_until_future_complete(node, future, timeout_sec=10.0)
-            if future.done():
-                assert future.result().success, f"{name}: transition {transition} failed"
-                break
-            now = states.call_async(GetState.Request())
-            rclpy.spin_until_future_complete(node, now, timeout_sec=10.0)
-            if now.done() and now.result().current_state.id == goal:
-                break
-        else:
-            raise AssertionError(f"{name}: no answer to transition {transition} in 3 tries")
+    """``ros2 lifecycle set NAME configure`` then ``activate``, as an operator would."""
+    configure_and_activate(node, name, lambda future, seconds: rclpy.spin_until_future_complete(
+        node, future, timeout_sec=seconds))
 
 
 class TestFleetServes(unittest.TestCase):

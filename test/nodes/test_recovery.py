@@ -17,8 +17,6 @@ rclpy = pytest.importorskip("rclpy")
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
-from lifecycle_msgs.msg import Transition  # noqa: E402
-from lifecycle_msgs.srv import ChangeState  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
@@ -28,6 +26,7 @@ from xinfer_ros.srv import GetFleetStats  # noqa: E402
 from xinfer_ros.nodes.robot_sim import RobotSim  # noqa: E402
 from xinfer_ros.nodes.rtc_executor import RtcExecutor  # noqa: E402
 
+from ..service_calls import ask, configure_and_activate  # noqa: E402
 from .test_processes import spin_executor_until, start, wait_for_line  # noqa: E402
 
 STALL_S = 3.0
@@ -104,18 +103,6 @@ def test_first_ok_chunk_after_a_3s_server_stall(tmp_path) -> None:
         rclpy.shutdown()
 
 
-def _change_state(spin, node, name: str, transitions: tuple[int, ...]) -> None:
-    """Transitions over ``<name>/change_state``, as ``ros2 lifecycle set`` does."""
-    client = node.create_client(ChangeState, f"{name}/change_state")
-    assert client.wait_for_service(timeout_sec=30.0), f"{name} offers no change_state"
-    for transition in transitions:
-        future = client.call_async(ChangeState.Request(transition=Transition(id=transition)))
-        end = time.monotonic() + 30.0
-        while not future.done() and time.monotonic() < end:
-            spin(0.05)
-        assert future.done() and future.result().success, f"{name}: transition {transition}"
-
-
 class _Forger:
     """A second node that forges chunks for rf1's requests and, once ``forging``, 10 Hz of
     requests under rf1's name; it records rf1's commands."""
@@ -156,15 +143,16 @@ class _Forger:
         self.requests.publish(msg)
 
 
-def _attainment(spin, node, window_s: float) -> dict[str, float]:
+def _attainment(spinner, node, window_s: float) -> dict[str, float]:
     """Per robot, the server's attainment over the last ``window_s`` (get_fleet_stats)."""
     client = node.create_client(GetFleetStats, "/inference_server/get_fleet_stats")
-    assert client.wait_for_service(timeout_sec=10.0)
-    future = client.call_async(GetFleetStats.Request(window_s=window_s))
-    end = time.monotonic() + 10.0
-    while not future.done() and time.monotonic() < end:
-        spin(0.05)
-    return {r.robot_id: r.attainment for r in future.result().stats.robots}
+    answer = ask(client, GetFleetStats.Request(window_s=window_s), _waiter(spinner))
+    return {r.robot_id: r.attainment for r in answer.stats.robots}
+
+
+def _waiter(spinner):
+    """The ``service_calls.Wait`` of ``spinner``."""
+    return lambda future, seconds: spin_executor_until(spinner, future.done, seconds)
 
 
 @pytest.mark.timeout(240)
@@ -196,21 +184,20 @@ def test_a_stranger_neither_drives_an_activated_robot_nor_takes_its_service(tmp_
     server = start("xinfer_ros.nodes.inference_server", "/",
                    {"robots": ["rf1", "rf2"], "backend": "emulated", "autostart": False},
                    tmp_path)
-    configure_activate = (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE)
     try:
         wait_for_line(server, "unconfigured", 60)
         for node in executors:
             node.trigger_configure()
         spin(1.0)
         assert commands == []  # inactive: nothing commanded
-        _change_state(spin, operator, "/inference_server", configure_activate)
+        configure_and_activate(operator, "/inference_server", _waiter(spinner))
         for node in executors:
             node.trigger_activate()
         spin(3.0)
         forger.forging = True
         started = time.monotonic()
         spin(7.0)  # the server's graph check runs every 5 s
-        attainment = _attainment(spin, operator, time.monotonic() - started)
+        attainment = _attainment(spinner, operator, time.monotonic() - started)
         assert forger.seq > 10**6 + 50  # the forger ran at 10 Hz throughout
         assert commands, "the activated executor never commanded"
         sent = np.array(commands)
