@@ -81,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         describe = (f"model={info.get('model')} device={info.get('device')} "
                     f"dtype={info.get('dtype')} threads/lane={info.get('threads_per_lane')} "
                     f"gpu={info.get('gpu', '-')} action_processes={info.get('action_processes')} "
-                    f"main_cpus={info.get('main_cpus')} action_cpus={info.get('action_cpus')}")
+                    f"main_cpus={info.get('main_cpus')} action_cpus={info.get('action_cpus')} "
+                    f"compile={info.get('compile')}")
     if args.batch_factors and args.max_batch < 2:
         raise SystemExit("xinfer-calibrate: --batch-factors needs --max-batch N with N >= 2")
     settings = CalibrationSettings(bounds=args.bounds, max_units=args.max_units,

@@ -66,4 +66,5 @@ def make_torch_backend(args: argparse.Namespace) -> Backend:
                         threads=args.threads, model_path=getattr(args, "model_path", None),
                         action_processes=getattr(args, "action_processes", 0),
                         action_cpus=getattr(args, "action_cpus", None),
-                        compile=getattr(args, "compile", "off"))
+                        compile=getattr(args, "compile", "off"),
+                        max_batch=getattr(args, "max_batch", 1))

@@ -44,7 +44,8 @@ def build_engine(p: Mapping[str, Any], io: ModelIO) -> StageEngine:
         backend = make_backend("torch", model=p["model"], device=p["device"],
                                model_path=p["model_path"] or None,
                                action_processes=p["torch.action_processes"],
-                               guidance=p["torch.guidance"], compile=p["torch.compile"])
+                               guidance=p["torch.guidance"], compile=p["torch.compile"],
+                               max_batch=p["torch.max_batch"])
     config = EngineConfig(max_live=p["max_live_requests"], phase_spread=p["phase_spread"],
                           phase_spread_margin=p["phase_spread_margin_ms"] / MS_PER_S,
                           max_batch=p["torch.max_batch"] if backend_name == "torch" else 1,

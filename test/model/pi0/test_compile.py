@@ -30,6 +30,10 @@ def test_unknown_and_unavailable_modes_are_refused(pi0_tiny: Any) -> None:
     assert pi0_tiny.compile_mode == "off"
     with pytest.raises(ValueError, match="no compiled Action loop"):
         load_stage_model("tiny", compile_mode="on")
+    from xinfer_ros.engine import make_backend
+
+    with pytest.raises(ValueError, match="max_batch must be at least 1, got 0"):
+        make_backend("torch", model="pi0-tiny", compile="on", max_batch=0)
 
 
 def _prefilled(model: Any, seeds: range, rtc: bool) -> list[Any]:
@@ -75,13 +79,21 @@ def test_compiled_action_matches_eager_with_and_without_guidance(pi0_tiny: Any) 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_backend_compiles_before_serving_and_serves_the_eager_chunks() -> None:
+    """Every batch size up to max_batch is compiled before serving, not on its first unit."""
+    from torch._dynamo.utils import counters
+
     from xinfer_ros.engine import make_backend
 
     eager = make_backend("torch", model="pi0-tiny", device="cpu", threads=1)
-    compiled = make_backend("torch", model="pi0-tiny", device="cpu", threads=1, compile="on")
+    compiled = make_backend("torch", model="pi0-tiny", device="cpu", threads=1, compile="on",
+                            max_batch=3)
     assert compiled.compile_s > 0 and compiled.describe()["compile"] == "on"
+    graphs = counters["stats"]["unique_graphs"]
     for a, b in zip(first_and_rtc(eager, 2), first_and_rtc(compiled, 2), strict=True):
         np.testing.assert_allclose(b, a, atol=TOLERANCE, rtol=0)
-    state = compiled.state_factory()(Stage.ACTION)
-    compiled.run_stage(Stage.ACTION, state, None)
-    assert state.actions is not None
+    fresh = compiled.state_factory()
+    for size in (3, 2):
+        states = [fresh(Stage.ACTION) for _ in range(size)]
+        compiled.run_batch(Stage.ACTION, states, None)
+        assert all(state.actions is not None for state in states)
+    assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled while serving

@@ -83,9 +83,12 @@ class TorchBackend(Backend[StagedState]):
             13x eager on an H200 alone; every Action forward then runs on one
             :class:`~xinfer_ros.engine.backends.graph_threads.GraphThread`); π0
             family only. The backend compiles guided and
-            unguided steps for a batch of one with every camera before it returns, in
-            each worker process too; another batch size or camera set compiles once
-            on its first unit.
+            unguided steps for every batch size up to ``max_batch`` with every camera
+            before it returns, in each worker process too; another camera set
+            compiles once on its first unit.
+        max_batch: the largest batch the engine will run (its ``max_batch``): with
+            ``compile``, batches up to it are compiled before serving, so that the
+            first batched unit under load does not stall its lane for the compiler.
         inline_idle_action: with ``action_processes``, run an Action unit in this
             process when no other model unit runs here (the workers buy nothing then).
     """
@@ -106,8 +109,11 @@ class TorchBackend(Backend[StagedState]):
         action_processes: int = 0,
         action_cpus: Sequence[int] | None = None,
         compile: str = "off",
+        max_batch: int = 1,
         inline_idle_action: bool = True,
     ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.device = str(device)
         # On CPU a lane is its intra-op thread count only, the same for every group; a
         # CUDA lane holds a stream of its own, and whole chains on one lane's stream
@@ -136,6 +142,8 @@ class TorchBackend(Backend[StagedState]):
         self.model: StageModel = source.load(self.device)
         self.io = self.model.io
         self.can_batch = self.model.batches
+        #: Batch sizes the compile warm-up runs: 1 up to this.
+        self.warm_batches = max_batch if self.can_batch else 1
         self.action_shape = self.io.action_shape
         self.model_name = self.io.name
         self._examples: dict[int, RequestInputs] = {}
@@ -218,12 +226,17 @@ class TorchBackend(Backend[StagedState]):
     def _compile_units(self) -> None:
         guided = self.state_factory()
         # Workers are checked out in turn: each kind once per worker reaches every one.
+        # torch.compile specialises on the batch size until a second size marks it
+        # dynamic, so every size is run: each past the second only checks its guards.
         for kind in ("unguided", "guided"):
-            for _ in range(self._workers.size if self._workers is not None else 1):
-                state = (guided(Stage.ACTION) if kind == "guided" else
-                         self._prefilled(self.example_inputs(0, None)))
-                self.run_stage(Stage.ACTION, state, None)
-                self.release(state)
+            for size in range(1, self.warm_batches + 1):
+                for _ in range(self._workers.size if self._workers is not None else 1):
+                    states = [guided(Stage.ACTION) if kind == "guided" else
+                              self._prefilled(self.example_inputs(0, None))
+                              for _ in range(size)]
+                    self.run_batch(Stage.ACTION, states, None)
+                    for state in states:
+                        self.release(state)
         self._streams.settle()
 
     def _prefilled(self, inputs: RequestInputs) -> StagedState:
