@@ -1,4 +1,4 @@
-"""The test helper that activates lifecycle nodes sends a lost transition again, once."""
+"""The tests' service helpers: a lost request or answer is recovered, a refusal reported."""
 
 import pytest
 
@@ -9,36 +9,68 @@ from rclpy.task import Future
 
 from .service_calls import ask, configure_and_activate
 
+CONFIGURE, ACTIVATE = Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE
+UNCONFIGURED, INACTIVE, ACTIVE = (State.PRIMARY_STATE_UNCONFIGURED, State.PRIMARY_STATE_INACTIVE,
+                                  State.PRIMARY_STATE_ACTIVE)
+#: What a lifecycle node does with each transition: from which state, to which.
+MOVES = {CONFIGURE: (UNCONFIGURED, INACTIVE), ACTIVATE: (INACTIVE, ACTIVE)}
+
 
 class _Lifecycle:
-    """A node's lifecycle services whose answers to the first ``lose`` requests are lost."""
+    """A lifecycle node's two services, as rclpy's: a transition from another state fails.
 
-    def __init__(self, lose: int, fail: bool = False) -> None:
-        self.state, self.lose, self.fail = State.PRIMARY_STATE_UNCONFIGURED, lose, fail
+    Args:
+        lost: change_state answers lost (the transition is made, its answer never comes).
+        queued: change_state requests held unanswered until the next one comes, as in a
+            node that is not spinning yet; then both are served in order.
+        fail: transitions fail (the node stays where it was).
+        lost_states: get_state answers lost.
+    """
+
+    def __init__(self, lost: int = 0, queued: int = 0, fail: bool = False,
+                 lost_states: int = 0) -> None:
+        self.state, self.lost, self.queued, self.fail = UNCONFIGURED, lost, queued, fail
+        self.lost_states = lost_states
         self.sent: list[int] = []
+        self._held: list[tuple[int, Future]] = []
 
     def change(self, request: ChangeState.Request) -> Future:
-        self.sent.append(request.transition.id)
-        goal = {Transition.TRANSITION_CONFIGURE: State.PRIMARY_STATE_INACTIVE,
-                Transition.TRANSITION_ACTIVATE: State.PRIMARY_STATE_ACTIVE}
+        transition = request.transition.id
+        self.sent.append(transition)
         future = Future()
-        if not self.fail:
-            self.state = goal[request.transition.id]
-        if self.lose:
-            self.lose -= 1
+        if self.queued:
+            self.queued -= 1
+            self._held.append((transition, future))
+            return future
+        for held, answer in self._held:
+            answer.set_result(self._serve(held))
+        self._held = []
+        response = self._serve(transition)
+        if self.lost:
+            self.lost -= 1
         else:
-            future.set_result(ChangeState.Response(success=not self.fail))
+            future.set_result(response)
         return future
+
+    def _serve(self, transition: int) -> ChangeState.Response:
+        start, goal = MOVES[transition]
+        ok = self.state == start and not self.fail
+        if ok:
+            self.state = goal
+        return ChangeState.Response(success=ok)
 
     def get(self, _request: GetState.Request) -> Future:
         future = Future()
-        future.set_result(GetState.Response(current_state=State(id=self.state)))
+        if self.lost_states:
+            self.lost_states -= 1
+        else:
+            future.set_result(GetState.Response(current_state=State(id=self.state)))
         return future
 
 
 class _Client:
-    def __init__(self, call) -> None:
-        self.call_async = call
+    def __init__(self, call, name: str) -> None:
+        self.call_async, self.srv_name = call, name
 
     def wait_for_service(self, timeout_sec: float) -> bool:
         return True
@@ -48,8 +80,9 @@ class _Node:
     def __init__(self, lifecycle: _Lifecycle) -> None:
         self.lifecycle = lifecycle
 
-    def create_client(self, kind, _name: str) -> _Client:
-        return _Client(self.lifecycle.change if kind is ChangeState else self.lifecycle.get)
+    def create_client(self, kind, name: str) -> _Client:
+        return _Client(self.lifecycle.change if kind is ChangeState else self.lifecycle.get,
+                       name)
 
     def destroy_client(self, _client: _Client) -> None:
         pass
@@ -59,38 +92,42 @@ def _nothing(_future: Future, _seconds: float) -> None:
     pass
 
 
-def test_a_lost_answer_is_read_from_get_state_not_sent_again() -> None:
-    lifecycle = _Lifecycle(lose=2)
+def _activate(lifecycle: _Lifecycle) -> None:
     configure_and_activate(_Node(lifecycle), "/n", _nothing)
-    assert lifecycle.sent == [Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE]
-    assert lifecycle.state == State.PRIMARY_STATE_ACTIVE
 
 
-def test_a_transition_the_node_never_made_is_sent_again_then_given_up() -> None:
-    lifecycle = _Lifecycle(lose=5, fail=True)
-    with pytest.raises(AssertionError, match="in 3 tries"):
-        configure_and_activate(_Node(lifecycle), "/n", _nothing)
-    assert lifecycle.sent == [Transition.TRANSITION_CONFIGURE] * 3
+def test_a_lost_answer_is_read_from_get_state_not_sent_again() -> None:
+    lifecycle = _Lifecycle(lost=2, lost_states=1)
+    _activate(lifecycle)
+    assert lifecycle.sent == [CONFIGURE, ACTIVATE] and lifecycle.state == ACTIVE
 
 
-def test_a_failed_transition_is_reported() -> None:
-    with pytest.raises(AssertionError, match="failed"):
-        configure_and_activate(_Node(_Lifecycle(lose=0, fail=True)), "/n", _nothing)
+def test_a_request_the_node_had_not_served_yet_is_sent_again_and_its_refusal_taken() -> None:
+    # The first configure waits in the node's queue; get_state shows it still
+    # unconfigured, so configure goes again; the node then serves both: the first
+    # configures it, the second is refused as from the wrong state, and get_state says
+    # inactive.
+    lifecycle = _Lifecycle(queued=1)
+    _activate(lifecycle)
+    assert lifecycle.sent == [CONFIGURE, CONFIGURE, ACTIVATE] and lifecycle.state == ACTIVE
+
+
+def test_a_transition_never_served_is_sent_three_times_then_given_up() -> None:
+    lifecycle = _Lifecycle(queued=5)
+    with pytest.raises(AssertionError, match="no answer to transition 1 in 3 tries"):
+        _activate(lifecycle)
+    assert lifecycle.sent == [CONFIGURE] * 3
+
+
+def test_a_failed_transition_is_reported_with_the_state() -> None:
+    with pytest.raises(AssertionError, match="transition 1 refused in state 1"):
+        _activate(_Lifecycle(fail=True))
 
 
 def test_a_query_without_an_answer_is_asked_again() -> None:
-    lifecycle = _Lifecycle(lose=0)
-    calls: list[GetState.Request] = []
-
-    def lost_once(request: GetState.Request) -> Future:
-        calls.append(request)
-        return Future() if len(calls) == 1 else lifecycle.get(request)
-
-    client = _Client(lost_once)
-    client.srv_name = "/n/get_state"
-    answer = ask(client, GetState.Request(), _nothing)
-    assert len(calls) == 2 and answer.current_state.id == State.PRIMARY_STATE_UNCONFIGURED
-    silent = _Client(lambda _request: Future())
-    silent.srv_name = "/n/get_state"
+    lifecycle = _Lifecycle(lost_states=1)
+    answer = ask(_Client(lifecycle.get, "/n/get_state"), GetState.Request(), _nothing)
+    assert answer.current_state.id == UNCONFIGURED
     with pytest.raises(AssertionError, match="/n/get_state: no answer in 3 tries"):
-        ask(silent, GetState.Request(), _nothing)
+        ask(_Client(_Lifecycle(lost_states=3).get, "/n/get_state"), GetState.Request(),
+            _nothing)

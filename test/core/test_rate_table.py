@@ -190,3 +190,14 @@ def test_batch_model_table_costs_batches_as_stated() -> None:
 def test_batch_model_table_refuses_bad_settings(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(RateTableError, match=match):
         interference_model_table(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "config").glob("rate_table_*.json")),
+                         ids=lambda p: p.name)
+def test_every_shipped_table_loads_and_says_how_it_was_measured(path: Path) -> None:
+    table = load_rate_table(path)
+    assert table.provenance
+    if "compiled" in path.name:  # torch.compile: says so, and its Action unit is faster
+        assert "compile=on" in table.provenance
+        eager = load_rate_table(ROOT / "config" / path.name.replace("_compiled", ""))
+        assert table.work[2] < 0.7 * eager.work[2]  # Action, about half

@@ -135,15 +135,16 @@ def test_action_chunk_crosses_processes(ros_node) -> None:
     assert [m.seq for m in received[:5]] == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_service_call_crosses_processes(ros_node) -> None:
     node = ros_node
-    peer = _spawn("serve", "25")
+    peer = _spawn("serve", "60")  # outlives every try ask makes
     try:
         client = node.create_client(SetPolicy, "/peer/set_policy")
         for policy, ok in (("xinfer", True), ("round_robin", False)):
             answer = ask(client, SetPolicy.Request(policy=policy), lambda future, seconds:
-                         rclpy.spin_until_future_complete(node, future, timeout_sec=seconds))
+                         rclpy.spin_until_future_complete(node, future, timeout_sec=seconds),
+                         answer_s=5.0, appear_s=20.0)
             assert answer.success is ok
             assert policy in answer.message
     finally:

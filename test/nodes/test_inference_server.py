@@ -22,6 +22,8 @@ from xinfer_ros.srv import GetFleetStats, SetPolicy  # noqa: E402
 from xinfer_ros.nodes.inference_server import InferenceServer  # noqa: E402
 from xinfer_ros.serving.image_conversion import rgb_to_image_fields  # noqa: E402
 
+from ..service_calls import ask  # noqa: E402
+
 SHAPES = [(224, 352), (224, 320), (224, 320)]
 H, D = 16, 14
 
@@ -205,21 +207,19 @@ def _silent_robot_is_dropped_and_stats_and_policy_services_work(fleet) -> None:
     assert stats[-1].total.requests >= 3
     assert server._robots["r1"].present is False  # silent for > 0.5 s: dropped
 
-    policy = peer.create_client(SetPolicy, "/inference_server/set_policy")
-    get = peer.create_client(GetFleetStats, "/inference_server/get_fleet_stats")
-    assert policy.wait_for_service(timeout_sec=5.0) and get.wait_for_service(timeout_sec=5.0)
-    for name, ok in (("edf", True), ("lottery", False)):
-        future = policy.call_async(SetPolicy.Request(policy=name))
-        end = time.monotonic() + 5.0
+    def wait(future, seconds: float) -> None:
+        end = time.monotonic() + seconds
         while not future.done() and time.monotonic() < end:
             spin(0.02)
-        assert future.result().success is ok, future.result().message
+
+    policy = peer.create_client(SetPolicy, "/inference_server/set_policy")
+    get = peer.create_client(GetFleetStats, "/inference_server/get_fleet_stats")
+    for name, ok in (("edf", True), ("lottery", False)):
+        reply = ask(policy, SetPolicy.Request(policy=name), wait, answer_s=5.0, appear_s=5.0)
+        assert reply.success is ok, reply.message
     assert server.engine.policy.name == "edf"
-    future = get.call_async(GetFleetStats.Request(window_s=30.0))
-    end = time.monotonic() + 5.0
-    while not future.done() and time.monotonic() < end:
-        spin(0.02)
-    assert future.result().stats.policy == "edf" and future.result().stats.window_s == 30.0
+    got = ask(get, GetFleetStats.Request(window_s=30.0), wait, answer_s=5.0, appear_s=5.0)
+    assert got.stats.policy == "edf" and got.stats.window_s == 30.0
 
 
 @pytest.mark.timeout(60)

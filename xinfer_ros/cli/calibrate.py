@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the calibration; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.batch_factors and args.max_batch < 2:
+        raise SystemExit("xinfer-calibrate: --batch-factors needs --max-batch N with N >= 2")
     if args.backend == "emulated":
         table = resolve_rate_table(args.rate_table)
         backend = make_backend("emulated", table=table)
@@ -83,8 +85,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"gpu={info.get('gpu', '-')} action_processes={info.get('action_processes')} "
                     f"main_cpus={info.get('main_cpus')} action_cpus={info.get('action_cpus')} "
                     f"compile={info.get('compile')}")
-    if args.batch_factors and args.max_batch < 2:
-        raise SystemExit("xinfer-calibrate: --batch-factors needs --max-batch N with N >= 2")
     settings = CalibrationSettings(bounds=args.bounds, max_units=args.max_units,
                                    window_s=args.window, warmup_s=args.warmup,
                                    repeats=args.repeats, iso_repeats=args.iso_repeats,

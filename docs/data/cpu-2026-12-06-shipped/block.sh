@@ -6,10 +6,14 @@
 # rotated each round. Run from the repository root:
 #   OUT=/work/runs/shipped ./docs/data/cpu-2026-12-06-shipped/block.sh
 # then: xinfer-bench compare $OUT/*.json --candidate sw [--figure goodput_rps]
+# COUNTS="4 8": robot counts; TABLE=FILE: another rate table; EXTRA: more options for
+# every run (e.g. "--compile on", docs/data/cpu-2026-12-06-compile/); PY=DIR: import
+# xinfer_ros from DIR (a snapshot of the tree, so that edits here do not reach a block).
 set -u
 out=${OUT:?}; mkdir -p "$out"
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ROS_DOMAIN_ID=72
-C="--backend torch --model pi0-tiny --workload phases --duration 40 --warmup 10 --action-processes 2 --rate-table config/rate_table_cpu_pi0_tiny_batch4_factors.json"
+[ -n "${PY:-}" ] && export PYTHONPATH=$PY
+C="--backend torch --model pi0-tiny --workload phases --duration 40 --warmup 10 --action-processes 2 --rate-table ${TABLE:-config/rate_table_cpu_pi0_tiny_batch4_factors.json} ${EXTRA:-}"
 orders=("unb lane sw" "lane sw unb" "sw unb lane")
 for robots in ${COUNTS:-12 8}; do
   for round in 0 1 2; do

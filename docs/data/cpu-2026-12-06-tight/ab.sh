@@ -5,10 +5,12 @@
 # root: OUT=DIR ROUNDS=4 docs/data/cpu-2026-12-06-tight/ab.sh, then
 # xinfer-bench compare DIR/*.json --candidate swt [--figure goodput_rps].
 # ARMS="unb sw" ROUNDS=6: unbatched XInfer on 1,1,2 against the switch instead.
+# COUNTS="12 24": robot counts; TABLE=FILE: another rate table; EXTRA: more options for
+# every run (e.g. "--compile on", docs/data/cpu-2026-12-06-compile/).
 set -u
 out=${OUT:?}; mkdir -p "$out"
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ROS_DOMAIN_ID=72
-C="--backend torch --model pi0-tiny --workload ${WL:-phases} --duration 40 --warmup 10 --action-processes 2 --rate-table config/rate_table_cpu_pi0_tiny_batch4_factors.json"
+C="--backend torch --model pi0-tiny --workload ${WL:-phases} --duration 40 --warmup 10 --action-processes 2 --rate-table ${TABLE:-config/rate_table_cpu_pi0_tiny_batch4_factors.json} ${EXTRA:-}"
 read -r a b <<< "${ARMS:-sw swt}"  # ARMS="unb sw": the goodput block
 orders=("$a $b" "$b $a" "$a $b" "$b $a" "$a $b" "$b $a")
 for robots in ${COUNTS:-12}; do

@@ -211,26 +211,35 @@ class TorchBackend(Backend[StagedState]):
         return self._graphs
 
     def _warm_up(self) -> float:
-        """Compile the Action loop now: a guided and an unguided unit in every process."""
+        """Compile the Action loop now, guided and unguided, wherever Action units run."""
         t0 = time.perf_counter()
         self._graph_thread()  # opened now, so that the graphs are recorded where they replay
-        inline, self.inline_idle_action = self.inline_idle_action, False  # reach the workers
+        inline, inline_units = self.inline_idle_action, self.inline_action_units
         try:
             self._compile_units()
         finally:
-            self.inline_idle_action = inline
+            self.inline_idle_action, self.inline_action_units = inline, inline_units
         seconds = time.perf_counter() - t0
-        _LOG.info("torch backend: Action loop compiled in %.1f s", seconds)
+        _LOG.info("torch backend: Action loop compiled in %.1f s (batches of 1 to %d)",
+                  seconds, self.warm_batches)
         return seconds
 
     def _compile_units(self) -> None:
+        """Every batch size up to ``warm_batches``, of either kind, in every process.
+
+        torch.compile specialises on the batch size until a second size marks it
+        dynamic, so every size is run (under ``cudagraphs`` each size also records
+        graphs of its own). With worker processes, a lone unit still runs in this
+        process under ``inline_idle_action``, so this process is compiled as well.
+        """
         guided = self.state_factory()
-        # Workers are checked out in turn: each kind once per worker reaches every one.
-        # torch.compile specialises on the batch size until a second size marks it
-        # dynamic, so every size is run: each past the second only checks its guards.
+        workers = self._workers.size if self._workers is not None else 0
+        # Workers are checked out in turn: one batch per worker reaches every one.
+        here = [False] * workers + ([True] if not workers or self.inline_idle_action else [])
         for kind in ("unguided", "guided"):
             for size in range(1, self.warm_batches + 1):
-                for _ in range(self._workers.size if self._workers is not None else 1):
+                for inline in here:
+                    self.inline_idle_action = inline
                     states = [guided(Stage.ACTION) if kind == "guided" else
                               self._prefilled(self.example_inputs(0, None))
                               for _ in range(size)]
