@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-__all__ = ["Tight", "batch_sizes", "lanes_for", "take_tight", "tight_end"]
+__all__ = ["Tight", "batch_sizes", "lanes_for", "next_batch_size", "take_tight", "tight_end"]
 
 
 class Tight(Protocol):
@@ -37,6 +37,19 @@ def lanes_for(units: int, max_batch: int) -> int:
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
     return -(-units // max_batch)
+
+
+def next_batch_size(waiting: int, max_batch: int, lanes: int, *, spread: bool) -> int:
+    """Units a freed lane takes from ``waiting`` ordinary units of its stage.
+
+    At most ``max_batch``. When the oldest unit was launched spreading (an unsaturated
+    saturation switch, ``Policy.spreads_lanes``), at most ``ceil(waiting / lanes)`` over
+    all the stage's ``lanes``, busy or not: with no more units waiting than lanes each
+    runs alone, and a backlog left from batching drains in even shares. The engine's
+    ``BatchQueue`` and the simulator's batched GPU both size batches here.
+    """
+    size = min(max_batch, waiting)
+    return min(size, lanes_for(waiting, lanes)) if spread else size
 
 
 def tight_end(waiting: Sequence[Tight]) -> int:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 from xinfer_ros.core.batch_formation import BatchPlan
-from xinfer_ros.core.batching import take_tight, tight_end
+from xinfer_ros.core.batching import next_batch_size, take_tight, tight_end
 from xinfer_ros.core.stages import STAGES, Stage
 from xinfer_ros.engine.clock import Clock
 from xinfer_ros.engine.events import UnitDone
@@ -149,9 +149,8 @@ class BatchQueue:
                 return []
             if waiting[0].limit:
                 return take_tight(waiting, self.max_batch, _same_key)[0]
-            size = self.max_batch
-            if waiting[0].spread:
-                size = min(size, -(-len(waiting) // self._lanes[stage]))
+            size = next_batch_size(len(waiting), self.max_batch, self._lanes[stage],
+                                   spread=waiting[0].spread)
             first = waiting.popleft()
             batch = [first]
             if first.key is None:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from xinfer_ros.core.batch_cost import BatchFactors
-from xinfer_ros.core.batching import lanes_for, take_tight, tight_end
+from xinfer_ros.core.batching import lanes_for, next_batch_size, take_tight, tight_end
 from xinfer_ros.core.progress import finish_time, progress
 
 __all__ = ["BatchedGpuModel", "Former", "GpuModel", "RateFn", "Unit"]
@@ -435,9 +435,8 @@ class BatchedGpuModel(GpuModel):
             units, cap = take_tight(waiting, self.max_batch)
             self._start(stage, units, t, open_=False, cap=cap)
             return
-        size = min(self.max_batch, len(waiting))
-        if waiting[0].spread:
-            size = min(size, -(-len(waiting) // self.lanes[stage]))
+        size = next_batch_size(len(waiting), self.max_batch, self.lanes[stage],
+                               spread=waiting[0].spread)
         self._start(stage, [waiting.popleft() for _ in range(size)], t, open_=False)
 
     def pop_finished(self, t: float) -> Unit:
