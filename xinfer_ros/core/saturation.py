@@ -52,8 +52,8 @@ class SaturationSettings:
             XInfer's runs; docs/data/cpu-2026-12-06-switch/crossover.py), lane
             batching kept fewer requests than unbatched XInfer at 18 of the 26 points
             below 0.92 and at least as many at 28 of the 33 at or above it. Those
-            blocks ran without phase spreading; in a fast hour with it (the server's
-            default), unbatched XInfer still kept more at 0.98-1.02 and a band at
+            blocks ran without phase spreading; in a fast hour with it (on in
+            config/fleet.yaml), unbatched XInfer still kept more at 0.98-1.02 and a band at
             1.10 resolved nothing (docs/BENCHMARKS.md 5.3, "Phase spreading and the
             switch").
         leave: utilisation below which serving turns unbatched again (0 < leave <=

@@ -25,7 +25,7 @@ for robots in ${COUNTS:-12 14}; do
       esac
       name=p${robots}_r$((round + 1))_$a
       "${run[@]}" engine $C --robots $robots $args --arm $a --json "$out/$name.json" > "$out/$name.log" 2>&1
-      echo "$(date +%T) $name rc=$?"
+      rc=$?; echo "$(date +%T) $name rc=$rc"
     done
   done
 done

@@ -7,16 +7,24 @@ the window times unb's mean Action unit time, over its two Action lanes (medians
 the rounds). Sorted by that utilisation, with the count of points where lane batching
 kept fewer requests below 0.92 and at least as many at or above it: the band of
 ``core.saturation.SaturationSettings``.
-Usage (from the repository root): python docs/data/cpu-2026-12-06-switch/crossover.py
+The band was fitted on the folders of 2026-12-02 to 2026-12-05 (18 of 26 below, 28 of
+33 at or above); later folders, some with phase spreading or the compiled Action loop,
+join with --all.
+Usage (from the repository root): python docs/data/cpu-2026-12-06-switch/crossover.py [--all]
 """
 import collections
 import glob
 import json
 import os
 import statistics as st
+import sys
+
+FITTED_BEFORE = "cpu-2026-12-06"  # folders at or after this name came after the fit
 
 runs = collections.defaultdict(dict)
 for f in glob.glob("docs/data/cpu-*/**/*.json", recursive=True):
+    if "--all" not in sys.argv and f.split("/")[2] >= FITTED_BEFORE:
+        continue
     try:
         with open(f) as fh:
             d = json.load(fh)
