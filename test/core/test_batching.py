@@ -31,17 +31,12 @@ def test_spreading_a_backlog_drains_in_even_shares():
 
 
 @given(waiting=st.integers(1, 64), max_batch=st.integers(1, 8), lanes=st.integers(1, 4))
-def test_each_lane_freed_in_turn_takes_every_unit_in_at_most_even_shares(waiting, max_batch,
-                                                                       lanes):
-    """A spread batch never exceeds max_batch or the even share of what waits, and
-    lanes freed one after another take every unit."""
-    left, sizes = waiting, []
-    while left:
-        size = next_batch_size(left, max_batch, lanes, spread=True)
-        assert 1 <= size <= min(max_batch, -(-left // lanes))
-        sizes.append(size)
-        left -= size
-    assert sum(sizes) == waiting
+def test_a_batch_is_the_even_share_of_what_waits_up_to_max_batch(waiting, max_batch, lanes):
+    """Spreading, a freed lane takes the even share of the waiting units over all lanes,
+    at most max_batch; not spreading, as many as max_batch allows."""
+    share = -(-waiting // lanes)
+    assert next_batch_size(waiting, max_batch, lanes, spread=True) == min(max_batch, share)
+    assert next_batch_size(waiting, max_batch, lanes, spread=False) == min(max_batch, waiting)
 
 
 def test_calibration_splits_units_evenly_over_their_lanes():
