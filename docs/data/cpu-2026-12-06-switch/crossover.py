@@ -9,8 +9,10 @@ kept fewer requests below 0.92 and at least as many at or above it: the band of
 ``core.saturation.SaturationSettings``.
 The band was fitted on the folders of 2026-12-02 to 2026-12-05 (18 of 26 below, 28 of
 33 at or above); later folders, some with phase spreading or the compiled Action loop,
-join with --all.
-Usage (from the repository root): python docs/data/cpu-2026-12-06-switch/crossover.py [--all]
+join with --all. --spread keeps only runs with phase spreading (config/fleet.yaml's
+setting), from every folder.
+Usage (from the repository root):
+    python docs/data/cpu-2026-12-06-switch/crossover.py [--all | --spread]
 """
 import collections
 import glob
@@ -20,10 +22,11 @@ import statistics as st
 import sys
 
 FITTED_BEFORE = "cpu-2026-12-06"  # folders at or after this name came after the fit
+SPREAD = "--spread" in sys.argv
 
 runs = collections.defaultdict(dict)
 for f in glob.glob("docs/data/cpu-*/**/*.json", recursive=True):
-    if "--all" not in sys.argv and f.split("/")[2] >= FITTED_BEFORE:
+    if not ("--all" in sys.argv or SPREAD) and f.split("/")[2] >= FITTED_BEFORE:
         continue
     try:
         with open(f) as fh:
@@ -32,6 +35,8 @@ for f in glob.glob("docs/data/cpu-*/**/*.json", recursive=True):
         continue
     if not isinstance(d, dict) or d.get("policy") != "xinfer" or "metrics" not in d:
         continue
+    if SPREAD and not d.get("phase_spread"):
+        continue
     c = d["config"]
     shape = (c.get("max_batch", 1), tuple(c.get("slots", ())), c.get("lazy_slots", "off"))
     arm = {(1, (1, 1, 2), "off"): "unb", (4, (4, 4, 8), "off"): "lane"}.get(shape)
@@ -39,8 +44,10 @@ for f in glob.glob("docs/data/cpu-*/**/*.json", recursive=True):
         continue
     w = d["window_s"]
     span = w[1] - w[0] if isinstance(w, list) else w
-    key = (os.path.dirname(f).removeprefix("docs/data/"), d["workload"], d["robots"],
-           os.path.basename(f).split("_")[0])
+    # The round: r1_unb_phases8.json, or p8_r1_unb.json (the shipped block's names).
+    parts = os.path.basename(f).split("_")
+    rnd = next((p for p in parts if p[:1] == "r" and p[1:].isdigit()), parts[0])
+    key = (os.path.dirname(f).removeprefix("docs/data/"), d["workload"], d["robots"], rnd)
     runs[key][arm] = (d["metrics"]["attainment"] * 100, d["metrics"]["requests"] / span,
                       d["stage_ms"]["action"]["mean"])
 points = collections.defaultdict(list)
