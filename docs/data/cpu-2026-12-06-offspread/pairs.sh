@@ -20,7 +20,7 @@ for i in 1 2 3 4 5 6; do
     else
       .venv/bin/python docs/data/cpu-2026-12-06-interleave/off_pairs/sw_off.py engine $C --policy xinfer_batch_switch --slots 4,4,8 --max-batch 4 --arm off --json "$out/r${i}_off.json" > "$out/r${i}_off.log" 2>&1
     fi
-    echo "$(date +%T) r$i $a rc=$?"
+    rc=$?; echo "$(date +%T) r$i $a rc=$rc"
   done
 done
 echo DONE

@@ -5,7 +5,7 @@ includes any wait for the GIL while lane threads run Python) and records, per la
 unit, how long it waited in the policy's ready queue and then for a lane. At exit it
 writes {name: [calls, mean µs]} and the waits' mean/p50/p90 (ms) to $TIMERS as JSON.
 OFF=1 moves the saturation band out of reach first, as ../../cpu-2026-12-06-interleave/
-off_pairs/sw_off.py does. The timers cost about a microsecond a call, alike in both arms.
+off_pairs/sw_off.py does. Each timer adds a call and two clock reads, alike in both arms.
 
     TIMERS=unb.json python timed_bench.py engine ... --policy xinfer --slots 1,1,2
     OFF=1 TIMERS=off.json python timed_bench.py engine ... --policy xinfer_batch_switch
