@@ -84,7 +84,9 @@ def _dump():
 if __name__ == "__main__":
     if os.environ.get("OFF") == "1":
         from xinfer_ros.core import saturation
-        saturation.SaturationSettings.__init__.__defaults__ = (2.0, 50.0, 49.0, 1.0)
+        # The band of sw_off.py (enter 50, leave 49); window and dwell stay the shipped ones.
+        window, _, _, dwell = saturation.SaturationSettings.__init__.__defaults__
+        saturation.SaturationSettings.__init__.__defaults__ = (window, 50.0, 49.0, dwell)
     _install()
     atexit.register(_dump)
     from xinfer_ros.cli.bench import main
