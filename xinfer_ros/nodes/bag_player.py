@@ -46,6 +46,7 @@ from xinfer_ros.bags.types import BagTopic, Role, TopicKind
 from xinfer_ros.core.constants import SEND_PERIOD
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.msg import ActionChunk, PolicyRequest
+from xinfer_ros.nodes.lifetime import destroyed_on_failure
 from xinfer_ros.nodes.qos import LATCHED_QOS
 from xinfer_ros.nodes.recorder import message_class
 from xinfer_ros.rtc.request_cycle import RequestCycle
@@ -200,6 +201,7 @@ class BagPlayer(Node):
         config: Replay settings.
     """
 
+    @destroyed_on_failure
     def __init__(self, run: RecordedRun, config: PlayConfig) -> None:
         super().__init__("xinfer_replay")
         self.run = run

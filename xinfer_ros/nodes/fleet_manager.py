@@ -48,6 +48,7 @@ from xinfer_ros.fleet.roster import (
     Roster,
 )
 from xinfer_ros.msg import ExecutorStats, FleetAssignment, ServerStatus
+from xinfer_ros.nodes.lifetime import destroyed_on_failure
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.qos import LATCHED_QOS
 
@@ -76,6 +77,7 @@ PARAMS = [
 class FleetManager(Node):
     """The fleet manager; see the module docstring."""
 
+    @destroyed_on_failure
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("fleet_manager", **kwargs)
         p = declare_params(self, PARAMS)

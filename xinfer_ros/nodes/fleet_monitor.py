@@ -25,6 +25,7 @@ from rclpy.node import Node
 from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.timing import MS_PER_S
 from xinfer_ros.msg import ActionChunk, ExecutorStats, FleetStats, PolicyRequest
+from xinfer_ros.nodes.lifetime import destroyed_on_failure
 
 __all__ = ["FleetMonitor", "RobotObservation", "watching"]
 
@@ -60,6 +61,7 @@ class FleetMonitor(Node):
         t0: Wall-clock origin (``time.time()``) for record times.
     """
 
+    @destroyed_on_failure
     def __init__(self, robots: list[str], t0: float) -> None:
         super().__init__("xinfer_fleet_monitor")
         self.t0 = t0

@@ -49,7 +49,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.qos import qos_profile_sensor_data
@@ -76,6 +76,7 @@ from xinfer_ros.msg import (
     StageTiming,
 )
 from xinfer_ros.nodes.graph import publishing_nodes
+from xinfer_ros.nodes.lifetime import LifecycleNode, destroyed_on_failure
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
 from xinfer_ros.nodes.params import declare_params
 from xinfer_ros.nodes.raw_image import RawImage
@@ -191,6 +192,7 @@ class _RobotState:
 class InferenceServer(LifecycleNode):
     """The inference server; see the module docstring."""
 
+    @destroyed_on_failure
     def __init__(self, engine: Engine | None = None, **kwargs: Any) -> None:
         super().__init__("inference_server", **kwargs)
         p = declare_params(self, PARAMS)
@@ -424,6 +426,18 @@ class InferenceServer(LifecycleNode):
             held, held_s = self.ledger.held()
             mean = f", mean {held_s / held * 1e3:.1f} ms" if held else ""
             self.get_logger().info(f"phase spreading held {held} responses{mean}")
+
+    def abandon(self) -> None:
+        """Stop what a constructor that raised had started (see ``lifetime``)."""
+        openpi = getattr(self, "_openpi", None)
+        if openpi is not None:
+            openpi.close()
+        engine: Engine | None = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close(drain_timeout=0.0)
+        releases: ReleaseScheduler | None = getattr(self, "_releases", None)
+        if releases is not None:
+            releases.close()
 
     # -- inputs -------------------------------------------------------------------------
     def _on_image(self, robot: str, camera: int, cdr: bytes, kind: type) -> None:

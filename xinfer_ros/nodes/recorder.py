@@ -43,6 +43,7 @@ from xinfer_ros.bags.types import (
     make_typestore,
 )
 from xinfer_ros.fleet.plan import parse_robots
+from xinfer_ros.nodes.lifetime import destroyed_on_failure
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.qos import LATCHED_QOS
 from xinfer_ros.nodes.runtime import StopFlag, keep_discovery_local
@@ -117,6 +118,7 @@ class Recorder(Node):
         kwargs: Passed to :class:`rclpy.node.Node` (parameter overrides, ...).
     """
 
+    @destroyed_on_failure
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("recorder", **kwargs)
         p = declare_params(self, PARAMS)
@@ -209,6 +211,11 @@ class Recorder(Node):
         """Whether ``max_duration_s`` has passed."""
         limit = self.params["max_duration_s"]
         return limit > 0 and time.monotonic() - self.started >= limit
+
+    def abandon(self) -> None:
+        """Close the bag a constructor that raised had opened (see ``lifetime``)."""
+        if getattr(self, "_writer", None) is not None:
+            self.close()
 
     def close(self) -> None:
         """Close the bag (MCAP summary, ``metadata.yaml``); idempotent."""

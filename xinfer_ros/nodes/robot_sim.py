@@ -25,6 +25,7 @@ from std_msgs.msg import Float64MultiArray
 
 from xinfer_ros.core.constants import ACTION_DIM
 from xinfer_ros.msg import ActionChunk, ResponseBudget
+from xinfer_ros.nodes.lifetime import destroyed_on_failure
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.rtc_executor import BUDGET_QOS
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
@@ -92,6 +93,7 @@ class SceneRenderer:
 class RobotSim(Node):
     """A simulated robot; see the module docstring."""
 
+    @destroyed_on_failure
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("robot_sim", **kwargs)
         p = declare_params(self, PARAMS)

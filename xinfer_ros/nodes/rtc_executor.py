@@ -79,7 +79,7 @@ from builtin_interfaces.msg import Duration
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration as RosDuration
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.subscription import Subscription
 from rclpy.time import Time as RosTime
@@ -105,6 +105,7 @@ from xinfer_ros.msg import (
     ResponseBudget,
 )
 from xinfer_ros.nodes.graph import publishing_nodes
+from xinfer_ros.nodes.lifetime import LifecycleNode, destroyed_on_failure
 from xinfer_ros.nodes.params import ParamSpec, declare_params
 from xinfer_ros.nodes.qos import LATCHED_QOS, REQUEST_QOS
 from xinfer_ros.nodes.runtime import EXECUTOR_PARAM
@@ -271,6 +272,7 @@ class RtcExecutor(LifecycleNode):
     ``ValueError``: exit 2), before any transition.
     """
 
+    @destroyed_on_failure
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("rtc_executor", **kwargs)
         p = declare_params(self, PARAMS)
