@@ -93,6 +93,28 @@ needs_ros2 = pytest.mark.skipif(
     "apt ROS 2, or run make launch-kit where ../shared/ros2-launch-kit exists")
 
 
+def _digest(lines: list[str]) -> str:
+    """``lines`` with each run of lines alike but for their numbers folded to two."""
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        out.append(run[0])
+        if len(run) > 2:
+            out.append(f"    ... {len(run) - 2} more like these ...")
+        if len(run) > 1:
+            out.append(run[-1])
+
+    for line in lines:
+        if run and re.sub(r"\d+", "#", line) != re.sub(r"\d+", "#", run[0]):
+            flush()
+            run = []
+        run.append(line)
+    if run:
+        flush()
+    return "\n".join(out)
+
+
 class Console:
     """A command in its own process group, read line by line like a terminal."""
 
@@ -123,7 +145,9 @@ class Console:
             if self.proc.poll() is not None and not self._reader.is_alive():
                 break
             time.sleep(0.2)
-        pytest.fail(f"no line matching {pattern!r} within {timeout:g} s:\n{self.text[-5000:]}")
+        shown = _digest(self.lines[max(start - 20, 0):])
+        pytest.fail(f"no line matching {pattern!r} within {timeout:g} s; the log from 20 "
+                    f"lines before the wait on, repeats folded:\n{shown[-8000:]}")
 
     def ctrl_c(self, timeout: float = 40.0) -> int:
         """SIGINT to the whole process group, as a terminal's Ctrl-C; the exit status."""

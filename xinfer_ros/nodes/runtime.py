@@ -17,7 +17,7 @@ from rclpy.executors import (
     SingleThreadedExecutor,
 )
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions, install_signal_handlers
+from rclpy.signals import SignalHandlerOptions
 
 from xinfer_ros.nodes.stopping import StopOnSignal, StopWhileStarting, ignore_stop_signals
 from xinfer_ros.serving.params import EXECUTOR_PARAM, EXECUTORS
@@ -26,7 +26,7 @@ __all__ = ["EXECUTORS", "EXECUTOR_PARAM", "StopFlag", "keep_discovery_local", "m
            "ros_session", "spin_node"]
 
 
-#: Longest the events executor waits before it checks for shutdown again (s).
+#: Longest a spin slice waits before the loop checks for a stop again (s).
 _SHUTDOWN_POLL_S = 0.1
 
 
@@ -63,14 +63,15 @@ def _executor_kind(node: Node) -> str:
     return "single"
 
 
-def _spin(executor: Executor, stop: StopOnSignal | None) -> None:
-    if stop is None:
-        install_signal_handlers(SignalHandlerOptions.ALL)
-        executor.spin()
-        return
-    # In Kilted, EventsExecutor.spin() does not return once the context is shut
-    # down (it busy-loops on a core); spin_once() returns within a poll, and Python
-    # runs the signal handler then (or between bytecodes of a callback).
+def _spin(executor: Executor, stop: StopOnSignal) -> None:
+    # Every executor spins in slices until the signal's flag is set; the node is then
+    # destroyed while its context is still up, and the context shut down after it.
+    # rclpy's own handlers shut the context down from their signal thread while
+    # callbacks run: a SingleThreadedExecutor robot_sim then crashed destroying a
+    # subscription in 1 of 40 SIGINTs (SIGSEGV in Fast DDS), and in Kilted
+    # EventsExecutor.spin() never returns once the context is shut down (it busy-loops
+    # on a core). spin_once() returns within a poll, and Python runs the signal handler
+    # then (or between bytecodes of a callback).
     while not stop.requested and rclpy.ok():
         executor.spin_once(timeout_sec=_SHUTDOWN_POLL_S)
     stop.loop_done = True
@@ -81,9 +82,8 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     """Initialise rclpy with ``argv``, build the node and spin it.
 
     SIGINT and SIGTERM stop the spin and the node shuts down cleanly (exit status 0):
-    under the SingleThreadedExecutor rclpy's signal handlers shut the context down,
-    which ends the spin with ``ExternalShutdownException``; under the events executor
-    the signal ends the spin loop first and the context is shut down after it. A node
+    the signal ends the spin loop (:class:`StopOnSignal`), the node is destroyed, and
+    the context is shut down after it, whichever the executor. A node
     that declares the ``executor`` parameter (:data:`EXECUTOR_PARAM`) picks its
     executor; others get a SingleThreadedExecutor.
 
@@ -96,7 +96,7 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     Returns:
         0 after a clean shutdown, 2 when the node rejected its parameters.
     """
-    # Signal handling is set up once the executor is known (_spin); until then Ctrl-C
+    # Signal handling is set up once the node is built (StopOnSignal); until then Ctrl-C
     # raises KeyboardInterrupt, and a build stuck in native code ends by the watcher
     # of StopWhileStarting.
     node: Node | None = None
@@ -126,9 +126,8 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
             owed = starting.close()
         if owed:
             raise KeyboardInterrupt
-        kind = _executor_kind(node)
-        executor = make_executor(kind, threads)
-        stop = StopOnSignal() if kind == "events" else None
+        executor = make_executor(_executor_kind(node), threads)
+        stop = StopOnSignal()
         executor.add_node(node)
         _spin(executor, stop)
     except ValueError as exc:
