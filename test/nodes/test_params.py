@@ -26,6 +26,8 @@ CASES = [
     ("inference_server", "image_transports:=[raw,theora]", ["'image_transports'",
                                                              "raw or compressed"]),
     ("inference_server", "robots:=[]", ["'robots'"]),
+    ("inference_server", "robots:=[r1,r1]", ["'robots'", "repeat"]),
+    ("fleet_manager", "robots:=[1r]", ["'robots'", "'1r'", "namespace"]),
     ("inference_server", "server_name:=gpu-0", ["'server_name'", "a letter, then letters"]),
     ("recorder", "storage:=rosbag1", ["'storage'", "one of"]),
     ("recorder", "bag_version:=7", ["'bag_version'", "out of range", "[8, 9]"]),

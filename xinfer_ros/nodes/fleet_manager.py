@@ -38,7 +38,6 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
 from xinfer_ros.fleet.assignment import ASSIGNMENT_TOPIC, SERVERS_TOPIC
-from xinfer_ros.fleet.plan import parse_robots
 from xinfer_ros.fleet.roster import (
     REJOIN_AFTER_S,
     SERVER_TIMEOUT_S,
@@ -49,7 +48,7 @@ from xinfer_ros.fleet.roster import (
 )
 from xinfer_ros.msg import ExecutorStats, FleetAssignment, ServerStatus
 from xinfer_ros.nodes.lifetime import destroyed_on_failure
-from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.params import ParamSpec, declare_params, robot_names
 from xinfer_ros.nodes.qos import LATCHED_QOS
 
 __all__ = ["ASSIGNMENT_TOPIC", "PARAMS", "SERVERS_TOPIC", "FleetManager", "main"]
@@ -81,7 +80,7 @@ class FleetManager(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("fleet_manager", **kwargs)
         p = declare_params(self, PARAMS)
-        robots = parse_robots(list(p["robots"]))
+        robots = robot_names(p["robots"])
         self.roster = Roster(robots, server_timeout_s=p["server_timeout_s"],
                              budget_window_s=p["budget_window_s"],
                              rejoin_after_s=p["rejoin_after_s"])

@@ -64,7 +64,6 @@ from xinfer_ros.core.metrics import ResponseRecord
 from xinfer_ros.core.timing import MS_PER_S, budget_met, budget_seconds
 from xinfer_ros.engine.api import Engine, EngineResult, RequestInputs
 from xinfer_ros.fleet.assignment import SERVERS_TOPIC
-from xinfer_ros.fleet.plan import parse_robots
 from xinfer_ros.model.errors import InputError
 from xinfer_ros.model.images import decode_image
 from xinfer_ros.msg import (
@@ -78,7 +77,7 @@ from xinfer_ros.msg import (
 from xinfer_ros.nodes.graph import publishing_nodes
 from xinfer_ros.nodes.lifetime import LifecycleNode, destroyed_on_failure
 from xinfer_ros.nodes.openpi_bridge import start_openpi_bridge
-from xinfer_ros.nodes.params import declare_params
+from xinfer_ros.nodes.params import declare_params, robot_names
 from xinfer_ros.nodes.raw_image import RawImage
 from xinfer_ros.serving.control import PolicySwitchError, policy_arguments
 from xinfer_ros.serving.frontend import FlatChunk, camera_image, request_inputs
@@ -197,7 +196,7 @@ class InferenceServer(LifecycleNode):
         super().__init__("inference_server", **kwargs)
         p = declare_params(self, PARAMS)
         self.params = p
-        names = parse_robots(list(p["robots"]))
+        names = robot_names(p["robots"])
         self._robots = {name: _RobotState(name, p["cameras"], p["max_frame_bytes_per_robot"])
                         for name in names}
         #: What was answered, per robot: the statistics and diagnostics read it.

@@ -13,9 +13,10 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 
+from xinfer_ros.fleet.plan import PlanError, parse_robots
 from xinfer_ros.serving.params import Params, ParamSpec
 
-__all__ = ["ParamSpec", "declare_params", "descriptor"]
+__all__ = ["ParamSpec", "declare_params", "descriptor", "robot_names"]
 
 
 def descriptor(spec: ParamSpec) -> ParameterDescriptor:
@@ -53,3 +54,15 @@ def declare_params(node: Node, specs: list[ParamSpec]) -> Params:
         spec.validate(value)
         values[spec.name] = value
     return values
+
+
+def robot_names(value: object) -> list[str]:
+    """The robot namespaces of a node's ``robots`` parameter.
+
+    Raises:
+        ValueError: Naming the parameter, when :func:`parse_robots` refuses the list.
+    """
+    try:
+        return parse_robots(list(value))  # type: ignore[call-overload]
+    except PlanError as exc:
+        raise ValueError(f"parameter 'robots' is invalid: {exc}") from None

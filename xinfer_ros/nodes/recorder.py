@@ -42,9 +42,8 @@ from xinfer_ros.bags.types import (
     fleet_topics,
     make_typestore,
 )
-from xinfer_ros.fleet.plan import parse_robots
 from xinfer_ros.nodes.lifetime import destroyed_on_failure
-from xinfer_ros.nodes.params import ParamSpec, declare_params
+from xinfer_ros.nodes.params import ParamSpec, declare_params, robot_names
 from xinfer_ros.nodes.qos import LATCHED_QOS
 from xinfer_ros.nodes.runtime import StopFlag, keep_discovery_local
 
@@ -123,7 +122,7 @@ class Recorder(Node):
         super().__init__("recorder", **kwargs)
         p = declare_params(self, PARAMS)
         self.params = p
-        robots = parse_robots(list(p["robots"]))
+        robots = robot_names(p["robots"])
         self.topics = fleet_topics(robots, p["cameras"], images=p["record_images"])
         self.path = Path(p["output"]).expanduser()
         if self.path.exists():
