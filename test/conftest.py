@@ -65,13 +65,23 @@ def no_node_left_to_the_collector(request: pytest.FixtureRequest) -> Iterator[No
         if issubclass(type(obj), Node) and not obj.context.ok() and _live(obj):
             left.append(obj)
     for node in left:
-        node.destroy_node()
+        if _live_handle(node):
+            node.destroy_node()
+        machine = getattr(node, "_state_machine", None)
+        if machine is not None:  # rclpy's own LifecycleNode leaves it (nodes.lifetime)
+            machine.destroy_when_not_in_use()
+            node._state_machine = None  # type: ignore[attr-defined]
     if left:
         pytest.fail(f"left alive after rclpy shut down: {[n.get_name() for n in left]}; "
                     "destroy nodes before the context (xinfer_ros.nodes.lifetime)")
 
 
 def _live(node: object) -> bool:
+    """Whether ``node`` still holds its rcl node: its handle or a lifecycle state machine."""
+    return _live_handle(node) or getattr(node, "_state_machine", None) is not None
+
+
+def _live_handle(node: object) -> bool:
     """Whether ``node``'s rcl handle has not been destroyed."""
     try:
         with node.handle:  # type: ignore[attr-defined]

@@ -10,13 +10,14 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("rclpy")
 
 import rclpy
+from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -76,7 +77,7 @@ def _threads() -> set[int]:
 @pytest.mark.parametrize(("cls", "params", "_bad"), BUILDS, ids=_IDS)
 def test_a_destroyed_node_leaves_the_graph_at_once(observer: Node, cls: type[Node],
                                                     params: list[Parameter],
-                                                    _bad: Parameter, tmp_path: Any) -> None:
+                                                    _bad: Parameter, tmp_path: Path) -> None:
     params = [Parameter("output", value=str(tmp_path / "bag")) if p.name == "output" else p
               for p in params]
     node = cls(parameter_overrides=params)
@@ -94,7 +95,8 @@ def test_a_destroyed_node_leaves_the_graph_at_once(observer: Node, cls: type[Nod
 def test_a_node_that_rejects_its_parameters_leaves_nothing_behind(
         observer: Node, cls: type[Node], params: list[Parameter], bad: Parameter) -> None:
     before = _threads()
-    for _ in range(2):  # two in one context: rclpy's shutdown would skip one of them
+    # Two in one context: left to rclpy's shutdown, one of them would outlive it.
+    for _ in range(2):
         with pytest.raises(ValueError) as err:
             cls(parameter_overrides=[*[p for p in params if p.name != bad.name], bad])
         assert repr(bad.name) in str(err.value)
@@ -113,11 +115,14 @@ def test_a_server_failing_after_its_engine_started_stops_the_engine(observer: No
     assert _threads() <= before
 
 
-def test_an_error_while_undoing_is_a_note_on_the_constructors_error() -> None:
+def test_an_error_while_undoing_is_a_note_and_the_node_is_destroyed_still() -> None:
+    built: list[Node] = []
+
     class Broken(Node):
         @destroyed_on_failure
         def __init__(self) -> None:
             super().__init__("broken")
+            built.append(self)
             raise ValueError("parameter 'x' is wrong")
 
         def abandon(self) -> None:
@@ -128,5 +133,18 @@ def test_an_error_while_undoing_is_a_note_on_the_constructors_error() -> None:
         with pytest.raises(ValueError, match="parameter 'x'") as err:
             Broken()
         assert any("cannot undo" in note for note in err.value.__notes__)
+        with pytest.raises(InvalidHandle), built[0].handle:
+            pass
+    finally:
+        rclpy.shutdown()
+
+
+def test_a_destroyed_lifecycle_node_refuses_transitions_instead_of_crashing() -> None:
+    rclpy.init()
+    try:
+        node = RtcExecutor()
+        node.destroy_node()
+        with pytest.raises(AttributeError):
+            node.trigger_configure()
     finally:
         rclpy.shutdown()

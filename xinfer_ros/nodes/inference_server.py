@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Collection, Iterable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -427,16 +428,22 @@ class InferenceServer(LifecycleNode):
             self.get_logger().info(f"phase spreading held {held} responses{mean}")
 
     def abandon(self) -> None:
-        """Stop what a constructor that raised had started (see ``lifetime``)."""
-        openpi = getattr(self, "_openpi", None)
-        if openpi is not None:
-            openpi.close()
-        engine: Engine | None = getattr(self, "engine", None)
-        if engine is not None:
-            engine.close(drain_timeout=0.0)
-        releases: ReleaseScheduler | None = getattr(self, "_releases", None)
-        if releases is not None:
-            releases.close()
+        """Stop what a constructor that raised had started (see ``lifetime``).
+
+        Each part is stopped even when stopping another fails. An engine passed to the
+        constructor is the server's once taken: the server starts it, and closes it
+        here or in :meth:`close`.
+        """
+        with ExitStack() as stack:  # runs last-in first: openpi, engine, releases
+            releases: ReleaseScheduler | None = getattr(self, "_releases", None)
+            if releases is not None:
+                stack.callback(releases.close)
+            engine: Engine | None = getattr(self, "engine", None)
+            if engine is not None:
+                stack.callback(engine.close, drain_timeout=0.0)
+            openpi = getattr(self, "_openpi", None)
+            if openpi is not None:
+                stack.callback(openpi.close)
 
     # -- inputs -------------------------------------------------------------------------
     def _on_image(self, robot: str, camera: int, cdr: bytes, kind: type) -> None:

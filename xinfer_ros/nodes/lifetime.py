@@ -45,7 +45,10 @@ class LifecycleNode(lifecycle.LifecycleNode):
         # After the node's own entities: the lifecycle services rclpy destroyed above
         # wrap the state machine's, which it finalises with the rcl node. (Absent when
         # rclpy's own constructor raised before making it.)
+        # rclpy's lifecycle calls read the destroyed machine's pointer unchecked (a
+        # crash, not an error): after this they fail on None instead.
         machine = getattr(self, "_state_machine", None)
+        self._state_machine = None  # type: ignore[assignment]
         if machine is not None:
             machine.destroy_when_not_in_use()
 
@@ -87,8 +90,14 @@ def _abandon(node: Node) -> None:
             abandon(node)
     finally:
         try:
-            node.handle  # noqa: B018 - set once Node.__init__ created the rcl node
+            handle = node.handle  # set once Node.__init__ created the rcl node
         except AttributeError:
             pass
         else:
-            node.destroy_node()
+            try:
+                node.destroy_node()
+            except Exception:
+                # rclpy's own constructor raised part-way (its destroy_node expects
+                # every entity it makes): free the rcl node at least.
+                handle.destroy_when_not_in_use()
+                raise

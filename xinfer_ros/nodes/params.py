@@ -9,6 +9,8 @@ turns it into exit status 2.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import ParameterException
 from rclpy.node import Node
@@ -56,13 +58,13 @@ def declare_params(node: Node, specs: list[ParamSpec]) -> Params:
     return values
 
 
-def robot_names(value: object) -> list[str]:
+def robot_names(value: Sequence[str]) -> list[str]:
     """The robot namespaces of a node's ``robots`` parameter.
 
     Raises:
         ValueError: Naming the parameter, when :func:`parse_robots` refuses the list.
     """
     try:
-        return parse_robots(list(value))  # type: ignore[call-overload]
+        return parse_robots(list(value))
     except PlanError as exc:
         raise ValueError(f"parameter 'robots' is invalid: {exc}") from None

@@ -18,6 +18,7 @@ MCAP summary and ``metadata.yaml``. A message received before the signal is in t
 from __future__ import annotations
 
 import importlib
+import shutil
 import sys
 import time
 from collections import Counter
@@ -137,9 +138,10 @@ class Recorder(Node):
         self._chunk_path_live = False
         #: ROS time of arming after a hold-back (None: recording from the start).
         self._armed_ns: int | None = None
-        self._writer: Writer | None = Writer(self.path, version=p["bag_version"],
-                                             storage_plugin=STORAGES[p["storage"]])
-        self._writer.open()
+        writer = Writer(self.path, version=p["bag_version"],
+                        storage_plugin=STORAGES[p["storage"]])
+        writer.open()
+        self._writer: Writer | None = writer
         self._connections: dict[str, Connection] = {}
         # Every connection is added up front, so the bag lists all fleet topics (with
         # zero counts for silent ones) and schemas sit at the start of the file.
@@ -212,9 +214,16 @@ class Recorder(Node):
         return limit > 0 and time.monotonic() - self.started >= limit
 
     def abandon(self) -> None:
-        """Close the bag a constructor that raised had opened (see ``lifetime``)."""
+        """Remove the bag a constructor that raised had opened (see ``lifetime``).
+
+        Nothing was recorded into it, and the path did not exist before: left there,
+        it would only make the next start refuse the output as existing.
+        """
         if getattr(self, "_writer", None) is not None:
-            self.close()
+            try:
+                self.close()
+            finally:
+                shutil.rmtree(self.path, ignore_errors=True)
 
     def close(self) -> None:
         """Close the bag (MCAP summary, ``metadata.yaml``); idempotent."""

@@ -139,10 +139,10 @@ def spin_node(factory: Callable[[], Node], argv: Sequence[str] | None = None,
     except KeyboardInterrupt:
         ignore_stop_signals()  # the stop StopOnSignal's close would ignore after
     except ExternalShutdownException:
-        pass
+        pass  # the context was shut down by someone else (our signals never do)
     except Exception:
-        # A multi-threaded executor may still be building a wait set when a signal
-        # shuts the context down (rclpy raises RCLError then); that is a clean stop.
+        # An executor may still be building a wait set when the context is shut down
+        # under it (rclpy raises RCLError then); that is a clean stop.
         if rclpy.ok():
             raise
     finally:
