@@ -43,10 +43,10 @@ class LifecycleNode(lifecycle.LifecycleNode):
         """Destroy the node's entities, then the state machine that holds the rcl node."""
         super().destroy_node()
         # After the node's own entities: the lifecycle services rclpy destroyed above
-        # wrap the state machine's, which it finalises with the rcl node. (Absent when
-        # rclpy's own constructor raised before making it.)
-        # rclpy's lifecycle calls read the destroyed machine's pointer unchecked (a
-        # crash, not an error): after this they fail on None instead.
+        # wrap the state machine's, which it finalises with the rcl node. The machine is
+        # absent when rclpy's own constructor raised before making it. rclpy's lifecycle
+        # calls read a destroyed machine's pointer unchecked (a crash, not an error), so
+        # the node drops it: a later call fails on None instead.
         machine = getattr(self, "_state_machine", None)
         self._state_machine = None  # type: ignore[assignment]
         if machine is not None:
