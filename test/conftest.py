@@ -56,7 +56,10 @@ def no_node_left_to_the_collector(request: pytest.FixtureRequest) -> Iterator[No
     ros = request.node.get_closest_marker("ros") is not None or "nodes" in request.path.parts
     if not ros or "rclpy.node" not in sys.modules:
         return
+    from rclpy.lifecycle import LifecycleNode
     from rclpy.node import Node
+
+    from xinfer_ros.nodes.lifetime import end_state_machine
 
     left = []
     for obj in gc.get_objects():
@@ -67,10 +70,8 @@ def no_node_left_to_the_collector(request: pytest.FixtureRequest) -> Iterator[No
     for node in left:
         if _live_handle(node):
             node.destroy_node()
-        machine = getattr(node, "_state_machine", None)
-        if machine is not None:  # rclpy's own LifecycleNode leaves it (nodes.lifetime)
-            machine.destroy_when_not_in_use()
-            node._state_machine = None  # type: ignore[attr-defined]
+        if isinstance(node, LifecycleNode):  # rclpy's own destroy_node leaves it
+            end_state_machine(node)
     if left:
         pytest.fail(f"left alive after rclpy shut down: {[n.get_name() for n in left]}; "
                     "destroy nodes before the context (xinfer_ros.nodes.lifetime)")

@@ -30,7 +30,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 from rclpy import lifecycle
 from rclpy.node import Node
 
-__all__ = ["LifecycleNode", "destroyed_on_failure"]
+__all__ = ["LifecycleNode", "destroyed_on_failure", "end_state_machine"]
 
 _N = TypeVar("_N", bound=Node)
 _P = ParamSpec("_P")
@@ -43,14 +43,21 @@ class LifecycleNode(lifecycle.LifecycleNode):
         """Destroy the node's entities, then the state machine that holds the rcl node."""
         super().destroy_node()
         # After the node's own entities: the lifecycle services rclpy destroyed above
-        # wrap the state machine's, which it finalises with the rcl node. The machine is
-        # absent when rclpy's own constructor raised before making it. rclpy's lifecycle
-        # calls read a destroyed machine's pointer unchecked (a crash, not an error), so
-        # the node drops it: a later call fails on None instead.
-        machine = getattr(self, "_state_machine", None)
-        self._state_machine = None  # type: ignore[assignment]
-        if machine is not None:
-            machine.destroy_when_not_in_use()
+        # wrap the state machine's, which it finalises with the rcl node.
+        end_state_machine(self)
+
+
+def end_state_machine(node: lifecycle.LifecycleNode) -> None:
+    """Destroy ``node``'s lifecycle state machine, which holds its rcl node, and drop it.
+
+    The machine is absent when rclpy's own constructor raised before making it. rclpy's
+    lifecycle calls read a destroyed machine's pointer unchecked (a crash, not an
+    error), so the node drops it: a later call fails on None instead.
+    """
+    machine = getattr(node, "_state_machine", None)
+    node._state_machine = None  # type: ignore[assignment]
+    if machine is not None:
+        machine.destroy_when_not_in_use()
 
 
 def destroyed_on_failure(

@@ -64,14 +64,11 @@ def _executor_kind(node: Node) -> str:
 
 
 def _spin(executor: Executor, stop: StopOnSignal) -> None:
-    # Every executor spins in slices until the signal's flag is set; the node is then
-    # destroyed while its context is still up, and the context shut down after it.
-    # rclpy's own handlers shut the context down from their signal thread while
-    # callbacks run: a SingleThreadedExecutor robot_sim then crashed destroying a
-    # subscription in 1 of 40 SIGINTs (SIGSEGV in Fast DDS), and in Kilted
-    # EventsExecutor.spin() never returns once the context is shut down (it busy-loops
-    # on a core). spin_once() returns within a poll, and Python runs the signal handler
-    # then (or between bytecodes of a callback).
+    # Every executor spins in slices until the signal's flag is set (StopOnSignal says
+    # why not rclpy's handlers); the node is then destroyed while its context is still
+    # up. In Kilted EventsExecutor.spin() never returns once the context is shut down
+    # (it busy-loops on a core); spin_once() returns within a poll, and Python runs the
+    # signal handler then (or between bytecodes of a callback).
     while not stop.requested and rclpy.ok():
         executor.spin_once(timeout_sec=_SHUTDOWN_POLL_S)
     stop.loop_done = True
